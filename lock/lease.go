@@ -1,0 +1,201 @@
+package lock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+)
+
+// Drift allowance: the part of a TTL the holder gives up to cover the rate
+// difference between its clock and the backend's (the Redlock paper's
+// CLOCK_DRIFT_FACTOR, plus a floor for timer granularity).
+const (
+	DefaultDriftFactor = 0.01
+	DriftFloor         = 2 * time.Millisecond
+)
+
+// Drift returns the drift allowance for ttl with the given factor
+// (factor ≤ 0 means DefaultDriftFactor): ttl·factor + DriftFloor.
+func Drift(ttl time.Duration, factor float64) time.Duration {
+	if factor <= 0 {
+		factor = DefaultDriftFactor
+	}
+	return time.Duration(float64(ttl)*factor) + DriftFloor
+}
+
+// DeadlineFor returns the latest instant at which a holder may still believe
+// it holds a lease granted for ttl by a request sent at sent:
+//
+//	sent + ttl − Drift(ttl, factor)
+//
+// sent must carry a monotonic clock reading (time.Now does), so that the
+// deadline is immune to wall-clock jumps on the holder. A ttl smaller than its
+// drift gives sent itself: such a lease is over as soon as it is granted.
+func DeadlineFor(sent time.Time, ttl time.Duration, factor float64) time.Time {
+	valid := ttl - Drift(ttl, factor)
+	if valid < 0 {
+		valid = 0
+	}
+	return sent.Add(valid)
+}
+
+// Grant is what a backend knows when it hands out a lease; NewLease turns it
+// into a Lease.
+type Grant struct {
+	Key    string
+	Owner  string
+	Token  Token
+	Handle string // the backend's secret identity of this grant (see Lease.Handle)
+	Value  []byte
+	TTL    time.Duration
+	// Sent is an instant, on the holder's monotonic clock, that precedes the
+	// start of the backend's TTL for this grant: normally the moment the
+	// granting request was sent.
+	Sent time.Time
+	// DriftFactor overrides DefaultDriftFactor when positive.
+	DriftFactor float64
+}
+
+// Lease is one grant of a key to one owner. Its exported fields identify the
+// grant and never change; the deadline moves with each successful renewal.
+// A Lease is safe for concurrent use.
+type Lease struct {
+	Key   string
+	Owner string
+	// Token is the fencing token of this grant.
+	Token Token
+	// Handle is the backend's secret identity of this grant (a random value
+	// of at least 128 bits, or a backend-native id). Renew and Release check
+	// it; it is never shown by Inspect. Treat it like a password.
+	Handle string
+	Value  []byte
+
+	driftFactor float64
+
+	mu       sync.Mutex
+	ttl      time.Duration
+	deadline time.Time
+	timer    *time.Timer
+	done     chan struct{}
+	err      error
+}
+
+// NewLease builds a Lease from a grant and arms its deadline: Done closes
+// with ErrExpired when the deadline passes unless the lease is extended
+// first. Backends call it on every grant; callers may call it to rebuild a
+// lease from (Key, Owner, Token, Handle) they stored, e.g. after a restart.
+func NewLease(g Grant) *Lease {
+	l := &Lease{
+		Key:         g.Key,
+		Owner:       g.Owner,
+		Token:       g.Token,
+		Handle:      g.Handle,
+		Value:       g.Value,
+		driftFactor: g.DriftFactor,
+		ttl:         g.TTL,
+		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),
+		done:        make(chan struct{}),
+	}
+	l.mu.Lock()
+	l.armLocked()
+	l.mu.Unlock()
+	return l
+}
+
+// armLocked (re)starts the timer that ends the lease at its deadline.
+func (l *Lease) armLocked() {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	d := time.Until(l.deadline)
+	if d <= 0 {
+		l.endLocked(ErrExpired)
+		return
+	}
+	deadline := l.deadline
+	l.timer = time.AfterFunc(d, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		// A renewal may have moved the deadline after this timer fired.
+		if l.deadline.Equal(deadline) {
+			l.endLocked(ErrExpired)
+		}
+	})
+}
+
+// TTL is the lease's current TTL (the last one granted or renewed).
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// Deadline is the latest instant at which the holder may still act as the
+// lock's holder (see DeadlineFor). Past it the holder must stop.
+func (l *Lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+// Done is closed when the lease ends: its deadline passed, a renewal was
+// refused, or it was released. Err says which.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err is nil while the lease lives, then the reason it ended: ErrExpired,
+// ErrReleased, an error matching ErrNotHeld (a renewal was refused), or
+// another error of the keep-alive.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Extend records a successful renewal for ttl whose request was sent at
+// sent: the deadline becomes DeadlineFor(sent, ttl) — earlier than before
+// if the renewal asked for a shorter TTL, since the backend's expiry moved
+// there too. It
+// reports false, changing nothing, when the lease has already ended: a lease
+// whose Done is closed stays closed.
+func (l *Lease) Extend(sent time.Time, ttl time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return false
+	}
+	l.ttl = ttl
+	l.deadline = DeadlineFor(sent, ttl, l.driftFactor)
+	l.armLocked()
+	return true
+}
+
+// End closes Done with cause (ErrReleased after a release, a wrapped
+// ErrNotHeld after a refused renewal). Only the first call has an effect.
+func (l *Lease) End(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(cause)
+}
+
+func (l *Lease) endLocked(cause error) {
+	if l.err != nil {
+		return
+	}
+	if cause == nil {
+		cause = ErrReleased
+	}
+	l.err = cause
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	close(l.done)
+}
+
+// NewHandle returns a fresh random lease handle: 128 bits from crypto/rand,
+// hex encoded. Backends that mint their own handles use it.
+func NewHandle() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails on Linux (see crypto/rand docs)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,124 @@
+package lock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+func TestDeadlineFormula(t *testing.T) {
+	sent := time.Now()
+	for _, tc := range []struct {
+		ttl    time.Duration
+		factor float64
+		want   time.Duration // deadline − sent
+	}{
+		{10 * time.Second, 0, 10*time.Second - 100*time.Millisecond - lock.DriftFloor},
+		{10 * time.Second, 0.05, 10*time.Second - 500*time.Millisecond - lock.DriftFloor},
+		{time.Second, 0, time.Second - 10*time.Millisecond - lock.DriftFloor},
+		{time.Millisecond, 0, 0}, // eaten by the drift floor: over at once
+	} {
+		if got := lock.DeadlineFor(sent, tc.ttl, tc.factor).Sub(sent); got != tc.want {
+			t.Errorf("DeadlineFor(ttl %v, factor %v) = sent+%v, want sent+%v", tc.ttl, tc.factor, got, tc.want)
+		}
+	}
+}
+
+func TestLeaseEndsAtDeadline(t *testing.T) {
+	l := lock.NewLease(lock.Grant{Key: "k", Token: 1, TTL: 50 * time.Millisecond, Sent: time.Now()})
+	select {
+	case <-l.Done():
+		t.Fatal("Done closed before the deadline")
+	default:
+	}
+	<-l.Done()
+	if now := time.Now(); now.Before(l.Deadline()) {
+		t.Errorf("Done closed at %v, before the deadline %v", now, l.Deadline())
+	}
+	if !errors.Is(l.Err(), lock.ErrExpired) {
+		t.Errorf("Err = %v, want ErrExpired", l.Err())
+	}
+	if l.Extend(time.Now(), time.Minute) {
+		t.Error("Extend revived an ended lease")
+	}
+}
+
+func TestLeaseAlreadyPastDeadline(t *testing.T) {
+	l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Second, Sent: time.Now().Add(-time.Hour)})
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("a lease granted past its deadline is not done")
+	}
+}
+
+func TestLeaseExtend(t *testing.T) {
+	l := lock.NewLease(lock.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
+	sent := time.Now()
+	if !l.Extend(sent, time.Hour) {
+		t.Fatal("Extend of a live lease failed")
+	}
+	if got, want := l.Deadline(), lock.DeadlineFor(sent, time.Hour, 0); !got.Equal(want) {
+		t.Errorf("Deadline after Extend = %v, want %v", got, want)
+	}
+	if l.TTL() != time.Hour {
+		t.Errorf("TTL after Extend = %v", l.TTL())
+	}
+	// The old deadline's timer must not end the extended lease.
+	time.Sleep(150 * time.Millisecond)
+	if l.Err() != nil {
+		t.Fatalf("extended lease ended: %v", l.Err())
+	}
+	// A shorter renewal moves the deadline earlier: the backend's expiry
+	// moved there too.
+	sent = time.Now()
+	l.Extend(sent, 50*time.Millisecond)
+	if got, want := l.Deadline(), lock.DeadlineFor(sent, 50*time.Millisecond, 0); !got.Equal(want) {
+		t.Errorf("Deadline after a shorter Extend = %v, want %v", got, want)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), lock.ErrExpired) {
+		t.Errorf("Err = %v, want ErrExpired", l.Err())
+	}
+}
+
+func TestLeaseEndFirstCauseWins(t *testing.T) {
+	l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
+	l.End(lock.ErrReleased)
+	l.End(lock.ErrNotHeld)
+	<-l.Done()
+	if !errors.Is(l.Err(), lock.ErrReleased) {
+		t.Errorf("Err = %v, want the first cause ErrReleased", l.Err())
+	}
+}
+
+func TestNewHandle(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		h := lock.NewHandle()
+		if len(h) != 32 {
+			t.Fatalf("handle %q is not 128 bits of hex", h)
+		}
+		if seen[h] {
+			t.Fatalf("handle %q repeated", h)
+		}
+		seen[h] = true
+	}
+}
+
+func TestErrorsMatch(t *testing.T) {
+	var err error = &lock.NotLeaderError{LeaderID: "2", LeaderAddr: "127.0.0.1:50052"}
+	if !errors.Is(err, lock.ErrNotLeader) || !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("%v does not match ErrNotLeader and ErrUnavailable", err)
+	}
+	var nl *lock.NotLeaderError
+	if !errors.As(err, &nl) || nl.LeaderAddr != "127.0.0.1:50052" {
+		t.Errorf("errors.As(NotLeaderError) failed for %v", err)
+	}
+	err = &lock.HeldError{Key: "k", Owner: "alice", Token: 7}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("%v does not match ErrNotAcquired", err)
+	}
+}

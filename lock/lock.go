@@ -1,0 +1,129 @@
+// Package lock defines the contract that every lockgate backend implements:
+// a Locker that grants leases on keys, each lease carrying a fencing token.
+//
+// The package does no I/O. Backends (raftlock, redlock, sqllock, zklike), the
+// gateway's Go client and the in-memory reference locker of lock/locktest all
+// implement Locker, and all of them pass the same conformance suite,
+// locktest.Run.
+//
+// # Guarantees every implementation gives
+//
+//   - At most one live lease per key at any instant, as judged by the
+//     backend's own clock (what each backend's clock assumptions are is in
+//     docs/backends.md).
+//   - Fencing tokens strictly increase across successive grants of the same
+//     key and are never issued twice for that key, even across restarts.
+//   - A lease whose holder crashes is freed by the backend once its TTL
+//     passes.
+//   - A caller whose context ends while waiting is never left holding the
+//     lock (no ghost grants).
+//   - A lease is identified by (Key, Token, Handle), never by pointer: a Lease
+//     rebuilt with NewLease from those fields renews and releases the same
+//     grant. The gateway's REST API relies on this.
+//
+// # The holder's view of time
+//
+// The holder may act on a lease only until Lease.Deadline, computed on the
+// holder's monotonic clock as
+//
+//	deadline = sent + ttl − drift(ttl),   drift(ttl) = ttl·DriftFactor + DriftFloor
+//
+// where sent is the instant the granting (or renewing) request was sent — an
+// instant that precedes the start of the backend's TTL for the grant — and
+// the drift allowance covers the rate difference between the holder's clock
+// and the backend's. See DeadlineFor. Lease.Done closes when the deadline
+// passes, when a renewal is refused, or when the lease is released.
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Token is a fencing token: it strictly increases across successive grants of
+// the same key and is never issued twice for that key. A resource that
+// remembers the highest token it has seen for a key and rejects lower ones is
+// safe against holders that lost their lease without knowing it.
+type Token uint64
+
+// String formats the token as a decimal number.
+func (t Token) String() string { return fmt.Sprintf("%d", uint64(t)) }
+
+// Locker grants leases on keys. Implementations are safe for concurrent use
+// by many goroutines; each Locker is one client of its backend.
+//
+// Every method that can block takes a context first. When ctx has no
+// deadline, implementations bound each network round trip themselves; the
+// wait in Acquire is bounded only by ctx.
+type Locker interface {
+	// Acquire blocks until the key is granted to the caller or ctx is done.
+	// When ctx ends first it returns an error that matches ctx.Err() with
+	// errors.Is, and the caller holds nothing: a grant that raced with the
+	// cancellation is released, never left behind.
+	Acquire(ctx context.Context, key string, opts AcquireOptions) (*Lease, error)
+
+	// TryAcquire makes one attempt. When another owner holds the key it
+	// returns an error matching ErrNotAcquired (a *HeldError when the
+	// backend can name the holder) without waiting for it.
+	TryAcquire(ctx context.Context, key string, opts AcquireOptions) (*Lease, error)
+
+	// Renew extends a held lease to ttl from now (ttl 0 keeps the lease's
+	// current TTL) and moves its Deadline. It returns an error matching
+	// ErrNotHeld when the lease expired, was released, or the key was granted
+	// to someone else; a lease whose Done is already closed is never renewed.
+	Renew(ctx context.Context, lease *Lease, ttl time.Duration) error
+
+	// Release frees the lease and closes its Done. It returns an error
+	// matching ErrNotHeld when the lease no longer holds the key (expired,
+	// already released, or re-granted) and then changes nothing: in
+	// particular it never frees another holder's grant.
+	Release(ctx context.Context, lease *Lease) error
+
+	// Inspect reports the key's current holder. A key that nobody holds
+	// (never acquired, released, or expired) gives an error matching
+	// ErrNotFound. The returned LockInfo never contains the lease Handle.
+	Inspect(ctx context.Context, key string) (*LockInfo, error)
+
+	// Close releases the Locker's resources. Waiting Acquire calls return
+	// ErrClosed, later calls return ErrClosed, and auto-renewal stops (held
+	// leases then run out at their deadline unless released first). Close is
+	// idempotent.
+	Close() error
+}
+
+// AcquireOptions are the per-acquisition settings. The zero value asks for
+// the backend's default TTL with automatic renewal (seed 004's shortcut lock).
+type AcquireOptions struct {
+	// TTL is how long the lease lives without renewal. Zero means DefaultTTL
+	// with AutoRenew; negative or above the maximum is ErrInvalidTTL.
+	TTL time.Duration
+
+	// Value is stored with the lock and returned by Inspect (where the
+	// backend supports it); at most MaxValueLen bytes.
+	Value []byte
+
+	// Owner identifies the client. Empty means the Locker's own client id.
+	// Locks are not re-entrant: an owner that acquires a key it already
+	// holds waits like anyone else.
+	Owner string
+
+	// AutoRenew keeps the lease alive by renewing it at TTL/3 until it is
+	// released, the Locker is closed, or a renewal is refused (see
+	// KeepAlive).
+	AutoRenew bool
+}
+
+// LockInfo is what Inspect reports about a held key.
+type LockInfo struct {
+	Key   string
+	Owner string // empty when the backend does not record owners
+	Token Token
+	Value []byte // nil when the backend does not store values
+	// Expires is the backend's estimate of when the lease ends, translated
+	// to the caller's clock; informational only, never a safety bound.
+	Expires time.Time
+	// Waiters is the number of callers queued for the key, or -1 when the
+	// backend cannot tell.
+	Waiters int
+}

@@ -1,0 +1,66 @@
+package locktest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+func TestCheckHistory(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	h := func(key, holder string, token lock.Token, start, end int) Hold {
+		return Hold{Key: key, Holder: holder, Token: token, Start: at(start), End: at(end)}
+	}
+	for _, tc := range []struct {
+		name  string
+		holds []Hold
+		want  []ViolationKind
+	}{
+		{"Empty", nil, nil},
+		{"OneHold", []Hold{h("k", "a", 1, 0, 10)}, nil},
+		{"Sequential", []Hold{h("k", "a", 1, 0, 10), h("k", "b", 2, 10, 20), h("k", "c", 5, 25, 30)}, nil},
+		{"Unsorted", []Hold{h("k", "c", 5, 25, 30), h("k", "a", 1, 0, 10), h("k", "b", 2, 11, 20)}, nil},
+		{"KeysIndependent", []Hold{h("k1", "a", 7, 0, 10), h("k2", "b", 3, 5, 15), h("k1", "c", 8, 10, 12)}, nil},
+		{"SameTokenOtherKey", []Hold{h("k1", "a", 1, 0, 10), h("k2", "b", 1, 0, 10)}, nil},
+
+		{"Overlap", []Hold{h("k", "a", 1, 0, 10), h("k", "b", 2, 9, 20)}, []ViolationKind{Overlap}},
+		{"Contained", []Hold{h("k", "a", 1, 0, 100), h("k", "b", 2, 10, 20), h("k", "c", 3, 30, 40)},
+			[]ViolationKind{Overlap, Overlap}},
+		{"SameStart", []Hold{h("k", "a", 1, 0, 10), h("k", "b", 2, 0, 10)}, []ViolationKind{Overlap}},
+		{"TokenRegression", []Hold{h("k", "a", 5, 0, 10), h("k", "b", 4, 10, 20)}, []ViolationKind{TokenRegression}},
+		{"TokenRepeat", []Hold{h("k", "a", 5, 0, 10), h("k", "b", 5, 10, 20)}, []ViolationKind{TokenRepeat}},
+		{"RegressionAfterGap", []Hold{h("k", "a", 1, 0, 10), h("k", "b", 9, 20, 30), h("k", "c", 3, 40, 50)},
+			[]ViolationKind{TokenRegression}},
+		{"OverlapAndRepeat", []Hold{h("k", "a", 2, 0, 10), h("k", "b", 2, 5, 15)}, []ViolationKind{Overlap, TokenRepeat}},
+		{"EndBeforeStart", []Hold{h("k", "a", 1, 10, 0)}, []ViolationKind{InvalidHold}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.holds)
+			vs := CheckHistory(in)
+			var got []ViolationKind
+			for _, v := range vs {
+				got = append(got, v.Kind)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("CheckHistory = %v, want kinds %v", vs, tc.want)
+			}
+			if !slices.Equal(in, tc.holds) {
+				t.Error("CheckHistory modified its input")
+			}
+		})
+	}
+}
+
+// TestCheckHistoryNamesThePair: an overlap names both holds.
+func TestCheckHistoryNamesThePair(t *testing.T) {
+	t0 := time.Now()
+	a := Hold{Key: "k", Holder: "a", Token: 1, Start: t0, End: t0.Add(time.Second)}
+	b := Hold{Key: "k", Holder: "b", Token: 2, Start: t0.Add(time.Millisecond), End: t0.Add(2 * time.Second)}
+	vs := CheckHistory([]Hold{b, a})
+	if len(vs) != 1 || vs[0].First.Holder != "a" || vs[0].Second.Holder != "b" {
+		t.Fatalf("CheckHistory = %v, want one overlap of a then b", vs)
+	}
+}

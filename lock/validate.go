@@ -1,0 +1,122 @@
+package lock
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits and defaults shared by every backend and the gateway.
+const (
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 256
+	// MaxOwnerLen is the longest owner (client) id, in bytes.
+	MaxOwnerLen = 128
+	// MaxValueLen is the largest value stored with a lock, in bytes.
+	MaxValueLen = 4096
+	// MinTTL is the shortest TTL a lease may ask for. Shorter leases would be
+	// eaten by the drift allowance and by one network round trip.
+	MinTTL = 10 * time.Millisecond
+	// MaxTTL is the longest TTL: a lease that outlives its holder by more
+	// than a day is a deadlock, not a lease.
+	MaxTTL = 24 * time.Hour
+	// DefaultTTL is the TTL of a lease acquired without one (seed 004's
+	// 20 s); such a lease is renewed automatically.
+	DefaultTTL = 20 * time.Second
+)
+
+// ValidateKey checks a key: 1..MaxKeyLen bytes of valid UTF-8 without
+// control characters. The error wraps ErrInvalidKey.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return invalid("key", key, "must not be empty", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return invalid("key", key, fmt.Sprintf("is %d bytes, longer than the maximum of %d", len(key), MaxKeyLen), ErrInvalidKey)
+	case !utf8.ValidString(key):
+		return invalid("key", key, "is not valid UTF-8", ErrInvalidKey)
+	case hasControl(key):
+		return invalid("key", key, "contains a control character", ErrInvalidKey)
+	}
+	return nil
+}
+
+// ValidateTTL checks a TTL that was given explicitly: MinTTL ≤ ttl ≤ MaxTTL.
+// The error wraps ErrInvalidTTL.
+func ValidateTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return invalid("ttl", ttl.String(), "must be positive", ErrInvalidTTL)
+	case ttl < MinTTL:
+		return invalid("ttl", ttl.String(), "is shorter than the minimum of "+MinTTL.String(), ErrInvalidTTL)
+	case ttl > MaxTTL:
+		return invalid("ttl", ttl.String(), "is longer than the maximum of "+MaxTTL.String(), ErrInvalidTTL)
+	}
+	return nil
+}
+
+// Normalize validates acquire options and fills in defaults: a zero TTL
+// becomes DefaultTTL with AutoRenew, an empty Owner becomes defaultOwner.
+// It returns the options to use or an error wrapping ErrInvalidKey,
+// ErrInvalidTTL, ErrInvalidValue or ErrInvalidOwner.
+func (o AcquireOptions) Normalize(key, defaultOwner string) (AcquireOptions, error) {
+	if err := ValidateKey(key); err != nil {
+		return o, err
+	}
+	if o.TTL == 0 {
+		o.TTL, o.AutoRenew = DefaultTTL, true
+	} else if err := ValidateTTL(o.TTL); err != nil {
+		return o, err
+	}
+	if len(o.Value) > MaxValueLen {
+		return o, invalid("value", fmt.Sprintf("(%d bytes)", len(o.Value)), fmt.Sprintf("is longer than the maximum of %d bytes", MaxValueLen), ErrInvalidValue)
+	}
+	if o.Owner == "" {
+		o.Owner = defaultOwner
+	}
+	switch {
+	case len(o.Owner) > MaxOwnerLen:
+		return o, invalid("owner", o.Owner, fmt.Sprintf("is %d bytes, longer than the maximum of %d", len(o.Owner), MaxOwnerLen), ErrInvalidOwner)
+	case !utf8.ValidString(o.Owner) || hasControl(o.Owner):
+		return o, invalid("owner", o.Owner, "must be UTF-8 without control characters", ErrInvalidOwner)
+	}
+	return o, nil
+}
+
+// ValidateRenew checks Renew's arguments and resolves ttl 0 to the lease's
+// current TTL.
+func ValidateRenew(lease *Lease, ttl time.Duration) (time.Duration, error) {
+	if err := ValidateLease(lease); err != nil {
+		return 0, err
+	}
+	if ttl == 0 {
+		return lease.TTL(), nil
+	}
+	return ttl, ValidateTTL(ttl)
+}
+
+// ValidateLease checks that a lease given to Renew or Release is usable.
+func ValidateLease(lease *Lease) error {
+	if lease == nil || lease.Key == "" {
+		return ErrNilLease
+	}
+	return nil
+}
+
+func invalid(field, value, reason string, sentinel error) error {
+	const show = 64
+	if len(value) > show {
+		value = value[:show] + "…"
+	}
+	return &ValidationError{Field: field, Value: strconv.Quote(value), Reason: reason, Err: sentinel}
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,96 @@
+package lock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+func TestValidateKey(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want error
+	}{
+		{"jobs/nightly", nil},
+		{strings.Repeat("k", lock.MaxKeyLen), nil},
+		{"ключ", nil},
+		{"", lock.ErrInvalidKey},
+		{strings.Repeat("k", lock.MaxKeyLen+1), lock.ErrInvalidKey},
+		{"a\nb", lock.ErrInvalidKey},
+		{"a\x7fb", lock.ErrInvalidKey},
+		{"\xc3\x28", lock.ErrInvalidKey},
+	} {
+		err := lock.ValidateKey(tc.key)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("ValidateKey(%q) = %v, want %v", tc.key, err, tc.want)
+		}
+	}
+	err := lock.ValidateKey(strings.Repeat("x", 1000))
+	var ve *lock.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "key" || !strings.Contains(err.Error(), "1000 bytes") || len(err.Error()) > 200 {
+		t.Errorf("error for an over-long key does not say what is wrong in a readable length: %v", err)
+	}
+}
+
+func TestValidateTTL(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want error
+	}{
+		{time.Second, nil},
+		{lock.MinTTL, nil},
+		{lock.MaxTTL, nil},
+		{0, lock.ErrInvalidTTL},
+		{-time.Second, lock.ErrInvalidTTL},
+		{lock.MinTTL - 1, lock.ErrInvalidTTL},
+		{lock.MaxTTL + 1, lock.ErrInvalidTTL},
+	} {
+		err := lock.ValidateTTL(tc.ttl)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("ValidateTTL(%v) = %v, want %v", tc.ttl, err, tc.want)
+		}
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	o, err := lock.AcquireOptions{}.Normalize("k", "client-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.TTL != lock.DefaultTTL || !o.AutoRenew || o.Owner != "client-1" {
+		t.Errorf("zero options normalised to %+v, want DefaultTTL, AutoRenew, the default owner", o)
+	}
+	o, err = lock.AcquireOptions{TTL: time.Second, Owner: "alice"}.Normalize("k", "client-1")
+	if err != nil || o.TTL != time.Second || o.AutoRenew || o.Owner != "alice" {
+		t.Errorf("explicit options normalised to %+v, %v", o, err)
+	}
+	for _, tc := range []struct {
+		opts lock.AcquireOptions
+		want error
+	}{
+		{lock.AcquireOptions{TTL: -1}, lock.ErrInvalidTTL},
+		{lock.AcquireOptions{Value: make([]byte, lock.MaxValueLen+1)}, lock.ErrInvalidValue},
+		{lock.AcquireOptions{Owner: strings.Repeat("o", lock.MaxOwnerLen+1)}, lock.ErrInvalidOwner},
+		{lock.AcquireOptions{Owner: "bad\towner"}, lock.ErrInvalidOwner},
+	} {
+		if _, err := tc.opts.Normalize("k", "c"); !errors.Is(err, tc.want) {
+			t.Errorf("Normalize(%+v) = %v, want %v", tc.opts, err, tc.want)
+		}
+	}
+}
+
+func TestValidateRenew(t *testing.T) {
+	if _, err := lock.ValidateRenew(nil, time.Second); !errors.Is(err, lock.ErrNilLease) {
+		t.Errorf("ValidateRenew(nil) = %v", err)
+	}
+	l := lock.NewLease(lock.Grant{Key: "k", TTL: 3 * time.Second, Sent: time.Now()})
+	if ttl, err := lock.ValidateRenew(l, 0); err != nil || ttl != 3*time.Second {
+		t.Errorf("ValidateRenew(ttl 0) = %v, %v; want the lease's TTL", ttl, err)
+	}
+	if _, err := lock.ValidateRenew(l, -time.Second); !errors.Is(err, lock.ErrInvalidTTL) {
+		t.Errorf("ValidateRenew(-1s) = %v", err)
+	}
+}
