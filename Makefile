@@ -1,0 +1,43 @@
+# lockgate — build and test. `make test` is the one test command (README,
+# .ci/run): it installs the servers the tests need, checks formatting, vets,
+# and runs every test with the race detector.
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X github.com/lockgate/lockgate/internal/cli.Version=$(VERSION) \
+            -X github.com/lockgate/lockgate/internal/cli.Commit=$(COMMIT)
+# The whole suite must stay well under 15 minutes on 2 cores.
+TEST_TIMEOUT ?= 14m
+
+.PHONY: all deps build fmt-check vet test test-short clean
+
+all: build
+
+## deps: install redis-server, etcd-server and PostgreSQL where missing
+deps:
+	./scripts/install-deps.sh
+
+## build: build bin/lockgate
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/lockgate ./cmd/lockgate
+
+## fmt-check: fail if any Go file is not gofmt-formatted
+fmt-check:
+	@files=$$(gofmt -l .); \
+	if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
+
+## vet: go vet every package
+vet:
+	$(GO) vet ./...
+
+## test: deps, format check, vet, and every test with the race detector
+test: deps fmt-check vet
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## test-short: quick run without the race detector or the slow suites
+test-short:
+	$(GO) test -short ./...
+
+clean:
+	rm -rf bin

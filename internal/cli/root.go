@@ -1,0 +1,65 @@
+// Package cli holds lockgate's cobra commands. cmd/lockgate calls Main.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Main runs the command line args and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRoot(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(stderr, "lockgate:", err)
+		return 1
+	}
+	return 0
+}
+
+// globalFlags are the flags every command takes.
+type globalFlags struct {
+	logLevel string
+	config   string
+}
+
+// NewRoot builds the root command with every subcommand. Output goes to
+// stdout and stderr so that tests can capture it.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	var g globalFlags
+	root := &cobra.Command{
+		Use:   "lockgate",
+		Short: "A distributed lock service with pluggable backends",
+		Long: `lockgate grants leases on keys, each with a fencing token, through one
+contract implemented by four backends: a native Raft lock service (raftlock),
+Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
+		SilenceUsage:  true, // a failed command prints its error, not the usage
+		SilenceErrors: true, // Main prints the error once
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyConfigFile(cmd, g.config); err != nil {
+				return err
+			}
+			return setupLogging(stderr, g.logLevel)
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (flags given on the command line win)")
+	root.AddCommand(newVersionCmd())
+	return root
+}
+
+// setupLogging installs a structured (log/slog) logger on stderr.
+func setupLogging(w io.Writer, level string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToLower(level))); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})))
+	return nil
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the server binaries that lockgate's tests start through
+# internal/testenv: redis-server, etcd (Debian package etcd-server) and the
+# PostgreSQL server binaries (package postgresql, under
+# /usr/lib/postgresql/*/bin). Installs only what is missing; uses sudo when
+# not root. Exits non-zero, naming the package, if something cannot be had.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+pg_ok() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
+pg_ok || missing+=(postgresql)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: redis-server, etcd and PostgreSQL binaries present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
+    echo "deps: missing ${missing[*]} and not root (no sudo): install them with apt-get" >&2
+    exit 1
+  fi
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "deps: missing ${missing[*]} and no apt-get on this machine: install them by hand" >&2
+  exit 1
+fi
+
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Try without refreshing the package lists first (fast, works offline from a
+# warm cache); refresh and retry if that fails.
+if ! $sudo apt-get install -y --no-install-recommends "${missing[@]}"; then
+  $sudo apt-get update
+  $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# Debian starts the packaged services on install where it can; the tests
+# start their own servers on free ports and need none of them.
+command -v redis-server >/dev/null || { echo "deps: redis-server still missing" >&2; exit 1; }
+command -v etcd >/dev/null || { echo "deps: etcd still missing (package etcd-server)" >&2; exit 1; }
+pg_ok || { echo "deps: PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin" >&2; exit 1; }
+echo "deps: done"
