@@ -133,4 +133,3 @@ func listensOn(pid, port int) (owned, known bool) {
 	}
 	return false, true
 }
-
