@@ -295,14 +295,7 @@ func (m *EtcdMember) Kill() { m.proc.kill() }
 // fails if it does not become healthy within 30 seconds.
 func (m *EtcdMember) Restart() {
 	m.proc.t.Helper()
-	m.proc.stop()
-	if err := m.proc.start(); err != nil {
-		m.proc.t.Fatalf("testenv: EtcdMember.Restart: %v", err)
-	}
-	if err := m.proc.waitReady(time.Now().Add(readyTimeout), m.health); err != nil {
-		m.proc.stop()
-		m.proc.t.Fatalf("testenv: EtcdMember.Restart: %v", err)
-	}
+	m.proc.restart("EtcdMember.Restart", m.health)
 }
 
 // Pause freezes the member with SIGSTOP; to its peers it looks like a

@@ -170,14 +170,7 @@ func (p *Postgres) Kill() { p.proc.kill() }
 // succeeds; the test fails if it does not. Committed data is kept.
 func (p *Postgres) Restart() {
 	p.proc.t.Helper()
-	p.proc.stop()
-	if err := p.proc.start(); err != nil {
-		p.proc.t.Fatalf("testenv: Postgres.Restart: %v", err)
-	}
-	if err := p.proc.waitReady(time.Now().Add(readyTimeout), p.ping); err != nil {
-		p.proc.stop()
-		p.proc.t.Fatalf("testenv: Postgres.Restart: %v", err)
-	}
+	p.proc.restart("Postgres.Restart", p.ping)
 }
 
 // Pause freezes the postmaster and all its backends with SIGSTOP: no query

@@ -305,6 +305,20 @@ func (p *proc) stop() {
 	waitDead(desc)
 }
 
+// restart stops the process if it runs, starts it again and waits until
+// check succeeds; the test fails (t.Fatalf, naming what) if it does not.
+func (p *proc) restart(what string, check func() error) {
+	p.t.Helper()
+	p.stop()
+	if err := p.start(); err != nil {
+		p.t.Fatalf("testenv: %s: %v", what, err)
+	}
+	if err := p.waitReady(time.Now().Add(readyTimeout), check); err != nil {
+		p.stop()
+		p.t.Fatalf("testenv: %s: %v", what, err)
+	}
+}
+
 // kill SIGKILLs the process and all its descendants and waits until it is
 // reaped and its output drained. Killing a process that is not running
 // only waits for a finished run's output to be drained.

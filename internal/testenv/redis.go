@@ -157,14 +157,7 @@ func (r *Redis) Kill() { r.proc.kill() }
 // holds no keys.
 func (r *Redis) Restart() {
 	r.proc.t.Helper()
-	r.proc.stop()
-	if err := r.proc.start(); err != nil {
-		r.proc.t.Fatalf("testenv: Redis.Restart: %v", err)
-	}
-	if err := r.proc.waitReady(time.Now().Add(readyTimeout), r.ping); err != nil {
-		r.proc.stop()
-		r.proc.t.Fatalf("testenv: Redis.Restart: %v", err)
-	}
+	r.proc.restart("Redis.Restart", r.ping)
 }
 
 // Pause freezes the server with SIGSTOP: connections stay open (and new
