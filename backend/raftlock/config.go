@@ -1,0 +1,158 @@
+package raftlock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/backend/raftlock/store"
+)
+
+// Default ports (seed 000): the Raft transport listens on 8080+id and the
+// client API (WebSocket/REST gateway and the membership endpoints) on
+// 50050+id.
+const (
+	DefaultRaftPortBase = 8080
+	DefaultAPIPortBase  = 50050
+)
+
+// Defaults of Config.
+const (
+	DefaultHeartbeatTimeout   = time.Second
+	DefaultElectionTimeout    = time.Second
+	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultCommitTimeout      = 50 * time.Millisecond
+	DefaultApplyTimeout       = 10 * time.Second
+	DefaultSnapshotThreshold  = 8192
+	DefaultSnapshotInterval   = 2 * time.Minute
+	DefaultTrailingLogs       = 10240
+	DefaultMaxWaitersPerKey   = 10000
+	DefaultMaxJoinHops        = 5
+)
+
+// Config configures one raftlock server.
+type Config struct {
+	// ID is the Raft server id: unique in the cluster, stable across
+	// restarts (e.g. "1").
+	ID string
+	// DataDir holds the Raft log, stable store and snapshots.
+	DataDir string
+	// RaftAddr is where the Raft transport listens; peers dial it. Default
+	// 127.0.0.1:8080+ID when ID is a number. Port 0 picks a free port.
+	RaftAddr string
+	// APIAddr is this node's client API address as clients should dial it
+	// (the gateway and membership endpoints). It is replicated in the member
+	// directory so that followers can redirect clients to the leader.
+	// Default 127.0.0.1:50050+ID when ID is a number.
+	APIAddr string
+	// Bootstrap makes this node form a new single-node cluster if it has no
+	// Raft state yet. Exactly one node of a new cluster bootstraps; the
+	// others join it.
+	Bootstrap bool
+	// Store is the durable log and stable store (see docs/raftlock-store.md).
+	Store store.Kind
+	// Clock is the leader clock stamped into log entries. Default a
+	// MonotonicClock.
+	Clock Clock
+
+	// Raft timing; see hashicorp/raft's Config.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// ApplyTimeout bounds how long a command may wait to be committed
+	// when the caller's context has no earlier deadline.
+	ApplyTimeout time.Duration
+
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+
+	// MaxWaitersPerKey bounds each key's queue on the leader.
+	MaxWaitersPerKey int
+
+	// Logger receives the node's structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// RaftLogOutput receives hashicorp/raft's own log (at warn level and
+	// above). Default io.Discard.
+	RaftLogOutput io.Writer
+}
+
+// DefaultConfig returns a Config for server id with every default filled.
+func DefaultConfig(id string) Config {
+	c := Config{ID: id}
+	c.fill()
+	return c
+}
+
+func (c *Config) fill() {
+	if n, err := strconv.Atoi(c.ID); err == nil && n >= 0 {
+		if c.RaftAddr == "" {
+			c.RaftAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultRaftPortBase+n))
+		}
+		if c.APIAddr == "" {
+			c.APIAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultAPIPortBase+n))
+		}
+	}
+	if c.Store == "" {
+		c.Store = store.Default
+	}
+	if c.Clock == nil {
+		c.Clock = NewMonotonicClock()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	def(&c.ElectionTimeout, DefaultElectionTimeout)
+	def(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
+	def(&c.CommitTimeout, DefaultCommitTimeout)
+	def(&c.ApplyTimeout, DefaultApplyTimeout)
+	def(&c.SnapshotInterval, DefaultSnapshotInterval)
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = DefaultTrailingLogs
+	}
+	if c.MaxWaitersPerKey == 0 {
+		c.MaxWaitersPerKey = DefaultMaxWaitersPerKey
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.RaftLogOutput == nil {
+		c.RaftLogOutput = io.Discard
+	}
+}
+
+// Validate reports the first invalid field, saying what is wrong.
+func (c *Config) Validate() error {
+	switch {
+	case c.ID == "":
+		return errors.New("raftlock: Config.ID is empty: every server needs a unique, stable id")
+	case c.DataDir == "":
+		return errors.New("raftlock: Config.DataDir is empty: the Raft log and snapshots need a directory")
+	case c.RaftAddr == "":
+		return fmt.Errorf("raftlock: Config.RaftAddr is empty and ID %q is not a number to derive port 8080+ID from", c.ID)
+	case c.APIAddr == "":
+		return fmt.Errorf("raftlock: Config.APIAddr is empty and ID %q is not a number to derive port 50050+ID from", c.ID)
+	case c.LeaderLeaseTimeout > c.HeartbeatTimeout:
+		return fmt.Errorf("raftlock: Config.LeaderLeaseTimeout %v exceeds HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	case c.MaxWaitersPerKey < 1:
+		return fmt.Errorf("raftlock: Config.MaxWaitersPerKey %d: want at least 1", c.MaxWaitersPerKey)
+	}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		return fmt.Errorf("raftlock: Config.RaftAddr %q: %w", c.RaftAddr, err)
+	}
+	if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
+		return fmt.Errorf("raftlock: Config.APIAddr %q: %w", c.APIAddr, err)
+	}
+	return nil
+}

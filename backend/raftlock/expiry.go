@@ -1,0 +1,111 @@
+package raftlock
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+)
+
+// Expiry on the leader: one min-heap of (expiry, key, token) and one timer
+// for all held locks, instead of the seed's goroutine per lock. Items are
+// never updated in place: a renewal pushes a new item and the old one is
+// skipped when it surfaces, because the lock table then shows a later
+// expiry. When the earliest expiry passes, the leader appends one entry that
+// expires every due lock and grants each freed key to its next waiter.
+
+const (
+	// maxExpireBatch bounds the ops of one expiry entry.
+	maxExpireBatch = 1024
+	// expireRetry is how soon a failed expiry entry is tried again.
+	expireRetry = 100 * time.Millisecond
+)
+
+type expiryItem struct {
+	expires int64 // leader clock, Unix ns
+	token   uint64
+	key     string
+}
+
+type expiryHeap []expiryItem
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires < h[j].expires }
+func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryItem)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// pushLocked tracks a lock's expiry, re-arming the timer if it is the
+// earliest.
+func (s *scheduler) pushLocked(it expiryItem) {
+	heap.Push(&s.expiry, it)
+	if s.expiry[0] == it {
+		s.armLocked()
+	}
+}
+
+// armLocked sets the timer to the earliest expiry.
+func (s *scheduler) armLocked() {
+	if !s.ready || len(s.expiry) == 0 {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		return
+	}
+	d := time.Duration(s.expiry[0].expires - s.n.cfg.Clock.Now())
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.expireDue)
+	} else {
+		s.timer.Reset(d)
+	}
+}
+
+// expireDue appends the release of every lock whose TTL has passed by this
+// leader's clock; the state machine re-checks each against the entry's time.
+func (s *scheduler) expireDue() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		return
+	}
+	now := s.n.cfg.Clock.Now()
+	entry := fsm.Entry{}
+	grants := map[int]*waiter{}
+	var items []expiryItem
+	seen := map[string]bool{}
+	for len(s.expiry) > 0 && s.expiry[0].expires <= now && len(entry.Ops) < maxExpireBatch {
+		it := heap.Pop(&s.expiry).(expiryItem)
+		l, ok := s.n.fsm.Lock(it.key)
+		if !ok || l.Token != it.token || l.Expires > now || seen[it.key] {
+			continue // released, re-granted, renewed, or already in this batch
+		}
+		seen[it.key] = true
+		items = append(items, expiryItem{expires: l.Expires, token: l.Token, key: it.key})
+		entry.Ops = append(entry.Ops, fsm.Op{Type: fsm.OpExpire, Key: it.key, Token: it.token})
+		s.handoffLocked(it.key, &entry, grants)
+	}
+	if len(entry.Ops) > 0 {
+		done := make(chan applied, 1)
+		s.proposeLocked(entry, grants, done)
+		epoch := s.epoch
+		go func() {
+			if a := <-done; a.err != nil {
+				s.n.log.Warn("expiring locks failed; will retry", "locks", len(items), "err", a.err)
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if s.epoch == epoch {
+					for _, it := range items {
+						it.expires = s.n.cfg.Clock.Now() + int64(expireRetry)
+						s.pushLocked(it)
+					}
+				}
+			}
+		}()
+	}
+	s.armLocked()
+}

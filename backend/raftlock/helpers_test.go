@@ -1,0 +1,63 @@
+package raftlock
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// fastConfig makes a node quick to elect on loopback, on free ports, and
+// quiet unless the test fails (logs go to t.Log).
+func fastConfig(t testing.TB) func(*Config) {
+	return func(c *Config) {
+		c.RaftAddr = "127.0.0.1:0"
+		c.APIAddr = "127.0.0.1:0"
+		c.HeartbeatTimeout = 400 * time.Millisecond
+		c.ElectionTimeout = 400 * time.Millisecond
+		c.LeaderLeaseTimeout = 200 * time.Millisecond
+		c.CommitTimeout = 5 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		c.RaftLogOutput = io.Discard
+	}
+}
+
+type tLogWriter struct{ t testing.TB }
+
+func (w tLogWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}
+
+// startCluster starts a local cluster of size nodes in t.TempDir(), stopped
+// when the test ends.
+func startCluster(t testing.TB, size int, configure ...func(*Config)) *LocalCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := StartLocalCluster(ctx, size, t.TempDir(), func(cfg *Config) {
+		fastConfig(t)(cfg)
+		for _, f := range configure {
+			f(cfg)
+		}
+	})
+	if err != nil {
+		t.Fatalf("starting a %d-node cluster: %v", size, err)
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
+// leader waits for the cluster's ready leader.
+func leader(t testing.TB, c *LocalCluster) *Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

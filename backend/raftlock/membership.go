@@ -1,0 +1,288 @@
+package raftlock
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+)
+
+// Membership (seed 000's Join Cluster, Fetch Peer List and Remove Server
+// RPCs) over HTTP+JSON on each node's API address. Any member accepts a
+// join or remove and forwards it to the leader, following at most
+// DefaultMaxJoinHops redirects; the change itself is a Raft configuration
+// change (AddVoter / RemoveServer), replicated and committed by a quorum.
+
+// HTTP paths of the membership API.
+const (
+	PathPeers  = "/v1/cluster/peers"
+	PathJoin   = "/v1/cluster/join"
+	PathRemove = "/v1/cluster/remove"
+	hopsHeader = "X-Lockgate-Hops"
+)
+
+// JoinArgs asks the cluster to add a server (seed: JoinClusterArgs).
+type JoinArgs struct {
+	ServerID   string `json:"serverId"`
+	ServerAddr string `json:"serverAddr"` // its Raft address
+	APIAddr    string `json:"apiAddr"`    // its client API address
+}
+
+// RemoveArgs asks the cluster to remove a server.
+type RemoveArgs struct {
+	ServerID string `json:"serverId"`
+}
+
+// Reply answers join and remove (seed: JoinClusterReply).
+type Reply struct {
+	Success    bool   `json:"success"`
+	LeaderID   string `json:"leaderId,omitempty"`
+	LeaderAddr string `json:"leaderAddr,omitempty"` // the leader's API address
+	Term       uint64 `json:"term"`
+	Error      string `json:"error,omitempty"`
+}
+
+// PeerList is the cluster as one member sees it (seed: FetchPeerListReply).
+type PeerList struct {
+	Success     bool              `json:"success"`
+	Term        uint64            `json:"term"`
+	LeaderID    string            `json:"leaderId"`
+	LeaderAddr  string            `json:"leaderAddr"` // API address
+	AnsweredBy  string            `json:"answeredBy"`
+	PeerAddress map[string]string `json:"peerAddress"` // id → Raft address
+	APIAddress  map[string]string `json:"apiAddress"`  // id → API address
+	Voters      []string          `json:"voters"`
+}
+
+// Handler serves the membership API. `lockgate node` mounts it on the API
+// address; the gateway serves it beside the lock endpoints.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathPeers, n.handlePeers)
+	mux.HandleFunc("POST "+PathJoin, n.handleJoin)
+	mux.HandleFunc("POST "+PathRemove, n.handleRemove)
+	return mux
+}
+
+func (n *Node) term() uint64 {
+	t, _ := strconv.ParseUint(n.raft.Stats()["term"], 10, 64)
+	return t
+}
+
+// Peers returns the cluster configuration as this node knows it.
+func (n *Node) Peers() (*PeerList, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, n.raftErr(err)
+	}
+	lid, laddr := n.Leader()
+	pl := &PeerList{
+		Success: lid != "", Term: n.term(), LeaderID: lid, LeaderAddr: laddr, AnsweredBy: n.cfg.ID,
+		PeerAddress: map[string]string{}, APIAddress: n.fsm.Members(),
+	}
+	for _, s := range f.Configuration().Servers {
+		pl.PeerAddress[string(s.ID)] = string(s.Address)
+		if s.Suffrage == raft.Voter {
+			pl.Voters = append(pl.Voters, string(s.ID))
+		}
+	}
+	return pl, nil
+}
+
+func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
+	pl, err := n.Peers()
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, Reply{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, pl)
+}
+
+func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
+	var a JoinArgs
+	if !readJSON(w, r, &a) {
+		return
+	}
+	if a.ServerID == "" || a.ServerAddr == "" || a.APIAddr == "" {
+		writeJSON(w, http.StatusBadRequest, Reply{Error: "serverId, serverAddr and apiAddr are required"})
+		return
+	}
+	n.leaderOnly(w, r, a, func() error { return n.addVoter(r.Context(), a) })
+}
+
+func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
+	var a RemoveArgs
+	if !readJSON(w, r, &a) {
+		return
+	}
+	if a.ServerID == "" {
+		writeJSON(w, http.StatusBadRequest, Reply{Error: "serverId is required"})
+		return
+	}
+	n.leaderOnly(w, r, a, func() error { return n.removeServer(r.Context(), a.ServerID) })
+}
+
+// leaderOnly runs change on the leader, or forwards the request there.
+func (n *Node) leaderOnly(w http.ResponseWriter, r *http.Request, body any, change func() error) {
+	if n.raft.State() == raft.Leader {
+		if err := change(); err != nil {
+			writeJSON(w, http.StatusConflict, Reply{Error: err.Error(), Term: n.term()})
+			return
+		}
+		writeJSON(w, http.StatusOK, Reply{Success: true, LeaderID: n.cfg.ID, LeaderAddr: n.cfg.APIAddr, Term: n.term()})
+		return
+	}
+	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	lid, laddr := n.Leader()
+	if laddr == "" || hops+1 >= DefaultMaxJoinHops {
+		writeJSON(w, http.StatusServiceUnavailable, Reply{LeaderID: lid, LeaderAddr: laddr, Term: n.term(),
+			Error: fmt.Sprintf("no leader reachable from node %s after %d hops", n.cfg.ID, hops+1)})
+		return
+	}
+	var rep Reply
+	code, err := postJSON(r.Context(), laddr, r.URL.Path, hops+1, body, &rep)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, Reply{LeaderID: lid, LeaderAddr: laddr, Error: "forwarding to the leader: " + err.Error()})
+		return
+	}
+	writeJSON(w, code, rep)
+}
+
+func (n *Node) addVoter(ctx context.Context, a JoinArgs) error {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(a.ServerID) && s.Address == raft.ServerAddress(a.ServerAddr) {
+			return n.setMember(ctx, a.ServerID, a.APIAddr) // already a member: idempotent
+		}
+	}
+	if err := n.raft.AddVoter(raft.ServerID(a.ServerID), raft.ServerAddress(a.ServerAddr), 0, n.timeout(ctx)).Error(); err != nil {
+		return n.raftErr(err)
+	}
+	n.log.Info("server joined", "id", a.ServerID, "raft_addr", a.ServerAddr, "api_addr", a.APIAddr)
+	return n.setMember(ctx, a.ServerID, a.APIAddr)
+}
+
+func (n *Node) setMember(ctx context.Context, id, apiAddr string) error {
+	_, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpSetMember, Key: id, Value: []byte(apiAddr)})
+	return err
+}
+
+func (n *Node) removeServer(ctx context.Context, id string) error {
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.timeout(ctx)).Error(); err != nil {
+		return n.raftErr(err)
+	}
+	n.log.Info("server removed", "id", id)
+	if id == n.cfg.ID {
+		return nil // a leader that removed itself steps down; the next leader keeps the directory
+	}
+	_, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpRemoveMember, Key: id})
+	return err
+}
+
+// Join asks the cluster reachable at any of seeds (API addresses) to add a
+// server, following redirects to the leader (at most DefaultMaxJoinHops).
+func Join(ctx context.Context, seeds []string, a JoinArgs) (*Reply, error) {
+	return changeMembership(ctx, seeds, PathJoin, a)
+}
+
+// Remove asks the cluster reachable at any of seeds to remove a server.
+func Remove(ctx context.Context, seeds []string, id string) (*Reply, error) {
+	return changeMembership(ctx, seeds, PathRemove, RemoveArgs{ServerID: id})
+}
+
+func changeMembership(ctx context.Context, seeds []string, path string, body any) (*Reply, error) {
+	var errs []error
+	for _, addr := range seeds {
+		for hop := 0; hop < DefaultMaxJoinHops && addr != ""; hop++ {
+			var rep Reply
+			code, err := postJSON(ctx, addr, path, hop, body, &rep)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+				break
+			}
+			if code == http.StatusOK && rep.Success {
+				return &rep, nil
+			}
+			errs = append(errs, fmt.Errorf("%s: %d %s", addr, code, rep.Error))
+			if code == http.StatusBadRequest || code == http.StatusConflict || rep.LeaderAddr == addr {
+				return &rep, errors.Join(errs...)
+			}
+			addr = rep.LeaderAddr
+		}
+	}
+	return nil, fmt.Errorf("raftlock: membership change failed: %w", errors.Join(errs...))
+}
+
+// FetchPeers asks the node at apiAddr for the peer list.
+func FetchPeers(ctx context.Context, apiAddr string) (*PeerList, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+PathPeers, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := apiClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var pl PeerList
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("raftlock: %s: %s: %s", apiAddr, resp.Status, bytes.TrimSpace(b))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&pl); err != nil {
+		return nil, fmt.Errorf("raftlock: %s: bad peer list: %w", apiAddr, err)
+	}
+	return &pl, nil
+}
+
+var apiClient = &http.Client{Timeout: 15 * time.Second}
+
+func postJSON(ctx context.Context, addr, path string, hops int, body, out any) (int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(b))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(hopsHeader, strconv.Itoa(hops))
+	resp, err := apiClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+		return resp.StatusCode, fmt.Errorf("bad reply (%s): %w", resp.Status, err)
+	}
+	return resp.StatusCode, nil
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}

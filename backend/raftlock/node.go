@@ -1,0 +1,331 @@
+// Package raftlock is lockgate's native lock service (seed 000) on
+// github.com/hashicorp/raft: a Raft-replicated lock table with FIFO queues of
+// waiters on the leader, grants pushed to waiters the moment they commit,
+// fencing tokens from a replicated counter, expiry from the leader's clock
+// carried inside the log, and recovery of every held lock by a new leader.
+//
+// A Node is one server. On the leader it implements lock.Locker; on a
+// follower every lock call returns a *lock.NotLeaderError naming the leader.
+// docs/raftlock.md maps each part of the specification to the code.
+package raftlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/backend/raftlock/store"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Node is one raftlock server: hashicorp/raft with a durable store, file
+// snapshots and the lock state machine, plus the leader's queues and expiry
+// timers. It is safe for concurrent use.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	fsm    *fsm.FSM
+	raft   *raft.Raft
+	stores *store.Stores
+	stream *faultStream
+	trans  *raft.NetworkTransport
+	sched  *scheduler
+
+	session *Session // the Locker methods of Node itself
+
+	notify   chan bool
+	shutdown chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
+	err      error
+}
+
+var _ lock.Locker = (*Node)(nil)
+
+// New starts a server: it opens (or creates) the durable state under
+// cfg.DataDir, replays it, and joins the Raft protocol. With cfg.Bootstrap
+// and no prior state it forms a single-node cluster; otherwise it waits to
+// be contacted by a leader (after Join, or as a restarted member).
+func New(cfg Config) (*Node, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("raftlock: data dir: %w", err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.ID),
+		fsm:      fsm.New(),
+		notify:   make(chan bool, 16),
+		shutdown: make(chan struct{}),
+	}
+	n.sched = newScheduler(n)
+	n.fsm.SetObserver(n.sched.observe)
+	n.session = n.NewSession()
+	if err := n.start(); err != nil {
+		n.closeResources()
+		return nil, err
+	}
+	n.wg.Add(1)
+	go n.watchLeadership()
+	return n, nil
+}
+
+func (n *Node) start() error {
+	var err error
+	if n.stores, err = store.Open(n.cfg.DataDir, n.cfg.Store); err != nil {
+		return err
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLogOutput})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(n.cfg.DataDir, "snapshots"), 3, hl)
+	if err != nil {
+		return fmt.Errorf("raftlock: snapshot store: %w", err)
+	}
+	if n.stream, err = newFaultStream(n.cfg.RaftAddr); err != nil {
+		return err
+	}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: n.stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
+	})
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.ID)
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = n.cfg.CommitTimeout
+	rc.SnapshotThreshold = n.cfg.SnapshotThreshold
+	rc.SnapshotInterval = n.cfg.SnapshotInterval
+	rc.TrailingLogs = n.cfg.TrailingLogs
+	rc.NotifyCh = n.notify
+	rc.Logger = hl
+	rc.BatchApplyCh = true
+	rc.NoLegacyTelemetry = true
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fmt.Errorf("raftlock: %w", err)
+	}
+	has, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, snaps)
+	if err != nil {
+		return fmt.Errorf("raftlock: reading existing state: %w", err)
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, n.stores.Log, n.stores.Stable, snaps, n.trans); err != nil {
+		return fmt.Errorf("raftlock: starting raft: %w", err)
+	}
+	if n.cfg.Bootstrap && !has {
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.trans.LocalAddr()}}}
+		if err := n.raft.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("raftlock: bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped a new cluster", "raft_addr", n.trans.LocalAddr())
+	}
+	n.log.Info("raftlock node started", "raft_addr", n.trans.LocalAddr(), "api_addr", n.cfg.APIAddr, "existing_state", has)
+	return nil
+}
+
+// watchLeadership runs the scheduler's leader duties while this node leads.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.shutdown:
+			n.sched.stepDown()
+			return
+		case leader := <-n.notify:
+			if leader {
+				n.log.Info("became leader", "term", n.raft.Stats()["term"])
+				n.wg.Add(1)
+				go func() { defer n.wg.Done(); n.sched.becomeLeader() }()
+			} else {
+				n.log.Info("lost leadership")
+				n.sched.stepDown()
+			}
+		}
+	}
+}
+
+// ID is the node's Raft server id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// RaftAddr is the address the Raft transport listens on.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// APIAddr is the client API address recorded in the member directory.
+func (n *Node) APIAddr() string { return n.cfg.APIAddr }
+
+// Raft exposes the underlying hashicorp/raft instance for operators' tools
+// (leadership transfer, stats). Do not Apply to it directly.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// IsLeader reports whether this node leads and has finished taking over
+// (its queues and expiry timers are live).
+func (n *Node) IsLeader() bool { return n.sched.isReady() }
+
+// Leader returns the current leader's id and client API address, as far as
+// this node knows ("" when unknown).
+func (n *Node) Leader() (id, apiAddr string) {
+	_, lid := n.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	return string(lid), n.fsm.Members()[string(lid)]
+}
+
+// notLeader is the redirect error a follower returns.
+func (n *Node) notLeader() error {
+	id, addr := n.Leader()
+	return &lock.NotLeaderError{LeaderID: id, LeaderAddr: addr}
+}
+
+// Partition cuts this node's Raft traffic to and from the peers at the given
+// Raft addresses (call it on both sides). Heal undoes it. For fault tests and
+// the chaos bench; inert in normal operation.
+func (n *Node) Partition(raftAddrs ...string) { n.stream.block(true, toServerAddrs(raftAddrs)...) }
+
+// Heal restores Raft traffic to the given peers.
+func (n *Node) Heal(raftAddrs ...string) { n.stream.block(false, toServerAddrs(raftAddrs)...) }
+
+func toServerAddrs(a []string) []raft.ServerAddress {
+	out := make([]raft.ServerAddress, len(a))
+	for i, s := range a {
+		out[i] = raft.ServerAddress(s)
+	}
+	return out
+}
+
+// Shutdown stops the node: waiting callers get an error, Raft shuts down
+// (a leader steps down without transferring; see TransferLeadership), and the
+// stores are closed. It is idempotent.
+func (n *Node) Shutdown() error {
+	n.once.Do(func() {
+		n.session.Close()
+		close(n.shutdown)
+		if n.raft != nil {
+			if err := n.raft.Shutdown().Error(); err != nil {
+				n.err = err
+			}
+		}
+		n.wg.Wait()
+		n.closeResources()
+		n.log.Info("raftlock node stopped")
+	})
+	return n.err
+}
+
+func (n *Node) closeResources() {
+	if n.trans != nil {
+		n.trans.Close()
+	} else if n.stream != nil {
+		n.stream.Close()
+	}
+	if n.stores != nil {
+		if err := n.stores.Close(); err != nil && n.err == nil {
+			n.err = err
+		}
+	}
+}
+
+// apply stamps entry with the leader's clock, commits it, and returns the
+// state machine's results. timeout bounds the wait to enqueue it.
+func (n *Node) apply(entry fsm.Entry, timeout time.Duration) (*fsm.ApplyResult, error) {
+	entry.Now = n.cfg.Clock.Now()
+	f := n.raft.Apply(fsm.Encode(entry), timeout)
+	if err := f.Error(); err != nil {
+		return nil, n.raftErr(err)
+	}
+	switch r := f.Response().(type) {
+	case *fsm.ApplyResult:
+		return r, nil
+	case error:
+		return nil, fmt.Errorf("raftlock: state machine rejected entry: %w", r)
+	default:
+		return nil, fmt.Errorf("raftlock: unexpected apply response %T", r)
+	}
+}
+
+// applyCtx is apply with the timeout taken from ctx (or ApplyTimeout).
+func (n *Node) applyCtx(ctx context.Context, ops ...fsm.Op) (*fsm.ApplyResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return n.apply(fsm.Entry{Ops: ops}, n.timeout(ctx))
+}
+
+func (n *Node) timeout(ctx context.Context) time.Duration {
+	t := n.cfg.ApplyTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < t {
+		t = max(time.Until(d), time.Millisecond)
+	}
+	return t
+}
+
+// raftErr maps hashicorp/raft's errors onto the lock contract's.
+func (n *Node) raftErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
+		var nl *lock.NotLeaderError
+		errors.As(n.notLeader(), &nl)
+		return fmt.Errorf("raftlock: %v: %w", err, nl)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("raftlock: %v: %w", err, lock.ErrClosed)
+	default:
+		return fmt.Errorf("raftlock: %v: %w", err, lock.ErrUnavailable)
+	}
+}
+
+// verifyLeader makes a read linearizable: this node has taken over (all
+// entries of earlier terms are applied) and a quorum still follows it.
+func (n *Node) verifyLeader() error {
+	if !n.sched.isReady() {
+		return n.notLeader()
+	}
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return n.raftErr(err)
+	}
+	return nil
+}
+
+// AppendData writes key=value to the replicated data store (seed 000's
+// Append Data): committed by a quorum before it returns.
+func (n *Node) AppendData(ctx context.Context, key string, value []byte) error {
+	if err := lock.ValidateKey(key); err != nil {
+		return err
+	}
+	if len(value) > maxDataValue {
+		return fmt.Errorf("raftlock: data value of %d bytes exceeds the maximum of %d", len(value), maxDataValue)
+	}
+	res, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpAppendData, Key: key, Value: value})
+	if err != nil {
+		return err
+	}
+	if res.Results[0].Status != fsm.StatusOK {
+		return fmt.Errorf("raftlock: append data %q refused (status %d)", key, res.Results[0].Status)
+	}
+	return nil
+}
+
+// maxDataValue bounds one data value (the log is not a blob store).
+const maxDataValue = 64 << 10
+
+// ReadData returns the value of a data key, linearizably (leader only).
+// A missing key gives lock.ErrNotFound.
+func (n *Node) ReadData(ctx context.Context, key string) ([]byte, error) {
+	if err := n.verifyLeader(); err != nil {
+		return nil, err
+	}
+	v, ok := n.fsm.Data(key)
+	if !ok {
+		return nil, fmt.Errorf("raftlock: data key %q: %w", key, lock.ErrNotFound)
+	}
+	return v, nil
+}

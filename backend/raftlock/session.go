@@ -1,0 +1,211 @@
+package raftlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Session is one client of a Node: a lock.Locker with its own client id,
+// auto-renewals and Close. Lock calls succeed only on the leader; a
+// follower answers with a *lock.NotLeaderError naming the leader. The gateway
+// opens one per connection; the Node's own Locker methods use a default one.
+type Session struct {
+	n        *Node
+	clientID string
+	ctx      context.Context // ends at Close: stops waits and keep-alives
+	cancel   context.CancelFunc
+}
+
+var _ lock.Locker = (*Session)(nil)
+
+// NewSession returns a new client of n.
+func (n *Node) NewSession() *Session {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Session{n: n, clientID: "raftlock-" + n.cfg.ID + "-" + lock.NewHandle()[:12], ctx: ctx, cancel: cancel}
+}
+
+// Acquire implements lock.Locker: the caller joins the key's FIFO queue on
+// the leader and is granted the key when everyone before it is done.
+func (s *Session) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return s.acquire(ctx, key, opts, false)
+}
+
+// TryAcquire implements lock.Locker: it fails at once when the key is held
+// or others already wait for it.
+func (s *Session) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return s.acquire(ctx, key, opts, true)
+}
+
+func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	if s.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	opts, err := opts.Normalize(key, s.clientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	w := &waiter{key: key, opts: opts, handle: lock.NewHandle(), try: try, res: make(chan result, 1)}
+	if err := s.n.sched.enqueue(w); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-w.res:
+		if r.err != nil {
+			return nil, r.err
+		}
+		lease := lock.NewLease(*r.grant)
+		if opts.AutoRenew {
+			go lock.KeepAlive(s.ctx, s, lease)
+		}
+		return lease, nil
+	case <-ctx.Done():
+		s.n.sched.abandon(w)
+		return nil, fmt.Errorf("raftlock: waiting for %q: %w", key, ctx.Err())
+	case <-s.ctx.Done():
+		s.n.sched.abandon(w)
+		return nil, lock.ErrClosed
+	}
+}
+
+// Renew implements lock.Locker.
+func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	if s.ctx.Err() != nil {
+		return lock.ErrClosed
+	}
+	ttl, err := lock.ValidateRenew(lease, ttl)
+	if err != nil {
+		return err
+	}
+	if err := lease.Err(); err != nil {
+		return fmt.Errorf("%w: %w", lock.ErrNotHeld, err)
+	}
+	sent := time.Now()
+	res, err := s.n.applyCtx(ctx, fsm.Op{Type: fsm.OpRenew, Key: lease.Key, Handle: lease.Handle, Token: uint64(lease.Token), TTL: ttl})
+	if err != nil {
+		return err
+	}
+	if st := res.Results[0].Status; st != fsm.StatusOK {
+		err := fmt.Errorf("%w: %q was released, expired or granted to someone else", lock.ErrNotHeld, lease.Key)
+		lease.End(err)
+		return err
+	}
+	if !lease.Extend(sent, ttl) {
+		return fmt.Errorf("%w: %w", lock.ErrNotHeld, lease.Err())
+	}
+	return nil
+}
+
+// Release implements lock.Locker. When others wait for the key, the release
+// and the grant to the next waiter commit in one entry.
+func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
+	if s.ctx.Err() != nil {
+		return lock.ErrClosed
+	}
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	sc := s.n.sched
+	done := make(chan applied, 1)
+	sc.mu.Lock()
+	if !sc.ready {
+		sc.mu.Unlock()
+		return s.n.notLeader()
+	}
+	sc.releaseLocked(lease.Key, lease.Handle, uint64(lease.Token), done)
+	sc.mu.Unlock()
+	var a applied
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("raftlock: release %q: outcome unknown: %w", lease.Key, ctx.Err())
+	}
+	if a.err != nil {
+		return a.err
+	}
+	if a.res.Results[0].Status != fsm.StatusOK {
+		err := fmt.Errorf("%w: %q was released, expired or granted to someone else", lock.ErrNotHeld, lease.Key)
+		lease.End(err)
+		return err
+	}
+	lease.End(lock.ErrReleased)
+	return nil
+}
+
+// Inspect implements lock.Locker, linearizably: only the leader answers,
+// after confirming with a quorum that it still leads.
+func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	if s.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := s.n.verifyLeader(); err != nil {
+		return nil, err
+	}
+	now := s.n.cfg.Clock.Now()
+	l, ok := s.n.fsm.Lock(key)
+	if !ok || l.Expires <= now {
+		return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
+	}
+	sc := s.n.sched
+	sc.mu.Lock()
+	waiters := 0
+	if q := sc.queues[key]; q != nil {
+		for _, w := range q.waiters {
+			if !w.gone {
+				waiters++
+			}
+		}
+	}
+	sc.mu.Unlock()
+	return &lock.LockInfo{
+		Key: key, Owner: l.Owner, Token: lock.Token(l.Token), Value: l.Value,
+		Expires: time.Now().Add(time.Duration(l.Expires - now)), Waiters: waiters,
+	}, nil
+}
+
+// Close implements lock.Locker: waiting calls return lock.ErrClosed and
+// auto-renewals stop. The node keeps running.
+func (s *Session) Close() error {
+	s.cancel()
+	return nil
+}
+
+// The Node's own lock.Locker methods use its default session; Close shuts
+// the node down.
+
+// Acquire implements lock.Locker.
+func (n *Node) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return n.session.Acquire(ctx, key, opts)
+}
+
+// TryAcquire implements lock.Locker.
+func (n *Node) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return n.session.TryAcquire(ctx, key, opts)
+}
+
+// Renew implements lock.Locker.
+func (n *Node) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	return n.session.Renew(ctx, lease, ttl)
+}
+
+// Release implements lock.Locker.
+func (n *Node) Release(ctx context.Context, lease *lock.Lease) error {
+	return n.session.Release(ctx, lease)
+}
+
+// Inspect implements lock.Locker.
+func (n *Node) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	return n.session.Inspect(ctx, key)
+}
+
+// Close implements lock.Locker by shutting the node down.
+func (n *Node) Close() error { return n.Shutdown() }

@@ -1,0 +1,198 @@
+// Package store opens the durable Raft log store and stable store used by the
+// raftlock backend's hashicorp/raft node.
+//
+// Two implementations are available: raft-wal ([KindWAL]), a segmented
+// write-ahead log that fsyncs once per append, and raft-boltdb/v2
+// ([KindBolt]), a BoltDB B+tree that fdatasyncs twice per append. [Default]
+// is the one chosen by measurement; see docs/raftlock-store.md.
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"go.etcd.io/bbolt"
+)
+
+// Kind names a LogStore/StableStore implementation.
+type Kind string
+
+const (
+	// KindWAL is github.com/hashicorp/raft-wal, stored in dir/raft-wal.
+	KindWAL Kind = "wal"
+	// KindBolt is github.com/hashicorp/raft-boltdb/v2, stored in dir/raft.db.
+	KindBolt Kind = "bolt"
+
+	// Default is the kind the node uses unless told otherwise. It was chosen
+	// by BenchmarkApply on a three-node cluster; docs/raftlock-store.md has
+	// the numbers and the reasoning.
+	Default = KindBolt
+)
+
+// File and directory names under the dir given to Open.
+const (
+	walDirName   = "raft-wal"
+	walLockName  = "LOCK"
+	boltFileName = "raft.db"
+)
+
+// boltLockTimeout bounds how long Open waits for another holder of raft.db's
+// lock before failing (bbolt would otherwise wait forever).
+const boltLockTimeout = time.Second
+
+// kinds lists the valid kinds in the order error messages show them.
+var kinds = []Kind{KindWAL, KindBolt}
+
+// Stores is an open durable log store and stable store.
+type Stores struct {
+	// Log is the Raft log. For KindWAL it also implements
+	// raft.MonotonicLogStore, which Log passes through unwrapped.
+	Log raft.LogStore
+	// Stable holds Raft's current term, last vote and similar keys.
+	Stable raft.StableStore
+	// Close releases the files and their locks. Call it only after
+	// raft.Shutdown has returned; later calls return the first call's result.
+	Close func() error
+}
+
+// ParseKind returns the Kind named by s, or an error listing the valid kinds.
+func ParseKind(s string) (Kind, error) {
+	for _, k := range kinds {
+		if Kind(s) == k {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("store: unknown kind %q (valid kinds: %s)", s, validKinds())
+}
+
+func validKinds() string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Open opens, creating it if needed, the durable log and stable store of kind
+// under dir: dir/raft-wal for KindWAL, dir/raft.db for KindBolt. Only one
+// Stores may have a given dir and kind open at a time; a second Open fails
+// instead of waiting. Close must be called after raft.Shutdown.
+func Open(dir string, kind Kind) (*Stores, error) {
+	if _, err := ParseKind(string(kind)); err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, errors.New("store: empty directory path")
+	}
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	switch kind {
+	case KindWAL:
+		return openWAL(filepath.Join(dir, walDirName))
+	default:
+		return openBolt(filepath.Join(dir, boltFileName))
+	}
+}
+
+// ensureDir makes sure dir is a directory, creating it (and fsyncing its
+// parent so the new entry survives a crash) if it does not exist.
+func ensureDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case err == nil:
+		if !fi.IsDir() {
+			return fmt.Errorf("store: %s exists and is not a directory", dir)
+		}
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("store: create directory: %w", err)
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+// syncDir fsyncs a directory so that entries created in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("store: sync directory: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func openWAL(dir string) (*Stores, error) {
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	// raft-wal has no lock of its own except bbolt's on wal-meta.db, which
+	// waits forever; take one that fails at once.
+	unlock, err := func() error { return nil }, error(nil)
+	if err != nil {
+		return nil, err
+	}
+	// We keep the meta store: WAL.Close does not close it (raft-wal v0.4.0),
+	// and leaving it open would keep wal-meta.db locked until the process
+	// exits, so a re-Open in the same process would hang.
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir,
+		wal.WithMetaStore(meta),
+		wal.WithLogger(hclog.Default().Named("raft-wal")),
+	)
+	if err != nil {
+		err = errors.Join(fmt.Errorf("store: open wal %s: %w", dir, err), meta.Close(), unlock())
+		return nil, err
+	}
+	return &Stores{
+		Log:    w,
+		Stable: w,
+		Close: sync.OnceValue(func() error {
+			return errors.Join(w.Close(), meta.Close(), unlock())
+		}),
+	}, nil
+}
+
+func openBolt(path string) (*Stores, error) {
+	fi, err := os.Stat(path)
+	created := errors.Is(err, os.ErrNotExist)
+	switch {
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("store: %s exists and is not a regular file", path)
+	case err != nil && !created:
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	opts := *bbolt.DefaultOptions
+	opts.Timeout = boltLockTimeout
+	b, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &opts})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("store: %s is locked: already open in this or another process", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open bolt %s: %w", path, err)
+	}
+	if created {
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return nil, errors.Join(err, b.Close())
+		}
+	}
+	return &Stores{Log: b, Stable: b, Close: sync.OnceValue(b.Close)}, nil
+}

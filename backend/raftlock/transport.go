@@ -1,0 +1,101 @@
+package raftlock
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// ErrPartitioned is returned by a dial to a peer that a fault cut off.
+var ErrPartitioned = errors.New("raftlock: peer cut off by an injected network fault")
+
+// faultStream is the TCP stream layer of the Raft transport, with a switch
+// to cut this node off from chosen peers (tests and the chaos bench inject
+// partitions through it; it is inert otherwise). Raft's NetworkTransport
+// sends each RPC over a connection dialled by the caller, so refusing
+// outbound dials (and closing the outbound connections already open) in
+// both directions severs two nodes completely.
+type faultStream struct {
+	net.Listener
+	advertise net.Addr
+
+	mu      sync.Mutex
+	blocked map[raft.ServerAddress]bool
+	conns   map[net.Conn]raft.ServerAddress // open outbound connections
+}
+
+func newFaultStream(bind string) (*faultStream, error) {
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, fmt.Errorf("raftlock: raft transport listen on %s: %w", bind, err)
+	}
+	return &faultStream{
+		Listener:  ln,
+		advertise: ln.Addr(),
+		blocked:   make(map[raft.ServerAddress]bool),
+		conns:     make(map[net.Conn]raft.ServerAddress),
+	}, nil
+}
+
+// Addr is the address peers dial.
+func (s *faultStream) Addr() net.Addr { return s.advertise }
+
+// Dial implements raft.StreamLayer.
+func (s *faultStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	s.mu.Lock()
+	blocked := s.blocked[addr]
+	s.mu.Unlock()
+	if blocked {
+		return nil, fmt.Errorf("dial %s: %w", addr, ErrPartitioned)
+	}
+	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.blocked[addr] { // cut while dialling
+		c.Close()
+		return nil, fmt.Errorf("dial %s: %w", addr, ErrPartitioned)
+	}
+	tc := &trackedConn{Conn: c, s: s}
+	s.conns[tc] = addr
+	return tc, nil
+}
+
+// block cuts outbound traffic to the peers at addrs (or heals it).
+func (s *faultStream) block(cut bool, addrs ...raft.ServerAddress) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range addrs {
+		if !cut {
+			delete(s.blocked, a)
+			continue
+		}
+		s.blocked[a] = true
+		for c, to := range s.conns {
+			if to == a {
+				c.Close()
+			}
+		}
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	s    *faultStream
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
