@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -93,8 +94,14 @@ type LocalCluster struct {
 // StartLocalCluster starts size servers under dataDir and waits for a
 // leader. configure, if not nil, adjusts each node's Config (addresses,
 // timing) before it starts.
+//
+// If dataDir already holds the cluster (a restart), every node starts from
+// its own state at once and none joins: a lone first node could not elect
+// itself in a cluster that already has several members.
 func StartLocalCluster(ctx context.Context, size int, dataDir string, configure func(*Config)) (*LocalCluster, error) {
 	c := &LocalCluster{}
+	_, err := os.Stat(filepath.Join(dataDir, "node-1"))
+	restart := err == nil
 	for i := 1; i <= size; i++ {
 		cfg := DefaultConfig(strconv.Itoa(i))
 		cfg.DataDir = filepath.Join(dataDir, "node-"+cfg.ID)
@@ -103,7 +110,7 @@ func StartLocalCluster(ctx context.Context, size int, dataDir string, configure 
 			configure(&cfg)
 		}
 		var join []string
-		if i > 1 {
+		if i > 1 && !restart {
 			if _, err := WaitLeader(ctx, c.Nodes()...); err != nil {
 				c.Shutdown()
 				return nil, err

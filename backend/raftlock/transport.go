@@ -69,8 +69,8 @@ func (s *faultStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 
 // block cuts outbound traffic to the peers at addrs (or heals it).
 func (s *faultStream) block(cut bool, addrs ...raft.ServerAddress) {
+	var doomed []net.Conn
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, a := range addrs {
 		if !cut {
 			delete(s.blocked, a)
@@ -79,9 +79,13 @@ func (s *faultStream) block(cut bool, addrs ...raft.ServerAddress) {
 		s.blocked[a] = true
 		for c, to := range s.conns {
 			if to == a {
-				c.Close()
+				doomed = append(doomed, c)
 			}
 		}
+	}
+	s.mu.Unlock()
+	for _, c := range doomed { // Close takes s.mu to untrack itself
+		c.Close()
 	}
 }
 

@@ -57,7 +57,8 @@ func New() *FSM {
 // which then see the state after the whole entry), once per op that changed
 // a key's holder, in op order:
 //   - acquire that granted a new token, renew, and extend-all for each lock
-//     whose expiry it moved: l is a copy of the new holder;
+//     whose expiry it moved (those calls in no particular order): l is a
+//     copy of the new holder;
 //   - release and expire that freed the key: l is nil.
 //
 // An idempotent acquire (same handle, still live) and ops that failed call

@@ -258,3 +258,5 @@ func (m *model) op(o Op) Result {
 	}
 	return Result{Status: StatusInvalid}
 }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -176,11 +176,16 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
+	f.install(st)
+	return nil
+}
+
+// install replaces f's state with st.
+func (f *FSM) install(st *state) {
 	f.mu.Lock()
 	f.kv, f.members = st.kv, st.members
 	f.counter, f.index, f.now, f.nlocks = st.counter, st.index, st.now, st.nlocks
 	f.mu.Unlock()
-	return nil
 }
 
 // decodeSnapshot parses and validates a snapshot. checkCRC=false skips only

@@ -1,0 +1,134 @@
+package raftlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// followers returns the nodes of c other than l.
+func followers(c *LocalCluster, l *Node) []*Node {
+	var fs []*Node
+	for _, n := range c.Nodes() {
+		if n != l {
+			fs = append(fs, n)
+		}
+	}
+	return fs
+}
+
+// TestLeaderStoppedHard: the leader stops while locks are held and callers
+// wait. Holders keep their locks and tokens under the new leader, a lease
+// that nobody renews still expires (within one TTL of the takeover), and the
+// waiters, re-sent to the new leader, are granted.
+func TestLeaderStoppedHard(t *testing.T) {
+	c := startCluster(t, 3)
+	old := leader(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ttl = 2 * time.Second
+
+	renewed, err := old.Acquire(ctx, "renewed", lock.AcquireOptions{TTL: ttl, Owner: "renewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned, err := old.Acquire(ctx, "abandoned", lock.AcquireOptions{TTL: ttl, Owner: "crashed-client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() {
+		_, err := old.NewSession().Acquire(ctx, "renewed", lock.AcquireOptions{TTL: ttl})
+		waiter <- err
+	}()
+	awaitWaiting(t, old, "renewed", 1)
+
+	stopped := time.Now()
+	for _, s := range c.Servers {
+		if s.Node == old {
+			s.Shutdown()
+		}
+	}
+	// The waiter of the old leader is told to go elsewhere.
+	select {
+	case err := <-waiter:
+		if err == nil {
+			t.Fatal("a waiter of the stopped leader was granted")
+		}
+		if !errors.Is(err, lock.ErrNotLeader) && !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("waiter of the stopped leader: %v, want a not-leader redirect or ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter of the stopped leader was never answered")
+	}
+
+	nl, err := WaitLeader(ctx, followers(c, old)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("new leader %s ready %v after the old one stopped", nl.ID(), time.Since(stopped))
+	s := nl.NewSession()
+	// The holder that keeps renewing keeps its lock and token.
+	if err := s.Renew(ctx, renewed, ttl); err != nil {
+		t.Fatalf("renewing through the new leader: %v", err)
+	}
+	if info, err := s.Inspect(ctx, "renewed"); err != nil || info.Token != renewed.Token || info.Owner != "renewer" {
+		t.Fatalf("Inspect(renewed) on the new leader = %+v, %v; want token %d", info, err, renewed.Token)
+	}
+	// The re-sent waiter is granted once the holder releases.
+	resent := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := s.Acquire(ctx, "renewed", lock.AcquireOptions{TTL: ttl})
+		if err != nil {
+			t.Errorf("re-sent waiter: %v", err)
+		}
+		resent <- l
+	}()
+	awaitWaiting(t, nl, "renewed", 1)
+	if err := s.Release(ctx, renewed); err != nil {
+		t.Fatalf("releasing through the new leader: %v", err)
+	}
+	if l := <-resent; l == nil || l.Token <= renewed.Token {
+		t.Fatalf("re-sent waiter got %+v, want a token above %d", l, renewed.Token)
+	}
+	// The abandoned lease expires under the new leader, within one TTL of
+	// its takeover (leases are extended by their TTL at each election).
+	next, err := s.Acquire(ctx, "abandoned", lock.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatalf("acquiring the abandoned key: %v", err)
+	}
+	granted := time.Now()
+	if granted.Before(abandoned.Deadline()) {
+		t.Errorf("abandoned key re-granted at %v, before its holder's deadline %v", granted, abandoned.Deadline())
+	}
+	if bound := stopped.Add(ttl + 5*time.Second); granted.After(bound) {
+		t.Errorf("abandoned key re-granted %v after the leader stopped, want within TTL + election", granted.Sub(stopped))
+	}
+	if next.Token <= abandoned.Token {
+		t.Errorf("token after failover %d, want > %d", next.Token, abandoned.Token)
+	}
+}
+
+// awaitWaiting waits until n's queue for key holds want waiters.
+func awaitWaiting(t *testing.T, n *Node, key string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n.sched.mu.Lock()
+		got := 0
+		if q := n.sched.queues[key]; q != nil {
+			got = len(q.waiters)
+		}
+		n.sched.mu.Unlock()
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiters queued for %q on node %s, want %d", got, key, n.ID(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
