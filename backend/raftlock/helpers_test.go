@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -61,3 +62,5 @@ func leader(t testing.TB, c *LocalCluster) *Node {
 	}
 	return n
 }
+
+func errorsAs(err error, target any) bool { return errors.As(err, target) }
