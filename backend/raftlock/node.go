@@ -39,6 +39,7 @@ type Node struct {
 	stream *faultStream
 	trans  *raft.NetworkTransport
 	sched  *scheduler
+	batch  *batcher
 
 	session *Session // the Locker methods of Node itself
 
@@ -71,14 +72,16 @@ func New(cfg Config) (*Node, error) {
 		shutdown: make(chan struct{}),
 	}
 	n.sched = newScheduler(n)
+	n.batch = newBatcher(n)
 	n.fsm.SetObserver(n.sched.observe)
 	n.session = n.NewSession()
 	if err := n.start(); err != nil {
 		n.closeResources()
 		return nil, err
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeadership()
+	go n.batch.run()
 	return n, nil
 }
 
@@ -252,13 +255,16 @@ func (n *Node) apply(entry fsm.Entry, timeout time.Duration) (*fsm.ApplyResult, 
 	}
 }
 
-// applyCtx is apply with the timeout taken from ctx (or ApplyTimeout).
+// applyCtx commits ops through the batcher, with the timeout taken from ctx
+// (or ApplyTimeout).
 func (n *Node) applyCtx(ctx context.Context, ops ...fsm.Op) (*fsm.ApplyResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return n.apply(fsm.Entry{Ops: ops}, n.timeout(ctx))
+	return n.batch.submit(ops, n.timeout(ctx))
 }
+
+var errRaftShutdown = raft.ErrRaftShutdown
 
 func (n *Node) timeout(ctx context.Context) time.Duration {
 	t := n.cfg.ApplyTimeout

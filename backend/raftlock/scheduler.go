@@ -292,8 +292,8 @@ type applied struct {
 func (s *scheduler) proposeLocked(entry fsm.Entry, grants map[int]*waiter, done chan applied) {
 	epoch := s.epoch
 	go func() {
-		sent := time.Now() // before apply stamps the entry: the leases' Sent
-		res, err := s.n.apply(entry, s.n.cfg.ApplyTimeout)
+		sent := time.Now() // before the entry is stamped: the leases' Sent
+		res, err := s.n.batch.submit(entry.Ops, s.n.cfg.ApplyTimeout)
 		if done != nil {
 			done <- applied{res, err}
 		}

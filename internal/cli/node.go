@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/backend/raftlock/store"
+)
+
+// raftFlags are the settings shared by `node` and `cluster`.
+type raftFlags struct {
+	dataDir string
+	store   string
+}
+
+func (f *raftFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
+	cmd.Flags().StringVar(&f.store, "store", string(store.Default), "durable Raft store: wal or bolt (see docs/raftlock-store.md)")
+	cmd.MarkFlagRequired("data-dir")
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func newNodeCmd() *cobra.Command {
+	var (
+		rf        raftFlags
+		id        string
+		raftAddr  string
+		apiAddr   string
+		bootstrap bool
+		join      []string
+	)
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run one raftlock server",
+		Long: `Run one raftlock server: the Raft transport on --raft-addr (default
+127.0.0.1:8080+id) and the API on --api-addr (default 127.0.0.1:50050+id).
+Start the first server of a new cluster with --bootstrap and the others with
+--join pointing at any member's API address. A restarted server needs
+neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if bootstrap && len(join) > 0 {
+				return errors.New("--bootstrap and --join exclude each other: bootstrap forms a new cluster, join enters an existing one")
+			}
+			kind, err := store.ParseKind(rf.store)
+			if err != nil {
+				return err
+			}
+			cfg := raftlock.DefaultConfig(id)
+			cfg.DataDir = rf.dataDir
+			cfg.Store = kind
+			cfg.Bootstrap = bootstrap
+			if raftAddr != "" {
+				cfg.RaftAddr = raftAddr
+			}
+			if apiAddr != "" {
+				cfg.APIAddr = apiAddr
+			}
+			cfg.Logger = slog.Default()
+			cfg.RaftLogOutput = cmd.ErrOrStderr()
+			ctx, stop := signalContext()
+			defer stop()
+			s, err := raftlock.StartServer(ctx, cfg, join)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s\n", id, s.RaftAddr(), s.APIAddr())
+			<-ctx.Done()
+			slog.Info("shutting down", "node", id)
+			return s.Shutdown()
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().StringVar(&id, "id", "", "server id, unique in the cluster and stable across restarts (required)")
+	cmd.Flags().StringVar(&raftAddr, "raft-addr", "", "Raft transport address (default 127.0.0.1:8080+id)")
+	cmd.Flags().StringVar(&apiAddr, "api-addr", "", "API address, as clients and peers dial it (default 127.0.0.1:50050+id)")
+	cmd.Flags().BoolVar(&bootstrap, "bootstrap", false, "form a new cluster with this server as its first member")
+	cmd.Flags().StringSliceVar(&join, "join", nil, "API address(es) of existing members to join through")
+	cmd.MarkFlagRequired("id")
+	return cmd
+}
+
+func newClusterCmd() *cobra.Command {
+	var (
+		rf    raftFlags
+		nodes int
+	)
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Run a local raftlock cluster in one process",
+		Long: `Run --nodes raftlock servers in this process, with ids 1..N, Raft on
+127.0.0.1:8080+id and the API on 127.0.0.1:50050+id, each in DATA-DIR/node-<id>.
+Node 1 bootstraps and the others join it; run again on the same --data-dir to
+restart the cluster from disk. Ctrl-C shuts every node down cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if nodes < 1 || nodes > 9 {
+				return fmt.Errorf("--nodes %d: want 1 to 9", nodes)
+			}
+			kind, err := store.ParseKind(rf.store)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			c, err := raftlock.StartLocalCluster(startCtx, nodes, rf.dataDir, func(cfg *raftlock.Config) {
+				cfg.Store = kind
+				cfg.Logger = slog.Default()
+			})
+			if err != nil {
+				return err
+			}
+			l, err := c.Leader(startCtx)
+			if err != nil {
+				c.Shutdown()
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for _, n := range c.Nodes() {
+				fmt.Fprintf(out, "node %s: raft %s, api %s\n", n.ID(), n.RaftAddr(), n.APIAddr())
+			}
+			fmt.Fprintf(out, "leader: node %s (api %s)\n", l.ID(), l.APIAddr())
+			<-ctx.Done()
+			slog.Info("shutting down the cluster")
+			c.Shutdown()
+			return nil
+		},
+	}
+	rf.register(cmd)
+	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of servers")
+	return cmd
+}
+
+func newPeersCmd() *cobra.Command {
+	var (
+		addr    string
+		asJSON  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "peers",
+		Short: "Print a raftlock cluster's members and its leader",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			pl, err := raftlock.FetchPeers(ctx, addr)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(pl)
+			}
+			leader := pl.LeaderID
+			if leader == "" {
+				leader = "(none known)"
+			}
+			fmt.Fprintf(out, "leader: %s  term: %d  (answered by node %s)\n", leader, pl.Term, pl.AnsweredBy)
+			ids := make([]string, 0, len(pl.PeerAddress))
+			for id := range pl.PeerAddress {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tRAFT\tAPI\tROLE")
+			for _, id := range ids {
+				role := "voter"
+				if !contains(pl.Voters, id) {
+					role = "nonvoter"
+				}
+				if id == pl.LeaderID {
+					role = "leader"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", id, pl.PeerAddress[id], pl.APIAddress[id], role)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:50051", "API address of any member")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the peer list as JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the answer")
+	return cmd
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(x, s) {
+			return true
+		}
+	}
+	return false
+}
