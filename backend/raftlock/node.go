@@ -13,10 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -42,6 +44,8 @@ type Node struct {
 	batch  *batcher
 
 	session *Session // the Locker methods of Node itself
+
+	restores atomic.Int64 // snapshots installed into the state machine
 
 	notify   chan bool
 	shutdown chan struct{}
@@ -121,7 +125,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raftlock: reading existing state: %w", err)
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, n.stores.Log, n.stores.Stable, snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, restoreCounter{n.fsm, &n.restores}, n.stores.Log, n.stores.Stable, snaps, n.trans); err != nil {
 		return fmt.Errorf("raftlock: starting raft: %w", err)
 	}
 	if n.cfg.Bootstrap && !has {
@@ -134,6 +138,21 @@ func (n *Node) start() error {
 	n.log.Info("raftlock node started", "raft_addr", n.trans.LocalAddr(), "api_addr", n.cfg.APIAddr, "existing_state", has)
 	return nil
 }
+
+// restoreCounter counts snapshot restores (at start and from a leader's
+// InstallSnapshot), for operators and tests.
+type restoreCounter struct {
+	*fsm.FSM
+	n *atomic.Int64
+}
+
+func (r restoreCounter) Restore(rc io.ReadCloser) error {
+	r.n.Add(1)
+	return r.FSM.Restore(rc)
+}
+
+// Restores is how many snapshots this node's state machine has restored.
+func (n *Node) Restores() int64 { return n.restores.Load() }
 
 // watchLeadership runs the scheduler's leader duties while this node leads.
 func (n *Node) watchLeadership() {
