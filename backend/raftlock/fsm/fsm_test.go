@@ -21,6 +21,7 @@ const (
 	hB = "ffeeddccbbaa99887766554433221100"
 	hX = "Handle-X"                         // not hex: stored as a string
 	hU = "00112233445566778899AABBCCDDEEFF" // upper-case hex: stored as a string
+	hZ = "00112233445566778899aabbccddeefZ" // 32 chars, one not hex: stored as a string
 )
 
 func acq(key, owner, handle string, ttl time.Duration) Op {
@@ -238,8 +239,19 @@ var opTests = []struct {
 			[]Result{ok(1, "o", exp10), ok(2, "o", exp10), ok(3, "o", exp10)}},
 		{t0, []Op{rel("u", hA, 2), rel("a", hU, 3), rel("a", hA[:31]+"e", 3), rel("a", hA[:31], 3), rel("x", "handle-x", 1)},
 			[]Result{notHeld(2, "o", exp10), notHeld(3, "o", exp10), notHeld(3, "o", exp10), notHeld(3, "o", exp10), notHeld(1, "o", exp10)}},
-		{t0, []Op{rel("u", hU, 2), rel("a", hA, 3), rel("x", hX, 1)}, []Result{rOK, rOK, rOK}},
+		{t0, []Op{acq("z", "o", hZ, s10), rel("z", hA[:31]+"0", 4)}, []Result{ok(4, "o", exp10), notHeld(4, "o", exp10)}},
+		{t0, []Op{rel("u", hU, 2), rel("a", hA, 3), rel("x", hX, 1), rel("z", hZ, 4)}, []Result{rOK, rOK, rOK, rOK}},
 	}, nil},
+	{"handles are stored exactly", []step{
+		{t0, []Op{acq("x", "o", hX, s10), acq("u", "o", hU, s10), acq("a", "o", hA, s10), acq("z", "o", hZ, s10)},
+			[]Result{ok(1, "o", exp10), ok(2, "o", exp10), ok(3, "o", exp10), ok(4, "o", exp10)}},
+	}, func(t *testing.T, f *FSM) {
+		for key, h := range map[string]string{"x": hX, "u": hU, "a": hA, "z": hZ} {
+			if l, _ := f.Lock(key); l.Handle != h {
+				t.Errorf("Lock(%q).Handle = %q, want %q", key, l.Handle, h)
+			}
+		}
+	}},
 }
 
 func TestOps(t *testing.T) {
@@ -354,7 +366,18 @@ func TestObserver(t *testing.T) {
 		_ = f.NumLocks()
 		calls = append(calls, call{index, key, l})
 	})
-	apply(t, f, 1, Entry{Now: t0, Ops: []Op{acq("a", "alice", hA, s10), acq("a", "alice", hA, s10), acq("a", "bob", hB, s10), acq("b", "bob", hB, time.Second)}})
+	// The observer reads the FSM: if Apply called it under the FSM's lock,
+	// this would deadlock.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		apply(t, f, 1, Entry{Now: t0, Ops: []Op{acq("a", "alice", hA, s10), acq("a", "alice", hA, s10), acq("a", "bob", hB, s10), acq("b", "bob", hB, time.Second)}})
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Apply deadlocked: the observer is called under the FSM's lock")
+	}
 	apply(t, f, 2, Entry{Now: t0 + sec, Ops: []Op{renew("a", hA, 1, s10), rel("b", hB, 9)}})
 	apply(t, f, 3, Entry{Now: t0 + 2*sec, Ops: []Op{rel("a", hA, 1), acq("a", "bob", hB, s10), expire("b", 2), {Type: OpExtendAll}}})
 	want := []struct {
