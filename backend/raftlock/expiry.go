@@ -69,7 +69,7 @@ func (s *scheduler) armLocked() {
 // leader's clock; the state machine re-checks each against the entry's time.
 func (s *scheduler) expireDue() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndRun(false)
 	if !s.ready {
 		return
 	}
@@ -97,7 +97,7 @@ func (s *scheduler) expireDue() {
 			if a := <-done; a.err != nil {
 				s.n.log.Warn("expiring locks failed; will retry", "locks", len(items), "err", a.err)
 				s.mu.Lock()
-				defer s.mu.Unlock()
+				defer s.unlockAndRun(false)
 				if s.epoch == epoch {
 					for _, it := range items {
 						it.expires = s.n.cfg.Clock.Now() + int64(expireRetry)

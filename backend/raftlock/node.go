@@ -83,9 +83,8 @@ func New(cfg Config) (*Node, error) {
 		n.closeResources()
 		return nil, err
 	}
-	n.wg.Add(2)
+	n.wg.Add(1)
 	go n.watchLeadership()
-	go n.batch.run()
 	return n, nil
 }
 
@@ -283,7 +282,6 @@ func (n *Node) applyCtx(ctx context.Context, ops ...fsm.Op) (*fsm.ApplyResult, e
 	return n.batch.submit(ops, n.timeout(ctx))
 }
 
-var errRaftShutdown = raft.ErrRaftShutdown
 
 func (n *Node) timeout(ctx context.Context) time.Duration {
 	t := n.cfg.ApplyTimeout

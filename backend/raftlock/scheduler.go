@@ -30,6 +30,10 @@ type scheduler struct {
 	expiry  expiryHeap
 	timer   *time.Timer
 	waiters int // total queued, for metrics
+
+	// proposals are commits queued under mu, run by unlockAndRun once mu
+	// is released (a commit must never wait while holding mu).
+	proposals []func()
 }
 
 // keyQueue is one key's waiters, oldest first. inflight is the waiter whose
@@ -84,9 +88,11 @@ func (s *scheduler) becomeLeader() {
 	}
 	// The new leader cannot know how much of each TTL ran on the old
 	// leader's clock, or how far apart the two clocks are. Extending every
-	// lease is always safe (holders judge their own deadline) and costs at
-	// most one TTL of availability for locks whose holders crashed with
-	// the old leader.
+	// live lease to a full TTL on this leader's clock is always safe
+	// (holders judge their own deadline) and costs at most one TTL of
+	// availability for locks whose holders crashed with the old leader.
+	// Leases already expired by the state machine's clock stay expired and
+	// are released by the rebuilt timers.
 	res, err := n.apply(fsm.Entry{Ops: []fsm.Op{
 		{Type: fsm.OpExtendAll},
 		{Type: fsm.OpSetMember, Key: n.cfg.ID, Value: []byte(n.cfg.APIAddr)},
@@ -157,10 +163,13 @@ func (s *scheduler) stepDown() {
 // enqueue queues w (the scheduler serves it in FIFO order) or refuses it.
 func (s *scheduler) enqueue(w *waiter) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.ready {
+		s.mu.Unlock()
 		return s.n.notLeader()
 	}
+	// The caller's goroutine commits its own grant: no hand-off to another
+	// goroutine on the common path.
+	defer s.unlockAndRun(true)
 	q := s.queues[w.key]
 	if q == nil {
 		q = &keyQueue{}
@@ -184,7 +193,7 @@ func (s *scheduler) enqueue(w *waiter) error {
 // holding a lock its caller never saw.
 func (s *scheduler) abandon(w *waiter) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndRun(false)
 	select {
 	case r := <-w.res:
 		if r.grant != nil && s.ready {
@@ -287,11 +296,27 @@ type applied struct {
 	err error
 }
 
-// proposeLocked commits entry in the background. grants maps op indexes to
-// the waiters those acquire ops are for; done (buffered) gets the outcome.
+// unlockAndRun releases mu and runs the commits proposed under it: the
+// first on this goroutine if inline, the others on goroutines of their own.
+func (s *scheduler) unlockAndRun(inline bool) {
+	ps := s.proposals
+	s.proposals = nil
+	s.mu.Unlock()
+	for i, p := range ps {
+		if inline && i == 0 {
+			defer p()
+			continue
+		}
+		go p()
+	}
+}
+
+// proposeLocked queues the commit of entry, to run once mu is released.
+// grants maps op indexes to the waiters those acquire ops are for; done
+// (buffered), if not nil, gets the outcome.
 func (s *scheduler) proposeLocked(entry fsm.Entry, grants map[int]*waiter, done chan applied) {
 	epoch := s.epoch
-	go func() {
+	s.proposals = append(s.proposals, func() {
 		sent := time.Now() // before the entry is stamped: the leases' Sent
 		res, err := s.n.batch.submit(entry.Ops, s.n.cfg.ApplyTimeout)
 		if done != nil {
@@ -301,14 +326,14 @@ func (s *scheduler) proposeLocked(entry fsm.Entry, grants map[int]*waiter, done 
 			return
 		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
+		defer s.unlockAndRun(false)
 		if s.epoch != epoch {
 			return // leadership changed: stepDown failed these waiters
 		}
 		for i, w := range grants {
 			s.settleLocked(w, sent, res, i, err)
 		}
-	}()
+	})
 }
 
 // settleLocked delivers the outcome of w's granting op.
@@ -356,7 +381,7 @@ func (s *scheduler) settleLocked(w *waiter, sent time.Time, res *fsm.ApplyResult
 // the key's next waiter.
 func (s *scheduler) observe(index uint64, key string, l *fsm.Lock) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndRun(false) // never commit on the state machine's goroutine
 	if !s.active {
 		return
 	}

@@ -119,7 +119,7 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 		return s.n.notLeader()
 	}
 	sc.releaseLocked(lease.Key, lease.Handle, uint64(lease.Token), done)
-	sc.mu.Unlock()
+	sc.unlockAndRun(true) // commits the release on this goroutine
 	var a applied
 	select {
 	case a = <-done:
