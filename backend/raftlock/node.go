@@ -282,7 +282,6 @@ func (n *Node) applyCtx(ctx context.Context, ops ...fsm.Op) (*fsm.ApplyResult, e
 	return n.batch.submit(ops, n.timeout(ctx))
 }
 
-
 func (n *Node) timeout(ctx context.Context) time.Duration {
 	t := n.cfg.ApplyTimeout
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < t {
