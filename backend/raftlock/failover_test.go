@@ -132,3 +132,37 @@ func awaitWaiting(t *testing.T, n *Node, key string, want int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestForceRelease: an operator frees a key held by a dead client; the next
+// waiter is granted at once and the old holder's renewal is refused.
+func TestForceRelease(t *testing.T) {
+	c := startCluster(t, 3)
+	l := leader(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dead, err := l.Acquire(ctx, "stuck", lock.AcquireOptions{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan *lock.Lease, 1)
+	go func() {
+		lease, err := l.NewSession().Acquire(ctx, "stuck", lock.AcquireOptions{TTL: time.Minute})
+		if err != nil {
+			t.Error(err)
+		}
+		next <- lease
+	}()
+	awaitWaiting(t, l, "stuck", 1)
+	if err := l.ForceRelease(ctx, "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-next; got == nil || got.Token <= dead.Token {
+		t.Fatalf("waiter after a forced release got %+v", got)
+	}
+	if err := l.Renew(ctx, dead, time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("renewal by the force-released holder: %v, want ErrNotHeld", err)
+	}
+	if err := l.ForceRelease(ctx, "never-held"); !errors.Is(err, lock.ErrNotFound) {
+		t.Errorf("ForceRelease of a free key: %v, want ErrNotFound", err)
+	}
+}

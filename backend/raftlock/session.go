@@ -209,3 +209,37 @@ func (n *Node) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) 
 
 // Close implements lock.Locker by shutting the node down.
 func (n *Node) Close() error { return n.Shutdown() }
+
+// ForceRelease frees key whoever holds it (seed 000's forced release: an
+// operator's tool for a holder known to be dead). The next waiter is granted
+// in the same entry. The holder learns of it on its next renewal
+// (ErrNotHeld); fencing tokens protect the resource meanwhile. A key nobody
+// holds gives lock.ErrNotFound.
+func (n *Node) ForceRelease(ctx context.Context, key string) error {
+	if err := lock.ValidateKey(key); err != nil {
+		return err
+	}
+	sc := n.sched
+	sc.mu.Lock()
+	if !sc.ready {
+		sc.mu.Unlock()
+		return n.notLeader()
+	}
+	l, ok := n.fsm.Lock(key)
+	if !ok {
+		sc.mu.Unlock()
+		return fmt.Errorf("%w: %q", lock.ErrNotFound, key)
+	}
+	done := make(chan applied, 1)
+	sc.releaseLocked(key, l.Handle, l.Token, done)
+	sc.unlockAndRun(true)
+	a := <-done
+	if a.err != nil {
+		return a.err
+	}
+	if a.res.Results[0].Status != fsm.StatusOK {
+		return fmt.Errorf("%w: %q changed hands while being released", lock.ErrNotHeld, key)
+	}
+	n.log.Warn("lock force-released", "key", key, "owner", l.Owner, "token", l.Token)
+	return nil
+}
