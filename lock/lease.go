@@ -3,6 +3,7 @@ package lock
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -190,6 +191,37 @@ func (l *Lease) endLocked(cause error) {
 		l.timer.Stop()
 	}
 	close(l.done)
+}
+
+// Renewed records a backend's answer to a renewal of l for ttl whose request
+// was sent at sent. held means the backend extended the grant: the deadline
+// moves (see Extend). Otherwise the lease ends and the error, matching
+// ErrNotHeld, is returned; Renew implementations return Renewed's result.
+func (l *Lease) Renewed(sent time.Time, ttl time.Duration, held bool) error {
+	if !held {
+		return l.refused()
+	}
+	if !l.Extend(sent, ttl) {
+		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
+	}
+	return nil
+}
+
+// Released records a backend's answer to a release of l: held means it
+// freed the grant, and the lease ends with ErrReleased; otherwise it ends
+// with, and Released returns, an error matching ErrNotHeld.
+func (l *Lease) Released(held bool) error {
+	if !held {
+		return l.refused()
+	}
+	l.End(ErrReleased)
+	return nil
+}
+
+func (l *Lease) refused() error {
+	err := fmt.Errorf("%w: %q was released, expired or granted to someone else", ErrNotHeld, l.Key)
+	l.End(err)
+	return err
 }
 
 // NewHandle returns a fresh random lease handle: 128 bits from crypto/rand,

@@ -122,3 +122,36 @@ func TestErrorsMatch(t *testing.T) {
 		t.Errorf("%v does not match ErrNotAcquired", err)
 	}
 }
+
+func TestRenewedAndReleased(t *testing.T) {
+	l := lock.NewLease(lock.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
+	sent := time.Now()
+	if err := l.Renewed(sent, time.Hour, true); err != nil || !l.Deadline().Equal(lock.DeadlineFor(sent, time.Hour, 0)) {
+		t.Fatalf("Renewed(held) = %v, deadline %v", err, l.Deadline())
+	}
+	if err := l.Released(true); err != nil || !errors.Is(l.Err(), lock.ErrReleased) {
+		t.Fatalf("Released(held) = %v, Err %v", err, l.Err())
+	}
+	if _, err := lock.ValidateRenew(l, time.Second); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("ValidateRenew of a released lease = %v, want ErrNotHeld", err)
+	}
+	if err := l.Renewed(time.Now(), time.Hour, true); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Renewed on an ended lease = %v, want ErrNotHeld", err)
+	}
+
+	for _, refuse := range []func(*lock.Lease) error{
+		func(l *lock.Lease) error { return l.Renewed(time.Now(), time.Hour, false) },
+		func(l *lock.Lease) error { return l.Released(false) },
+	} {
+		l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
+		err := refuse(l)
+		if !errors.Is(err, lock.ErrNotHeld) || !errors.Is(l.Err(), lock.ErrNotHeld) {
+			t.Errorf("refusal: %v, lease Err %v; want both ErrNotHeld", err, l.Err())
+		}
+		select {
+		case <-l.Done():
+		default:
+			t.Error("a refused lease's Done is open")
+		}
+	}
+}

@@ -85,15 +85,21 @@ func (o AcquireOptions) Normalize(key, defaultOwner string) (AcquireOptions, err
 }
 
 // ValidateRenew checks Renew's arguments and resolves ttl 0 to the lease's
-// current TTL.
+// current TTL. A lease whose Done is closed is refused with an error
+// matching ErrNotHeld: it cannot be renewed, only acquired again.
 func ValidateRenew(lease *Lease, ttl time.Duration) (time.Duration, error) {
 	if err := ValidateLease(lease); err != nil {
 		return 0, err
 	}
 	if ttl == 0 {
-		return lease.TTL(), nil
+		ttl = lease.TTL()
+	} else if err := ValidateTTL(ttl); err != nil {
+		return 0, err
 	}
-	return ttl, ValidateTTL(ttl)
+	if err := lease.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	return ttl, nil
 }
 
 // ValidateLease checks that a lease given to Renew or Release is usable.

@@ -83,23 +83,12 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	if err := lease.Err(); err != nil {
-		return fmt.Errorf("%w: %w", lock.ErrNotHeld, err)
-	}
 	sent := time.Now()
 	res, err := s.n.applyCtx(ctx, fsm.Op{Type: fsm.OpRenew, Key: lease.Key, Handle: lease.Handle, Token: uint64(lease.Token), TTL: ttl})
 	if err != nil {
 		return err
 	}
-	if st := res.Results[0].Status; st != fsm.StatusOK {
-		err := fmt.Errorf("%w: %q was released, expired or granted to someone else", lock.ErrNotHeld, lease.Key)
-		lease.End(err)
-		return err
-	}
-	if !lease.Extend(sent, ttl) {
-		return fmt.Errorf("%w: %w", lock.ErrNotHeld, lease.Err())
-	}
-	return nil
+	return lease.Renewed(sent, ttl, res.Results[0].Status == fsm.StatusOK)
 }
 
 // Release implements lock.Locker. When others wait for the key, the release
@@ -129,13 +118,7 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 	if a.err != nil {
 		return a.err
 	}
-	if a.res.Results[0].Status != fsm.StatusOK {
-		err := fmt.Errorf("%w: %q was released, expired or granted to someone else", lock.ErrNotHeld, lease.Key)
-		lease.End(err)
-		return err
-	}
-	lease.End(lock.ErrReleased)
-	return nil
+	return lease.Released(a.res.Results[0].Status == fsm.StatusOK)
 }
 
 // Inspect implements lock.Locker, linearizably: only the leader answers,

@@ -173,9 +173,6 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	if err != nil {
 		return err
 	}
-	if err := lease.Err(); err != nil {
-		return fmt.Errorf("%w: %w", lock.ErrNotHeld, err)
-	}
 	sent := time.Now()
 	s := l.store
 	s.mu.Lock()
@@ -188,17 +185,12 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 		k.holder = h
 	case h == nil || h.handle != lease.Handle || h.token != lease.Token:
 		s.mu.Unlock()
-		err := fmt.Errorf("%w: key %q was freed or granted to someone else", lock.ErrNotHeld, lease.Key)
-		lease.End(err)
-		return err
+		return lease.Renewed(sent, ttl, false)
 	}
 	h.expires = sent.Add(ttl)
 	s.armLocked(lease.Key, k, ttl)
 	s.mu.Unlock()
-	if !lease.Extend(sent, ttl) {
-		return fmt.Errorf("%w: %w", lock.ErrNotHeld, lease.Err())
-	}
-	return nil
+	return lease.Renewed(sent, ttl, true)
 }
 
 // Release implements lock.Locker.
@@ -219,13 +211,7 @@ func (l *MemLocker) Release(ctx context.Context, lease *lock.Lease) error {
 		s.freeLocked(lease.Key, k)
 	}
 	s.mu.Unlock()
-	if !ours {
-		err := fmt.Errorf("%w: key %q was freed or granted to someone else", lock.ErrNotHeld, lease.Key)
-		lease.End(err)
-		return err
-	}
-	lease.End(lock.ErrReleased)
-	return nil
+	return lease.Released(ours)
 }
 
 // Inspect implements lock.Locker.
