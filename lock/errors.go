@@ -42,6 +42,10 @@ var (
 	// ErrInvalidOwner: the owner id is too long or has control characters.
 	ErrInvalidOwner = errors.New("lock: invalid owner")
 
+	// ErrInvalidHandle: a caller-chosen lease handle is not 32 to 64
+	// lowercase hex characters.
+	ErrInvalidHandle = errors.New("lock: invalid handle")
+
 	// ErrNilLease: Renew or Release was given a nil lease (or one without a
 	// key).
 	ErrNilLease = errors.New("lock: nil lease")

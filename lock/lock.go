@@ -112,6 +112,14 @@ type AcquireOptions struct {
 	// released, the Locker is closed, or a renewal is refused (see
 	// KeepAlive).
 	AutoRenew bool
+
+	// Handle, if set, is a caller-chosen lease handle (32 to 64 lowercase
+	// hex characters, at least 128 random bits: NewHandle makes one). A
+	// re-sent acquire with the same handle is idempotent where the backend
+	// supports it (raftlock): if the first copy was granted, the re-sent
+	// one returns that grant instead of waiting behind it. Backends that
+	// do not support it mint their own handle.
+	Handle string
 }
 
 // LockInfo is what Inspect reports about a held key.

@@ -72,6 +72,9 @@ func (o AcquireOptions) Normalize(key, defaultOwner string) (AcquireOptions, err
 	if len(o.Value) > MaxValueLen {
 		return o, invalid("value", fmt.Sprintf("(%d bytes)", len(o.Value)), fmt.Sprintf("is longer than the maximum of %d bytes", MaxValueLen), ErrInvalidValue)
 	}
+	if o.Handle != "" && !isHandle(o.Handle) {
+		return o, invalid("handle", o.Handle, "must be 32 to 64 lowercase hex characters", ErrInvalidHandle)
+	}
 	if o.Owner == "" {
 		o.Owner = defaultOwner
 	}
@@ -116,6 +119,18 @@ func invalid(field, value, reason string, sentinel error) error {
 		value = value[:show] + "…"
 	}
 	return &ValidationError{Field: field, Value: strconv.Quote(value), Reason: reason, Err: sentinel}
+}
+
+func isHandle(h string) bool {
+	if len(h) < 32 || len(h) > 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func hasControl(s string) bool {

@@ -94,3 +94,14 @@ func TestValidateRenew(t *testing.T) {
 		t.Errorf("ValidateRenew(-1s) = %v", err)
 	}
 }
+
+func TestNormalizeHandle(t *testing.T) {
+	if _, err := (lock.AcquireOptions{Handle: lock.NewHandle()}).Normalize("k", "c"); err != nil {
+		t.Errorf("a NewHandle handle was refused: %v", err)
+	}
+	for _, h := range []string{"abc", strings.Repeat("A", 32), strings.Repeat("g", 32), strings.Repeat("a", 65)} {
+		if _, err := (lock.AcquireOptions{Handle: h}).Normalize("k", "c"); err == nil {
+			t.Errorf("handle %q accepted", h)
+		}
+	}
+}

@@ -166,3 +166,25 @@ func TestForceRelease(t *testing.T) {
 		t.Errorf("ForceRelease of a free key: %v, want ErrNotFound", err)
 	}
 }
+
+// TestIdempotentResend: an acquire re-sent with the same client-chosen
+// handle (after a lost reply or a leader change) returns the grant of the
+// first copy instead of waiting behind it.
+func TestIdempotentResend(t *testing.T) {
+	c := startCluster(t, 3)
+	l := leader(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := lock.NewHandle()
+	first, err := l.NewSession().Acquire(ctx, "resent", lock.AcquireOptions{TTL: time.Minute, Handle: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.NewSession().TryAcquire(ctx, "resent", lock.AcquireOptions{TTL: time.Minute, Handle: h})
+	if err != nil || again.Token != first.Token || again.Handle != h {
+		t.Fatalf("re-sent acquire = %+v, %v; want token %d", again, err, first.Token)
+	}
+	if _, err := l.NewSession().TryAcquire(ctx, "resent", lock.AcquireOptions{TTL: time.Minute}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("a different handle: %v, want ErrNotAcquired", err)
+	}
+}

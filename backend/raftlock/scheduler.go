@@ -175,7 +175,7 @@ func (s *scheduler) enqueue(w *waiter) error {
 		q = &keyQueue{}
 		s.queues[w.key] = q
 	}
-	if w.try && (len(q.waiters) > 0 || s.heldLocked(w.key)) {
+	if w.try && (len(q.waiters) > 0 || s.heldByOtherLocked(w.key, w.handle)) {
 		return s.heldErrLocked(w.key)
 	}
 	if len(q.waiters) >= s.n.cfg.MaxWaitersPerKey {
@@ -220,10 +220,12 @@ func (s *scheduler) abandon(w *waiter) {
 	s.kickLocked(w.key, q)
 }
 
-// heldLocked reports whether key has a live holder by this leader's clock.
-func (s *scheduler) heldLocked(key string) bool {
+// heldByOtherLocked reports whether key has a live holder, by this leader's
+// clock, other than the grant with handle (a re-sent acquire of a grant
+// that already committed is answered with that grant).
+func (s *scheduler) heldByOtherLocked(key, handle string) bool {
 	l, ok := s.n.fsm.Lock(key)
-	return ok && l.Expires > s.n.cfg.Clock.Now()
+	return ok && l.Expires > s.n.cfg.Clock.Now() && l.Handle != handle
 }
 
 func (s *scheduler) heldErrLocked(key string) error {
@@ -248,10 +250,10 @@ func (s *scheduler) kickLocked(key string, q *keyQueue) {
 		delete(s.queues, key)
 		return
 	}
-	if s.heldLocked(key) {
+	w := q.waiters[0]
+	if s.heldByOtherLocked(key, w.handle) {
 		return // the holder's release or expiry kicks again
 	}
-	w := q.waiters[0]
 	q.inflight = w
 	s.proposeLocked(fsm.Entry{Ops: []fsm.Op{acquireOp(w)}}, map[int]*waiter{0: w}, nil)
 }

@@ -51,7 +51,11 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	w := &waiter{key: key, opts: opts, handle: lock.NewHandle(), try: try, res: make(chan result, 1)}
+	handle := opts.Handle // a client's own handle makes a re-sent acquire idempotent
+	if handle == "" {
+		handle = lock.NewHandle()
+	}
+	w := &waiter{key: key, opts: opts, handle: handle, try: try, res: make(chan result, 1)}
 	if err := s.n.sched.enqueue(w); err != nil {
 		return nil, err
 	}
