@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// apiError is the error object of both protocols (docs/protocol.md, "Error
+// codes"): a stable code, a message, and detail where it helps.
+type apiError struct {
+	Code    string     `json:"code"`
+	Message string     `json:"message"`
+	Leader  *leaderRef `json:"leader,omitempty"`
+	Holder  *holderRef `json:"holder,omitempty"`
+	status  int
+}
+
+type leaderRef struct {
+	ID   string `json:"id,omitempty"`
+	Addr string `json:"addr,omitempty"`
+}
+
+type holderRef struct {
+	Owner        string `json:"owner,omitempty"`
+	FencingToken uint64 `json:"fencingToken,omitempty"`
+	ExpiresIn    int64  `json:"expiresIn,omitempty"`
+}
+
+func newError(code string, status int, msg string) *apiError {
+	return &apiError{Code: code, Message: msg, status: status}
+}
+
+// statusClientClosed is nginx's 499: the client gave up (cancelled a wait).
+const statusClientClosed = 499
+
+// toAPIError maps the lock contract's errors onto the protocol's codes.
+func toAPIError(err error) *apiError {
+	msg := err.Error()
+	var nl *lock.NotLeaderError
+	var he *lock.HeldError
+	switch {
+	case errors.As(err, &nl):
+		e := newError("not_leader", http.StatusMisdirectedRequest, msg)
+		e.Leader = &leaderRef{ID: nl.LeaderID, Addr: nl.LeaderAddr}
+		return e
+	case errors.As(err, &he):
+		e := newError("held", http.StatusConflict, msg)
+		e.Holder = &holderRef{Owner: he.Owner, FencingToken: uint64(he.Token)}
+		if !he.Expires.IsZero() {
+			e.Holder.ExpiresIn = max(durationMS(timeUntil(he.Expires)), 0)
+		}
+		return e
+	case errors.Is(err, lock.ErrNotAcquired):
+		return newError("held", http.StatusConflict, msg)
+	case errors.Is(err, lock.ErrNotHeld):
+		return newError("not_held", http.StatusConflict, msg)
+	case errors.Is(err, lock.ErrNotFound):
+		return newError("not_found", http.StatusNotFound, msg)
+	case errors.Is(err, lock.ErrInvalidKey):
+		return newError("invalid_key", http.StatusBadRequest, msg)
+	case errors.Is(err, lock.ErrInvalidTTL):
+		return newError("invalid_ttl", http.StatusBadRequest, msg)
+	case errors.Is(err, lock.ErrInvalidValue):
+		return newError("invalid_value", http.StatusBadRequest, msg)
+	case errors.Is(err, lock.ErrInvalidOwner):
+		return newError("invalid_owner", http.StatusBadRequest, msg)
+	case errors.Is(err, lock.ErrInvalidHandle):
+		return newError("invalid_handle", http.StatusBadRequest, msg)
+	case errors.Is(err, lock.ErrNilLease):
+		return newError("missing_field", http.StatusBadRequest, msg)
+	case errors.Is(err, context.Canceled):
+		return newError("cancelled", statusClientClosed, msg)
+	case errors.Is(err, lock.ErrClosed):
+		return newError("closed", http.StatusServiceUnavailable, msg)
+	default:
+		// ErrUnavailable, timeouts, and anything a backend did not classify:
+		// the outcome is unknown, retrying is the right move.
+		return newError("unavailable", http.StatusServiceUnavailable, msg)
+	}
+}

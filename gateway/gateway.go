@@ -1,0 +1,180 @@
+// Package gateway serves any lock.Locker over WebSocket (seed 000's
+// protocol) and REST (seed 001's API), with metrics, health checks and
+// limits. docs/protocol.md is the reference of both protocols.
+package gateway
+
+import (
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxMessageBytes   = 64 << 10
+	DefaultMaxWaitersPerConn = 1024
+	DefaultWriteTimeout      = 10 * time.Second
+	DefaultPingInterval      = 15 * time.Second
+	DefaultIdleTimeout       = 45 * time.Second
+	DefaultSyncWindow        = 2 * time.Second
+	DefaultMaxWait           = 5 * time.Minute
+	// opTimeout bounds one renew, release or inspect on the backend.
+	opTimeout = 10 * time.Second
+)
+
+// Options configures a Gateway. Zero fields take the defaults above.
+type Options struct {
+	Logger            *slog.Logger
+	MaxMessageBytes   int64
+	MaxWaitersPerConn int
+	WriteTimeout      time.Duration
+	PingInterval      time.Duration
+	IdleTimeout       time.Duration
+	// SyncWindow is how long a REST acquire with wait_ms waits before it
+	// answers 202 with a ticket.
+	SyncWindow time.Duration
+	// MaxWait bounds a REST acquire's wait_ms.
+	MaxWait time.Duration
+	// Ready reports whether the backend can serve (for /readyz); nil means
+	// always ready.
+	Ready func() error
+}
+
+func (o *Options) fill() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxWaitersPerConn <= 0 {
+		o.MaxWaitersPerConn = DefaultMaxWaitersPerConn
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.WriteTimeout, DefaultWriteTimeout)
+	def(&o.PingInterval, DefaultPingInterval)
+	def(&o.IdleTimeout, DefaultIdleTimeout)
+	def(&o.SyncWindow, DefaultSyncWindow)
+	def(&o.MaxWait, DefaultMaxWait)
+}
+
+// Gateway is an http.Handler serving the lock protocols over one Locker.
+// It is safe for concurrent use; it never closes the Locker.
+type Gateway struct {
+	l       lock.Locker
+	opts    Options
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+	tickets *tickets
+
+	mu     sync.Mutex
+	conns  map[*conn]struct{}
+	closed bool
+}
+
+// New returns a gateway over l.
+func New(l lock.Locker, opts Options) *Gateway {
+	opts.fill()
+	g := &Gateway{l: l, opts: opts, log: opts.Logger, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
+	g.metrics = newMetrics(g)
+	g.tickets = newTickets()
+	g.mux.HandleFunc("/v1/ws", g.serveWS)
+	g.mux.HandleFunc("/locks/{key}", g.serveLock)
+	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)
+	g.mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
+	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	g.mux.HandleFunc("GET /readyz", g.serveReady)
+	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		g.writeError(w, r, newError("not_found", http.StatusNotFound, "no such endpoint: "+r.URL.Path+" (see docs/protocol.md)"))
+	})
+	return g
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// Registry is the gateway's Prometheus registry (served at /metrics).
+func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }
+
+func (g *Gateway) serveReady(w http.ResponseWriter, r *http.Request) {
+	if g.opts.Ready != nil {
+		if err := g.opts.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Write([]byte("ready\n"))
+}
+
+// Close ends every WebSocket connection (close code 1001, going away) and
+// cancels their waits and the REST tickets' waits; leases stay held until
+// their TTL unless a client asked for release on disconnect.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	g.closed = true
+	cs := make([]*conn, 0, len(g.conns))
+	for c := range g.conns {
+		cs = append(cs, c)
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		c.goAway()
+	}
+	g.tickets.cancelAll()
+	return nil
+}
+
+func (g *Gateway) track(c *conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.conns[c] = struct{}{}
+	return true
+}
+
+func (g *Gateway) untrack(c *conn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+}
+
+func durationMS(d time.Duration) int64 { return int64(d / time.Millisecond) }
+
+func timeUntil(t time.Time) time.Duration { return time.Until(t) }
+
+// ttlOption turns a wire TTL (ms; 0 = default) into the TTL to ask for. The
+// gateway never asks the backend to auto-renew: renewal is the client's job,
+// so a crashed client's leases run out.
+func ttlOption(ms int64) time.Duration {
+	if ms == 0 {
+		return lock.DefaultTTL
+	}
+	if ms < 0 {
+		return time.Duration(ms) // rejected by validation with invalid_ttl
+	}
+	if ms > int64(lock.MaxTTL/time.Millisecond) {
+		return lock.MaxTTL + time.Millisecond // likewise
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// rebuild makes a Lease for (key, token, handle) as a client presented it;
+// backends identify grants by those fields, not by the object.
+func rebuild(key, handle string, token uint64, ttl time.Duration) *lock.Lease {
+	return lock.NewLease(lock.Grant{Key: key, Token: lock.Token(token), Handle: handle, TTL: ttl, Sent: time.Now()})
+}

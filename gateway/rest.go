@@ -1,0 +1,263 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// REST (seed 001): /locks/{key} and /tickets/{ticket}. Leases are not
+// stored: renew and release name them by (key, lock_token, fencing_token).
+
+type acquireBody struct {
+	ClientID  string  `json:"client_id"`
+	TTLMS     int64   `json:"ttl_ms"`
+	Value     *string `json:"value"`
+	WaitMS    int64   `json:"wait_ms"`
+	LockToken string  `json:"lock_token"`
+}
+
+type leaseBody struct {
+	LockToken    string  `json:"lock_token"`
+	FencingToken *uint64 `json:"fencing_token"`
+	TTLMS        int64   `json:"ttl_ms"`
+}
+
+type grantBody struct {
+	Key          string `json:"key"`
+	Owner        string `json:"owner"`
+	LockToken    string `json:"lock_token"`
+	FencingToken uint64 `json:"fencing_token"`
+	TTLMS        int64  `json:"ttl_ms"`
+}
+
+func grantOf(l *lock.Lease) grantBody {
+	return grantBody{Key: l.Key, Owner: l.Owner, LockToken: l.Handle, FencingToken: uint64(l.Token), TTLMS: durationMS(l.TTL())}
+}
+
+func (g *Gateway) serveLock(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	switch r.Method {
+	case http.MethodPost:
+		g.restAcquire(w, r, key)
+	case http.MethodPut:
+		g.restRenew(w, r, key)
+	case http.MethodDelete:
+		g.restRelease(w, r, key)
+	case http.MethodGet, http.MethodHead:
+		g.restInspect(w, r, key)
+	default:
+		w.Header().Set("Allow", "GET, POST, PUT, DELETE")
+		g.writeError(w, r, newError("method_not_allowed", http.StatusMethodNotAllowed, r.Method+" is not allowed on /locks/{key}: use POST, PUT, DELETE or GET"))
+	}
+}
+
+func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string) {
+	var b acquireBody
+	if !g.readBody(w, r, &b, false) {
+		return
+	}
+	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
+	if opts.Owner == "" {
+		opts.Owner = "rest-" + lock.NewHandle()[:12]
+	}
+	if b.Value != nil {
+		opts.Value = []byte(*b.Value)
+	}
+	start := time.Now()
+	if b.WaitMS <= 0 {
+		lease, err := g.l.TryAcquire(r.Context(), key, opts)
+		g.answerGrant(w, r, start, lease, err)
+		return
+	}
+	wait := min(time.Duration(b.WaitMS)*time.Millisecond, g.opts.MaxWait)
+	t := g.tickets.start(g, key, opts, wait)
+	select {
+	case <-t.done:
+		g.tickets.collect(t.id)
+		g.answerGrant(w, r, start, t.lease, t.err)
+	case <-time.After(min(wait, g.opts.SyncWindow)):
+		writeJSON(w, http.StatusAccepted, map[string]any{"ticket": t.id, "poll": "/tickets/" + t.id, "wait_ms": durationMS(wait)})
+	case <-r.Context().Done():
+		t.cancel()
+	}
+}
+
+func (g *Gateway) answerGrant(w http.ResponseWriter, r *http.Request, start time.Time, lease *lock.Lease, err error) {
+	if err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	g.metrics.acquire.WithLabelValues("rest").Observe(time.Since(start).Seconds())
+	g.metrics.grants.Inc()
+	writeJSON(w, http.StatusOK, grantOf(lease))
+}
+
+// leaseFromBody reads the lease a PUT or DELETE names (body, or query
+// parameters for DELETE).
+func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key string, allowQuery bool) (*lock.Lease, time.Duration, bool) {
+	var b leaseBody
+	if allowQuery && r.URL.Query().Has("lock_token") {
+		b.LockToken = r.URL.Query().Get("lock_token")
+		if s := r.URL.Query().Get("fencing_token"); s != "" {
+			v, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "fencing_token must be an unsigned integer"))
+				return nil, 0, false
+			}
+			b.FencingToken = &v
+		}
+	} else if !g.readBody(w, r, &b, true) {
+		return nil, 0, false
+	}
+	switch {
+	case b.LockToken == "":
+		g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "lock_token is required"))
+		return nil, 0, false
+	case b.FencingToken == nil:
+		g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "fencing_token is required"))
+		return nil, 0, false
+	}
+	ttl := ttlOption(b.TTLMS)
+	return rebuild(key, b.LockToken, *b.FencingToken, ttl), ttl, true
+}
+
+func (g *Gateway) restRenew(w http.ResponseWriter, r *http.Request, key string) {
+	lease, ttl, ok := g.leaseFromBody(w, r, key, false)
+	if !ok {
+		return
+	}
+	if err := g.l.Renew(r.Context(), lease, ttl); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "fencing_token": lease.Token, "ttl_ms": durationMS(ttl)})
+}
+
+func (g *Gateway) restRelease(w http.ResponseWriter, r *http.Request, key string) {
+	lease, _, ok := g.leaseFromBody(w, r, key, true)
+	if !ok {
+		return
+	}
+	if err := g.l.Release(r.Context(), lease); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string) {
+	info, err := g.l.Inspect(r.Context(), key)
+	if err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	body := map[string]any{"key": info.Key, "owner": info.Owner, "fencing_token": info.Token, "waiters": info.Waiters}
+	if info.Value != nil {
+		body["value"] = string(info.Value)
+	}
+	if !info.Expires.IsZero() {
+		body["expires_in_ms"] = max(durationMS(time.Until(info.Expires)), 0)
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("ticket")
+	t := g.tickets.get(id)
+	if t == nil {
+		g.writeError(w, r, newError("not_found", http.StatusNotFound, fmt.Sprintf("no ticket %q (unknown, or its result was already collected)", id)))
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		select {
+		case <-t.done:
+		default:
+			writeJSON(w, http.StatusAccepted, map[string]any{"ticket": id, "status": "waiting"})
+			return
+		}
+		g.tickets.collect(id)
+		if errors.Is(t.err, context.DeadlineExceeded) {
+			g.writeError(w, r, newError("timeout", http.StatusRequestTimeout, "wait_ms ran out before the lock was granted"))
+			return
+		}
+		g.answerGrant(w, r, t.start, t.lease, t.err)
+	case http.MethodDelete:
+		t.cancel()
+		<-t.done // Acquire returns promptly once cancelled
+		if g.tickets.collect(id) && t.lease != nil {
+			// The grant won the race with the cancel: give it back.
+			if err := g.l.Release(r.Context(), t.lease); err != nil {
+				g.log.Info("releasing a cancelled ticket's grant failed", "key", t.lease.Key, "err", err)
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.Header().Set("Allow", "GET, DELETE")
+		g.writeError(w, r, newError("method_not_allowed", http.StatusMethodNotAllowed, r.Method+" is not allowed on /tickets/{ticket}: use GET or DELETE"))
+	}
+}
+
+// readBody decodes a JSON body into v. An empty body is allowed when
+// optional. It answers 400/413/415 itself and reports false.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, required bool) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		// curl -d sends form encoding by default; the body is still JSON.
+		if err != nil || (mt != "application/json" && mt != "application/x-www-form-urlencoded") {
+			g.writeError(w, r, newError("unsupported_media_type", http.StatusUnsupportedMediaType, "the body must be JSON (Content-Type: application/json), not "+ct))
+			return false
+		}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxMessageBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			g.writeError(w, r, newError("too_large", http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit)))
+		} else {
+			g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "reading the body: "+err.Error()))
+		}
+		return false
+	}
+	if len(data) == 0 {
+		if required {
+			g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "a JSON body with lock_token and fencing_token is required"))
+			return false
+		}
+		return true
+	}
+	dec := json.NewDecoder(bytesReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "malformed JSON body: "+err.Error()))
+		return false
+	}
+	return true
+}
+
+// writeError answers with a JSON error body; a not-leader error with a known
+// leader becomes a 307 redirect to the same path on the leader.
+func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
+	g.metrics.errors.WithLabelValues(e.Code).Inc()
+	status := e.status
+	if e.Code == "not_leader" && e.Leader != nil && e.Leader.Addr != "" {
+		w.Header().Set("Location", "http://"+e.Leader.Addr+r.URL.RequestURI())
+		status = http.StatusTemporaryRedirect
+	}
+	writeJSON(w, status, map[string]any{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

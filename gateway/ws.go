@@ -1,0 +1,478 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Command types of the WebSocket protocol (seed 000's commandType).
+const (
+	cmdAcquire    = 1
+	cmdRelease    = 2
+	cmdRenew      = 3
+	cmdInspect    = 4
+	cmdTryAcquire = 5
+	cmdCancel     = 6
+)
+
+type fencingToken struct {
+	Key   string `json:"key"`
+	Value uint64 `json:"value"`
+}
+
+// request is one client message (docs/protocol.md, "Requests").
+type request struct {
+	ID                  string        `json:"id"`
+	CommandType         int           `json:"commandType"`
+	Key                 string        `json:"key"`
+	ClientID            string        `json:"clientId"`
+	TTL                 int64         `json:"ttl"`
+	Value               *string       `json:"value"`
+	LockToken           string        `json:"lockToken"`
+	FencingToken        *fencingToken `json:"fencingToken"`
+	Ack                 bool          `json:"ack"`
+	ReleaseOnDisconnect bool          `json:"releaseOnDisconnect"`
+	Target              string        `json:"target"`
+}
+
+// reply is one server message (docs/protocol.md, "Replies and pushes").
+type reply struct {
+	ID           string        `json:"id,omitempty"`
+	Type         string        `json:"type"`
+	Success      bool          `json:"success"`
+	Key          string        `json:"key,omitempty"`
+	FencingToken *fencingToken `json:"fencingToken,omitempty"`
+	LockToken    string        `json:"lockToken,omitempty"`
+	TTL          int64         `json:"ttl,omitempty"`
+	Owner        string        `json:"owner,omitempty"`
+	Value        *string       `json:"value,omitempty"`
+	ExpiresIn    *int64        `json:"expiresIn,omitempty"`
+	Waiters      *int          `json:"waiters,omitempty"`
+	Error        *apiError     `json:"error,omitempty"`
+}
+
+const maxIDLen = 64
+
+var upgrader = websocket.Upgrader{
+	ReadBufferSize:  1024,
+	WriteBufferSize: 1024,
+	WriteBufferPool: &sync.Pool{},
+	// Lock clients are programs, not pages; cross-origin browser use is
+	// the deployer's call (put the gateway behind a proxy that checks).
+	CheckOrigin: func(*http.Request) bool { return true },
+}
+
+// conn is one WebSocket client: its waits, its leases, its writer.
+type conn struct {
+	g        *Gateway
+	ws       *websocket.Conn
+	ctx      context.Context // ends when the connection does
+	cancel   context.CancelFunc
+	clientID string
+	out      chan reply
+	done     chan struct{} // closed when the writer exits
+
+	mu     sync.Mutex
+	waits  map[string]context.CancelFunc // by request id
+	nwaits int
+	leases map[string]*heldLease // by lock token
+}
+
+type heldLease struct {
+	lease               *lock.Lease
+	releaseOnDisconnect bool
+}
+
+func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	ws, err := upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered with an HTTP error
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		g: g, ws: ws, ctx: ctx, cancel: cancel,
+		clientID: "ws-" + lock.NewHandle()[:12],
+		out:      make(chan reply, 256),
+		done:     make(chan struct{}),
+		waits:    map[string]context.CancelFunc{},
+		leases:   map[string]*heldLease{},
+	}
+	if !g.track(c) {
+		ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
+		ws.Close()
+		cancel()
+		return
+	}
+	g.metrics.connections.Inc()
+	go c.writer()
+	c.reader()
+	c.finish()
+}
+
+// reader handles frames until the connection fails or goes idle.
+func (c *conn) reader() {
+	o := c.g.opts
+	c.ws.SetReadLimit(o.MaxMessageBytes)
+	c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
+	})
+	for {
+		typ, data, err := c.ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
+		if typ != websocket.TextMessage {
+			c.fail("", newError("bad_json", http.StatusBadRequest, "binary frames are not part of the protocol; send JSON text frames"))
+			continue
+		}
+		c.handle(data)
+	}
+}
+
+// handle decodes one frame and runs its command. Bad input gets an error
+// reply and the connection stays usable.
+func (c *conn) handle(data []byte) {
+	var req request
+	if err := json.Unmarshal(data, &req); err != nil {
+		c.fail("", newError("bad_json", http.StatusBadRequest, "malformed JSON: "+err.Error()))
+		return
+	}
+	if len(req.ID) > maxIDLen {
+		c.fail("", newError("bad_json", http.StatusBadRequest, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), maxIDLen)))
+		return
+	}
+	switch req.CommandType {
+	case cmdAcquire, cmdTryAcquire:
+		c.acquire(req)
+	case cmdRelease:
+		c.release(req)
+	case cmdRenew:
+		c.renew(req)
+	case cmdInspect:
+		c.inspect(req)
+	case cmdCancel:
+		c.cancelWait(req)
+	case 0:
+		c.fail(req.ID, newError("unknown_command", http.StatusBadRequest, "commandType is missing: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel"))
+	default:
+		c.fail(req.ID, newError("unknown_command", http.StatusBadRequest, fmt.Sprintf("commandType %d is unknown: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel", req.CommandType)))
+	}
+}
+
+func (c *conn) acquire(req request) {
+	if req.Key == "" {
+		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
+		return
+	}
+	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
+	if opts.Owner == "" {
+		opts.Owner = c.clientID
+	}
+	if req.Value != nil {
+		opts.Value = []byte(*req.Value)
+	}
+	if req.CommandType == cmdTryAcquire {
+		go func() {
+			start := time.Now()
+			lease, err := c.g.l.TryAcquire(c.ctx, req.Key, opts)
+			c.granted(req, start, lease, err)
+		}()
+		return
+	}
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	c.mu.Lock()
+	if c.nwaits >= c.g.opts.MaxWaitersPerConn {
+		c.mu.Unlock()
+		cancel(nil)
+		c.fail(req.ID, newError("too_many_waiters", http.StatusTooManyRequests,
+			fmt.Sprintf("this connection already waits for %d acquires", c.g.opts.MaxWaitersPerConn)))
+		return
+	}
+	c.nwaits++
+	if req.ID != "" {
+		c.waits[req.ID] = func() { cancel(errCancelledByClient) }
+	}
+	c.mu.Unlock()
+	c.g.metrics.waiters.Inc()
+	go func() {
+		defer cancel(nil)
+		start := time.Now()
+		lease, err := c.g.l.Acquire(ctx, req.Key, opts)
+		c.mu.Lock()
+		c.nwaits--
+		if req.ID != "" {
+			delete(c.waits, req.ID)
+		}
+		c.mu.Unlock()
+		c.g.metrics.waiters.Dec()
+		if err != nil && errors.Is(context.Cause(ctx), errCancelledByClient) {
+			err = fmt.Errorf("%w: %w", errCancelledByClient, context.Canceled)
+		}
+		c.granted(req, start, lease, err)
+	}()
+}
+
+var errCancelledByClient = errors.New("the client cancelled the wait")
+
+// granted reports an acquire's outcome; a grant that arrives after the
+// connection ended is kept (or released, if asked) like any other lease.
+func (c *conn) granted(req request, start time.Time, lease *lock.Lease, err error) {
+	if err != nil {
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
+	c.g.metrics.acquire.WithLabelValues("ws").Observe(time.Since(start).Seconds())
+	c.g.metrics.grants.Inc()
+	c.mu.Lock()
+	gone := c.ctx.Err() != nil
+	if !gone {
+		c.sweepLocked()
+		c.leases[lease.Handle] = &heldLease{lease: lease, releaseOnDisconnect: req.ReleaseOnDisconnect}
+	}
+	c.mu.Unlock()
+	if gone {
+		if req.ReleaseOnDisconnect {
+			c.releaseQuietly(lease)
+		}
+		return
+	}
+	c.send(reply{ID: req.ID, Type: "grant", Success: true, Key: lease.Key,
+		FencingToken: &fencingToken{Key: lease.Key, Value: uint64(lease.Token)},
+		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner})
+}
+
+// leaseFor rebuilds the lease a release or renew names.
+func (c *conn) leaseFor(req request) (*lock.Lease, *apiError) {
+	switch {
+	case req.Key == "":
+		return nil, newError("missing_field", http.StatusBadRequest, "key is required")
+	case req.LockToken == "":
+		return nil, newError("missing_field", http.StatusBadRequest, "lockToken is required")
+	case req.FencingToken == nil:
+		return nil, newError("missing_field", http.StatusBadRequest, "fencingToken is required")
+	}
+	ttl := lock.DefaultTTL
+	c.mu.Lock()
+	if h := c.leases[req.LockToken]; h != nil {
+		ttl = h.lease.TTL()
+	}
+	c.mu.Unlock()
+	return rebuild(req.Key, req.LockToken, req.FencingToken.Value, ttl), nil
+}
+
+func (c *conn) release(req request) {
+	lease, aerr := c.leaseFor(req)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		err := c.g.l.Release(ctx, lease)
+		c.forget(req.LockToken)
+		switch {
+		case err != nil:
+			c.fail(req.ID, toAPIError(err))
+		case req.Ack:
+			c.send(reply{ID: req.ID, Type: "released", Success: true, Key: req.Key})
+		}
+	}()
+}
+
+func (c *conn) renew(req request) {
+	lease, aerr := c.leaseFor(req)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	ttl := lease.TTL()
+	if req.TTL != 0 {
+		ttl = ttlOption(req.TTL)
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		if err := c.g.l.Renew(ctx, lease, ttl); err != nil {
+			c.fail(req.ID, toAPIError(err))
+			return
+		}
+		c.mu.Lock()
+		if h := c.leases[req.LockToken]; h != nil {
+			h.lease = lease // the renewed copy carries the new deadline and TTL
+		}
+		c.mu.Unlock()
+		c.send(reply{ID: req.ID, Type: "renewed", Success: true, Key: req.Key,
+			FencingToken: &fencingToken{Key: req.Key, Value: req.FencingToken.Value}, TTL: durationMS(ttl)})
+	}()
+}
+
+func (c *conn) inspect(req request) {
+	if req.Key == "" {
+		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		info, err := c.g.l.Inspect(ctx, req.Key)
+		if err != nil {
+			c.fail(req.ID, toAPIError(err))
+			return
+		}
+		c.send(infoReply(req.ID, info))
+	}()
+}
+
+func infoReply(id string, info *lock.LockInfo) reply {
+	r := reply{ID: id, Type: "info", Success: true, Key: info.Key, Owner: info.Owner,
+		FencingToken: &fencingToken{Key: info.Key, Value: uint64(info.Token)}, Waiters: &info.Waiters}
+	if info.Value != nil {
+		v := string(info.Value)
+		r.Value = &v
+	}
+	if !info.Expires.IsZero() {
+		ms := max(durationMS(time.Until(info.Expires)), 0)
+		r.ExpiresIn = &ms
+	}
+	return r
+}
+
+func (c *conn) cancelWait(req request) {
+	if req.Target == "" {
+		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "target (the id of the acquire to cancel) is required"))
+		return
+	}
+	c.mu.Lock()
+	cancel := c.waits[req.Target]
+	c.mu.Unlock()
+	if cancel == nil {
+		c.fail(req.ID, newError("not_found", http.StatusNotFound, fmt.Sprintf("no waiting acquire with id %q", req.Target)))
+		return
+	}
+	cancel()
+	c.send(reply{ID: req.ID, Type: "cancelled", Success: true})
+}
+
+// forget drops a lease from the connection's table.
+func (c *conn) forget(handle string) {
+	c.mu.Lock()
+	delete(c.leases, handle)
+	c.mu.Unlock()
+}
+
+// sweepLocked drops leases that ended (expired, released elsewhere), so a
+// long-lived connection's table does not grow without bound.
+func (c *conn) sweepLocked() {
+	if len(c.leases) < 64 {
+		return
+	}
+	for h, l := range c.leases {
+		if l.lease.Err() != nil {
+			delete(c.leases, h)
+		}
+	}
+}
+
+func (c *conn) liveLeases() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.leases {
+		if l.lease.Err() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *conn) fail(id string, e *apiError) {
+	c.g.metrics.errors.WithLabelValues(e.Code).Inc()
+	c.send(reply{ID: id, Type: "error", Error: e})
+}
+
+// send queues a message for the writer. A client that does not read its
+// messages (the queue is full) is disconnected rather than allowed to stall
+// the gateway.
+func (c *conn) send(r reply) {
+	select {
+	case c.out <- r:
+	case <-c.ctx.Done():
+	default:
+		c.g.log.Warn("websocket client too slow; disconnecting", "client", c.clientID)
+		c.ws.Close()
+	}
+}
+
+// writer sends queued messages and pings until the connection ends.
+func (c *conn) writer() {
+	defer close(c.done)
+	o := c.g.opts
+	ping := time.NewTicker(o.PingInterval)
+	defer ping.Stop()
+	for {
+		select {
+		case r := <-c.out:
+			c.ws.SetWriteDeadline(time.Now().Add(o.WriteTimeout))
+			if err := c.ws.WriteJSON(r); err != nil {
+				c.ws.Close()
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(o.WriteTimeout)); err != nil {
+				c.ws.Close()
+				return
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// goAway closes the connection from the server side.
+func (c *conn) goAway() {
+	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
+	c.ws.Close()
+}
+
+// finish runs when the reader stops: it cancels the waits and releases the
+// leases whose clients asked for release on disconnect. Other leases stay
+// held until their TTL, so that a reconnecting client can resume them.
+func (c *conn) finish() {
+	c.cancel()
+	<-c.done
+	c.ws.Close()
+	c.g.untrack(c)
+	c.g.metrics.connections.Dec()
+	c.mu.Lock()
+	var doomed []*lock.Lease
+	for _, h := range c.leases {
+		if h.releaseOnDisconnect && h.lease.Err() == nil {
+			doomed = append(doomed, h.lease)
+		}
+	}
+	c.leases = nil
+	c.mu.Unlock()
+	for _, l := range doomed {
+		c.releaseQuietly(l)
+	}
+}
+
+func (c *conn) releaseQuietly(l *lock.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := c.g.l.Release(ctx, l); err != nil {
+		c.g.log.Info("release on disconnect failed", "key", l.Key, "token", l.Token, "err", err)
+	}
+}
