@@ -19,3 +19,17 @@ func TestConformance(t *testing.T) {
 		},
 	})
 }
+
+// TestConformanceClusterLocker runs the suite over LocalCluster.Locker, the
+// leader-following Locker that `lockgate serve` puts its front gateway on.
+func TestConformanceClusterLocker(t *testing.T) {
+	c := startCluster(t, 3)
+	leader(t, c)
+	locktest.Run(t, locktest.Factory{
+		New: func(t *testing.T) lock.Locker { return c.Locker() },
+		Caps: locktest.Capabilities{
+			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
+			MutexGoroutines: 16, MutexCycles: 50,
+		},
+	})
+}

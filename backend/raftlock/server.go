@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/lockgate/lockgate/lock"
 )
 
 // Server is a Node with its API address served over HTTP: the membership
@@ -154,4 +156,100 @@ func (c *LocalCluster) Shutdown() {
 			s.Shutdown()
 		}
 	}
+}
+
+// Locker returns a lock.Locker over the whole local cluster: every call
+// goes to the current leader, and a call that meets a leader change (a
+// redirect) is re-sent to the new leader, up to DefaultMaxJoinHops times.
+// Acquires are re-sent with the same handle, so a grant that committed just
+// before the change is returned rather than waited behind. Close ends this
+// Locker's waits and calls, not the cluster.
+func (c *LocalCluster) Locker() lock.Locker {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &clusterLocker{c: c, ctx: ctx, cancel: cancel}
+}
+
+type clusterLocker struct {
+	c      *LocalCluster
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// retry runs op on the current leader until it returns something other
+// than a redirect.
+func (cl *clusterLocker) retry(ctx context.Context, op func(context.Context, *Node) error) error {
+	if cl.ctx.Err() != nil {
+		return lock.ErrClosed
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	unhook := context.AfterFunc(cl.ctx, func() { stop(lock.ErrClosed) })
+	defer unhook()
+	var err error
+	for range DefaultMaxJoinHops {
+		var l *Node
+		if l, err = cl.c.Leader(ctx); err != nil {
+			break
+		}
+		if err = op(ctx, l); !errors.Is(err, lock.ErrNotLeader) && !errors.Is(err, lock.ErrClosed) {
+			break
+		}
+	}
+	if cl.ctx.Err() != nil {
+		return lock.ErrClosed
+	}
+	return err
+}
+
+func (cl *clusterLocker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return cl.acquire(ctx, key, opts, (*Node).Acquire)
+}
+
+func (cl *clusterLocker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return cl.acquire(ctx, key, opts, (*Node).TryAcquire)
+}
+
+func (cl *clusterLocker) acquire(ctx context.Context, key string, opts lock.AcquireOptions,
+	f func(*Node, context.Context, string, lock.AcquireOptions) (*lock.Lease, error)) (*lock.Lease, error) {
+	if opts.Handle == "" {
+		opts.Handle = lock.NewHandle()
+	}
+	autoRenew := opts.AutoRenew || opts.TTL == 0
+	if opts.TTL == 0 {
+		opts.TTL = lock.DefaultTTL
+	}
+	opts.AutoRenew = false // renewed here, through whichever node leads
+	var lease *lock.Lease
+	err := cl.retry(ctx, func(ctx context.Context, n *Node) error {
+		var err error
+		lease, err = f(n, ctx, key, opts)
+		return err
+	})
+	if err == nil && autoRenew {
+		go lock.KeepAlive(cl.ctx, cl, lease)
+	}
+	return lease, err
+}
+
+func (cl *clusterLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	return cl.retry(ctx, func(ctx context.Context, n *Node) error { return n.Renew(ctx, lease, ttl) })
+}
+
+func (cl *clusterLocker) Release(ctx context.Context, lease *lock.Lease) error {
+	return cl.retry(ctx, func(ctx context.Context, n *Node) error { return n.Release(ctx, lease) })
+}
+
+func (cl *clusterLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	var info *lock.LockInfo
+	err := cl.retry(ctx, func(ctx context.Context, n *Node) error {
+		var err error
+		info, err = n.Inspect(ctx, key)
+		return err
+	})
+	return info, err
+}
+
+func (cl *clusterLocker) Close() error {
+	cl.cancel()
+	return nil
 }

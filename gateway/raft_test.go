@@ -1,0 +1,90 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+)
+
+// startRaft starts a three-node raftlock cluster with a gateway on every
+// node's API address.
+func startRaft(t testing.TB) *raftlock.LocalCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := raftlock.StartLocalCluster(ctx, 3, t.TempDir(), func(cfg *raftlock.Config) {
+		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 400*time.Millisecond, 400*time.Millisecond, 200*time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.Servers {
+		ServeRaft(s, Options{})
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
+// TestRaftNodesRedirect: every raftlock node serves the gateway; a follower
+// answers REST with 307 to the leader and WebSocket with not_leader naming
+// it; the leader grants.
+func TestRaftNodesRedirect(t *testing.T) {
+	c := startRaft(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *raftlock.Node
+	for _, n := range c.Nodes() {
+		if n != l {
+			f = n
+		}
+	}
+	// The member directory (leader's API address) commits right after the
+	// election; wait until the follower knows it.
+	for _, addr := f.Leader(); addr == ""; _, addr = f.Leader() {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	code, m, h := do(t, "POST", "http://"+f.APIAddr()+"/locks/x", "", `{"client_id":"a","ttl_ms":5000}`)
+	if code != 307 || errCode(m) != "not_leader" || h.Get("Location") != "http://"+l.APIAddr()+"/locks/x" {
+		t.Fatalf("follower POST = %d %v Location %q; want 307 to %s", code, m, h.Get("Location"), l.APIAddr())
+	}
+	code, m, _ = do(t, "POST", "http://"+l.APIAddr()+"/locks/x", "", `{"client_id":"a","ttl_ms":5000}`)
+	if code != 200 || m["fencing_token"] == nil {
+		t.Fatalf("leader POST = %d %v", code, m)
+	}
+	code, m, _ = do(t, "POST", "http://"+l.APIAddr()+"/locks/x", "", `{"client_id":"b","ttl_ms":5000}`)
+	if code != 409 || errCode(m) != "held" {
+		t.Fatalf("second leader POST = %d %v, want 409", code, m)
+	}
+
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+f.APIAddr()+"/v1/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	c2 := &wsClient{t: t, ws: ws}
+	c2.send(map[string]any{"id": "1", "commandType": 5, "key": "y"})
+	r := c2.expect("1", "error", "not_leader")
+	if r.Error.Leader == nil || r.Error.Leader.Addr != l.APIAddr() || r.Error.Leader.ID != l.ID() {
+		t.Errorf("not_leader names %+v, want %s at %s", r.Error.Leader, l.ID(), l.APIAddr())
+	}
+	if code, _, _ := doText(t, "http://"+f.APIAddr()+"/readyz"); code != 200 {
+		t.Errorf("follower readyz = %d, want 200 (it can redirect)", code)
+	}
+	if !strings.Contains(f.APIAddr(), "127.0.0.1") {
+		t.Errorf("API bound to %s, want loopback", f.APIAddr())
+	}
+}
