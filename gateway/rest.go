@@ -253,7 +253,14 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 		w.Header().Set("Location", "http://"+e.Leader.Addr+r.URL.RequestURI())
 		status = http.StatusTemporaryRedirect
 	}
-	writeJSON(w, status, map[string]any{"error": e})
+	body := map[string]any{"code": e.Code, "message": e.Message}
+	if e.Leader != nil {
+		body["leader"] = e.Leader
+	}
+	if h := e.Holder; h != nil { // REST spells fields in snake_case
+		body["holder"] = map[string]any{"owner": h.Owner, "fencing_token": h.FencingToken, "expires_in_ms": h.ExpiresIn}
+	}
+	writeJSON(w, status, map[string]any{"error": body})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -21,8 +21,8 @@ func TestRESTLifecycle(t *testing.T) {
 	if code != 409 || errCode(m) != "held" {
 		t.Fatalf("second POST = %d %v, want 409 held", code, m)
 	}
-	if h := m["error"].(map[string]any)["holder"].(map[string]any); h["owner"] != "a" {
-		t.Errorf("409 names holder %v, want a", h)
+	if h := m["error"].(map[string]any)["holder"].(map[string]any); h["owner"] != "a" || h["fencing_token"] != a["fencing_token"] || h["expires_in_ms"] == nil {
+		t.Errorf("409 names holder %v, want a with token %v", h, a["fencing_token"])
 	}
 	code, m, _ = do(t, "GET", u, "", "")
 	if code != 200 || m["owner"] != "a" || m["fencing_token"] != a["fencing_token"] {

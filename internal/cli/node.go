@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/backend/raftlock/store"
+	"github.com/lockgate/lockgate/gateway"
 )
 
 // raftFlags are the settings shared by `node` and `cluster`.
@@ -50,7 +51,9 @@ func newNodeCmd() *cobra.Command {
 		Use:   "node",
 		Short: "Run one raftlock server",
 		Long: `Run one raftlock server: the Raft transport on --raft-addr (default
-127.0.0.1:8080+id) and the API on --api-addr (default 127.0.0.1:50050+id).
+127.0.0.1:8080+id) and the API — the WebSocket/REST gateway, the membership
+endpoints, /metrics — on --api-addr (default 127.0.0.1:50050+id). A follower
+redirects lock requests to the leader.
 Start the first server of a new cluster with --bootstrap and the others with
 --join pointing at any member's API address. A restarted server needs
 neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
@@ -81,6 +84,8 @@ neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 			if err != nil {
 				return err
 			}
+			gw := gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()})
+			defer gw.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s\n", id, s.RaftAddr(), s.APIAddr())
 			<-ctx.Done()
 			slog.Info("shutting down", "node", id)
@@ -106,7 +111,8 @@ func newClusterCmd() *cobra.Command {
 		Use:   "cluster",
 		Short: "Run a local raftlock cluster in one process",
 		Long: `Run --nodes raftlock servers in this process, with ids 1..N, Raft on
-127.0.0.1:8080+id and the API on 127.0.0.1:50050+id, each in DATA-DIR/node-<id>.
+127.0.0.1:8080+id and the API (gateway and membership) on 127.0.0.1:50050+id,
+each in DATA-DIR/node-<id>.
 Node 1 bootstraps and the others join it; run again on the same --data-dir to
 restart the cluster from disk. Ctrl-C shuts every node down cleanly.`,
 		Args: cobra.NoArgs,
@@ -133,6 +139,9 @@ restart the cluster from disk. Ctrl-C shuts every node down cleanly.`,
 			if err != nil {
 				c.Shutdown()
 				return err
+			}
+			for _, s := range c.Servers {
+				defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
 			}
 			out := cmd.OutOrStdout()
 			for _, n := range c.Nodes() {

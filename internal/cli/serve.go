@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/gateway"
+)
+
+func newServeCmd() *cobra.Command {
+	var (
+		backend string
+		listen  string
+		dataDir string
+		nodes   int
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the lock gateway over a backend",
+		Long: `Run the WebSocket/REST gateway (docs/protocol.md) on --listen over a backend.
+
+--backend raft (the default) embeds a local raftlock cluster of --nodes
+servers (Raft on 127.0.0.1:8080+id, each node's own gateway on
+127.0.0.1:50050+id) and serves the gateway on --listen over whichever node
+leads; no external servers are needed. Without --data-dir the cluster lives
+in a temporary directory that is removed at exit. The redlock, postgres and
+etcd backends arrive with their issues.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if backend != "raft" {
+				return fmt.Errorf("--backend %q: only raft is available in this build (redlock, postgres and etcd arrive with their issues)", backend)
+			}
+			if nodes < 1 || nodes > 9 {
+				return fmt.Errorf("--nodes %d: want 1 to 9", nodes)
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			if dataDir == "" {
+				dir, err := os.MkdirTemp("", "lockgate-serve-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				dataDir = dir
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen %s: %w", listen, err)
+			}
+			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			c, err := raftlock.StartLocalCluster(startCtx, nodes, dataDir, func(cfg *raftlock.Config) {
+				cfg.Logger = slog.Default()
+			})
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer c.Shutdown()
+			for _, s := range c.Servers {
+				defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
+			}
+			front := gateway.New(c.Locker(), gateway.Options{Logger: slog.Default()})
+			defer front.Close()
+			srv := &http.Server{Handler: front, ReadHeaderTimeout: 10 * time.Second}
+			go func() {
+				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					slog.Error("gateway stopped", "err", err)
+				}
+			}()
+			fmt.Fprintf(cmd.OutOrStdout(), "lockgate gateway on %s (backend raft, %d nodes in %s)\n", ln.Addr(), nodes, dataDir)
+			<-ctx.Done()
+			shut, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancelShut()
+			return srv.Shutdown(shut)
+		},
+	}
+	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft (redlock, postgres, etcd arrive with their issues)")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:50050", "address of the gateway")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "raft: directory of the embedded cluster (default: a temporary one)")
+	cmd.Flags().IntVar(&nodes, "nodes", 3, "raft: servers in the embedded cluster")
+	return cmd
+}
