@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/lockgate/lockgate/internal/cli.Version=$(VERSION) \
 # The whole suite must stay well under 15 minutes on 2 cores.
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all deps build fmt-check vet test test-short clean
+.PHONY: all deps build fmt-check vet test test-short fuzz-smoke clean
 
 all: build
 
@@ -31,9 +31,17 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## test: deps, format check, vet, and every test with the race detector
+## test: deps, format check, vet, every test with the race detector, and a
+## short run of each fuzz target
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) fuzz-smoke
+
+## fuzz-smoke: run each fuzz target briefly (the untrusted-input parsers)
+FUZZTIME ?= 10s
+fuzz-smoke:
+	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime $(FUZZTIME) ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./backend/raftlock/fsm
 
 ## test-short: quick run without the race detector or the slow suites
 test-short:

@@ -78,8 +78,12 @@ type conn struct {
 	ctx      context.Context // ends when the connection does
 	cancel   context.CancelFunc
 	clientID string
-	out      chan reply
-	done     chan struct{} // closed when the writer exits
+
+	// Writes are made by whichever goroutine has something to say, under
+	// writeMu, bounded by the write deadline; pings come from a timer. No
+	// writer goroutine: an idle connection costs one goroutine (its reader).
+	writeMu sync.Mutex
+	ping    *time.Timer
 
 	mu     sync.Mutex
 	waits  map[string]context.CancelFunc // by request id
@@ -101,8 +105,6 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c := &conn{
 		g: g, ws: ws, ctx: ctx, cancel: cancel,
 		clientID: "ws-" + lock.NewHandle()[:12],
-		out:      make(chan reply, 256),
-		done:     make(chan struct{}),
 		waits:    map[string]context.CancelFunc{},
 		leases:   map[string]*heldLease{},
 	}
@@ -113,7 +115,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.metrics.connections.Inc()
-	go c.writer()
+	c.ping = time.AfterFunc(g.opts.PingInterval, c.sendPing)
 	c.reader()
 	c.finish()
 }
@@ -402,46 +404,42 @@ func (c *conn) fail(id string, e *apiError) {
 	c.send(reply{ID: id, Type: "error", Error: e})
 }
 
-// send queues a message for the writer. A client that does not read its
-// messages (the queue is full) is disconnected rather than allowed to stall
-// the gateway.
+// send writes a message. A client that does not read (the write deadline
+// passes) is disconnected rather than allowed to stall the gateway.
 func (c *conn) send(r reply) {
-	select {
-	case c.out <- r:
-	case <-c.ctx.Done():
-	default:
-		c.g.log.Warn("websocket client too slow; disconnecting", "client", c.clientID)
+	if c.ws == nil { // the fuzz target's connection-less handler
+		return
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if c.ctx.Err() != nil {
+		return
+	}
+	c.ws.SetWriteDeadline(time.Now().Add(c.g.opts.WriteTimeout))
+	if err := c.ws.WriteJSON(r); err != nil {
+		c.g.log.Info("websocket write failed; disconnecting", "client", c.clientID, "err", err)
 		c.ws.Close()
 	}
 }
 
-// writer sends queued messages and pings until the connection ends.
-func (c *conn) writer() {
-	defer close(c.done)
-	o := c.g.opts
-	ping := time.NewTicker(o.PingInterval)
-	defer ping.Stop()
-	for {
-		select {
-		case r := <-c.out:
-			c.ws.SetWriteDeadline(time.Now().Add(o.WriteTimeout))
-			if err := c.ws.WriteJSON(r); err != nil {
-				c.ws.Close()
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(o.WriteTimeout)); err != nil {
-				c.ws.Close()
-				return
-			}
-		case <-c.ctx.Done():
-			return
-		}
+// sendPing pings the client and re-arms itself until the connection ends.
+func (c *conn) sendPing() {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if c.ctx.Err() != nil {
+		return
 	}
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.g.opts.WriteTimeout)); err != nil {
+		c.ws.Close()
+		return
+	}
+	c.ping.Reset(c.g.opts.PingInterval)
 }
 
 // goAway closes the connection from the server side.
 func (c *conn) goAway() {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
 	c.ws.Close()
 }
@@ -450,8 +448,10 @@ func (c *conn) goAway() {
 // leases whose clients asked for release on disconnect. Other leases stay
 // held until their TTL, so that a reconnecting client can resume them.
 func (c *conn) finish() {
+	c.writeMu.Lock()
 	c.cancel()
-	<-c.done
+	c.ping.Stop()
+	c.writeMu.Unlock()
 	c.ws.Close()
 	c.g.untrack(c)
 	c.g.metrics.connections.Dec()
