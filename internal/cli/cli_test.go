@@ -7,15 +7,36 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
 // run executes the CLI in-process and returns its exit code and output.
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errOut bytes.Buffer
+	var out, errOut syncBuffer
 	code := Main(args, &out, &errOut)
 	return code, out.String(), errOut.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a command
+// and the child process it runs (exec copies the child's output in a
+// goroutine when the writer is not a file).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestHelpListsCommands(t *testing.T) {

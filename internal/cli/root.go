@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code)
+		}
 		fmt.Fprintln(stderr, "lockgate:", err)
 		return 1
 	}
@@ -50,7 +55,7 @@ Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (flags given on the command line win)")
-	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd())
+	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd())
 	return root
 }
 
