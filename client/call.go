@@ -1,0 +1,279 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// call is one logical request, sent once per connection attempt (each copy
+// with a fresh id) until it is answered.
+type call struct {
+	what      string
+	req       request
+	wait      bool // a waiting acquire: its wait is cancelled on the gateway when ctx or the client ends
+	grantable bool // the answer may be a grant, which must be released if nobody takes it
+
+	// onSend, if set, runs just before each copy is written.
+	onSend func(now time.Time)
+
+	sends int       // copies written (or attempted)
+	first time.Time // when the first copy was sent
+	last  time.Time // when the answered copy was sent
+	// prior reports, for the answered copy, whether an earlier copy may
+	// have reached the gateway (it was written, then its connection failed).
+	prior bool
+}
+
+// do sends k on the live connection and returns the first answer that is
+// not a transient failure. Dropped connections, not_leader redirects,
+// closed gateways and unavailable answers are retried (redirects at once,
+// the rest with backoff) until ctx ends. parent is the caller's context
+// (ctx may add RequestTimeout to it); the error of a call that gave up says
+// which of them ended.
+func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
+	var (
+		last  error // the last transient failure
+		hops  int
+		retry int
+	)
+	for {
+		wc, err := c.conn(ctx, false)
+		if err != nil {
+			return nil, c.gaveUp(parent, ctx, k.what, last)
+		}
+		id := c.newID()
+		ch, ok := wc.register(id)
+		if !ok {
+			continue // it just failed; conn waits for the next one
+		}
+		now := time.Now()
+		if k.sends == 0 {
+			k.first = now
+		}
+		k.prior = k.sends > 0
+		k.sends++
+		k.last = now
+		k.req.ID = id
+		if k.onSend != nil {
+			k.onSend(now)
+		}
+		if err := wc.send(&k.req); err != nil {
+			wc.unregister(id)
+			last = fmt.Errorf("%w: %v", errDropped, err)
+			continue
+		}
+		r, err := c.await(parent, ctx, wc, id, ch, k)
+		if err != nil {
+			return nil, err
+		}
+		if r == nil {
+			last = errDropped
+			c.log.Debug("lockgate client: re-sending after a dropped connection", "what", k.what, "addr", wc.addr)
+			continue
+		}
+		switch code := r.code(); code {
+		case "not_leader":
+			lid, addr := r.Error.leader()
+			last = &lock.NotLeaderError{LeaderID: lid, LeaderAddr: addr}
+			if addr != "" {
+				if hops < c.opts.MaxHops {
+					hops++
+					if addr != wc.addr {
+						// Every request on this connection would be
+						// redirected too: move the connection.
+						c.log.Debug("lockgate client: redirected to the leader", "from", wc.addr, "to", addr, "hop", hops)
+						wc.closeFor(addr, false, last)
+						continue
+					}
+					// The named leader is this node, not ready yet.
+				} else if !k.wait {
+					return nil, last
+				} else {
+					hops = 0 // a waiting acquire keeps looking, after a pause
+				}
+			}
+			retry++
+			if !c.backoff(ctx, retry) {
+				return nil, c.gaveUp(parent, ctx, k.what, last)
+			}
+		case "closed":
+			last = replyError(r, k.req.Key)
+			wc.closeFor("", true, last)
+		case "unavailable", "too_many_waiters":
+			last = replyError(r, k.req.Key)
+			wc.strike()
+			retry++
+			if !c.backoff(ctx, retry) {
+				return nil, c.gaveUp(parent, ctx, k.what, last)
+			}
+		case "cancelled":
+			if !k.wait {
+				return r, nil
+			}
+			// Nobody asked for it (we cancel only when giving up): the
+			// gateway dropped the wait. Queue again.
+			last = replyError(r, k.req.Key)
+			retry++
+			if !c.backoff(ctx, retry) {
+				return nil, c.gaveUp(parent, ctx, k.what, last)
+			}
+		default:
+			wc.good()
+			return r, nil
+		}
+	}
+}
+
+// backoff sleeps before retry number n; false if ctx or the client ended.
+func (c *Client) backoff(ctx context.Context, n int) bool {
+	d, ok := c.opts.Backoff.Backoff(n)
+	if !ok {
+		d, _ = DefaultBackoff().Backoff(n)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// await waits for the answer to the copy of k sent on wc as id: nil, nil
+// when the connection failed first. When ctx ends (or, for a waiting
+// acquire, the client closes) it gives the request up: see abandon.
+func (c *Client) await(parent, ctx context.Context, wc *wsConn, id string, ch chan *reply, k *call) (*reply, error) {
+	var closing <-chan struct{}
+	if k.wait {
+		closing = c.ctx.Done()
+	}
+	for {
+		select {
+		case r := <-ch:
+			if r.Type == "queued" {
+				wc.good()
+				continue
+			}
+			wc.unregister(id)
+			return r, nil
+		case <-wc.done:
+			// The reader may have queued the answer just before it stopped.
+			for {
+				select {
+				case r := <-ch:
+					if r.Type != "queued" {
+						return r, nil
+					}
+					continue
+				default:
+				}
+				return nil, nil
+			}
+		case <-ctx.Done():
+			c.abandon(wc, id, ch, k)
+			return nil, c.gaveUp(parent, ctx, k.what, nil)
+		case <-closing:
+			c.abandon(wc, id, ch, k)
+			return nil, fmt.Errorf("lockgate client: %s: %w", k.what, lock.ErrClosed)
+		}
+	}
+}
+
+// abandon gives up the copy of k sent on wc as id. A waiting acquire is
+// cancelled on the gateway (command 6) and its final answer awaited: a grant
+// that raced with the cancel is released, so the caller is never left
+// holding a lock it did not get. A try-acquire's answer is awaited in the
+// background for the same reason. Other requests are just forgotten.
+func (c *Client) abandon(wc *wsConn, id string, ch chan *reply, k *call) {
+	if !k.grantable {
+		wc.unregister(id)
+		return
+	}
+	settle := func() {
+		defer wc.unregister(id)
+		t := time.NewTimer(c.opts.RequestTimeout)
+		defer t.Stop()
+		for {
+			select {
+			case r := <-ch:
+				if r.Type == "queued" {
+					continue
+				}
+				if r.Type == "grant" {
+					c.releaseRaced(wc, r)
+				}
+				return
+			case <-wc.done:
+				select {
+				case r := <-ch:
+					if r.Type == "grant" {
+						c.releaseRaced(wc, r)
+					}
+				default:
+					c.log.Warn("lockgate client: connection lost while giving up an acquire; a grant that raced in stays held until its TTL", "key", k.req.Key)
+				}
+				return
+			case <-t.C:
+				c.log.Warn("lockgate client: no answer to a cancelled acquire; closing the connection so that the gateway drops the wait", "key", k.req.Key)
+				wc.closeFor("", false, errors.New("cancelled acquire never answered"))
+				return
+			}
+		}
+	}
+	if !k.wait {
+		go settle()
+		return
+	}
+	if err := wc.send(&request{ID: c.newID(), CommandType: cmdCancel, Target: id}); err != nil {
+		c.log.Warn("lockgate client: could not send the cancel of an acquire", "key", k.req.Key, "err", err)
+	}
+	settle()
+}
+
+// releaseRaced releases a grant that arrived for a request its caller gave
+// up, first on the connection it came on, else through a fresh call.
+func (c *Client) releaseRaced(wc *wsConn, r *reply) {
+	req := request{CommandType: cmdRelease, Key: r.Key, LockToken: r.LockToken,
+		FencingToken: &wireToken{Key: r.Key, Value: uint64(r.token())}, Ack: true}
+	c.log.Debug("lockgate client: releasing a grant that raced with giving up", "key", r.Key, "token", r.token())
+	id := c.newID()
+	if ch, ok := wc.register(id); ok {
+		req.ID = id
+		if wc.send(&req) == nil {
+			t := time.NewTimer(c.opts.RequestTimeout)
+			defer t.Stop()
+			select {
+			case a := <-ch:
+				wc.unregister(id)
+				if a.code() == "" || a.code() == "not_held" {
+					return
+				}
+			case <-wc.done:
+			case <-t.C:
+			}
+		}
+		wc.unregister(id)
+	}
+	if c.ctx.Err() != nil {
+		c.log.Warn("lockgate client: could not release a grant that raced with giving up; it stays held until its TTL", "key", r.Key, "token", r.token())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+	defer cancel()
+	k := &call{what: fmt.Sprintf("release %q", r.Key), req: req}
+	a, err := c.do(ctx, ctx, k)
+	if err == nil && (a.code() == "" || a.code() == "not_held") {
+		return
+	}
+	if err == nil {
+		err = replyError(a, r.Key)
+	}
+	c.log.Warn("lockgate client: could not release a grant that raced with giving up; it stays held until its TTL", "key", r.Key, "token", r.token(), "err", err)
+}

@@ -1,0 +1,424 @@
+// Package client is the Go SDK of the lockgate gateway: a lock.Locker that
+// speaks the WebSocket protocol of docs/protocol.md to one or more gateways
+// (`lockgate serve`, or the API port of every `lockgate node`).
+//
+//	c, err := client.New([]string{"10.0.0.1:50051", "10.0.0.2:50052", "10.0.0.3:50053"}, client.Options{})
+//	lease, err := c.Acquire(ctx, "orders/42", lock.AcquireOptions{}) // 20 s TTL, renewed automatically
+//	defer c.Release(ctx, lease)
+//	// act until lease.Done() closes; send lease.Token with every write
+//
+// # Connection
+//
+// A Client keeps one WebSocket connection and multiplexes every request on
+// it by id; a reader goroutine hands replies and pushed grants to the
+// waiting calls. It connects in the background as soon as New returns, to
+// an endpoint picked at random. A gateway that answers not_leader with the
+// leader's address is left for that address (at most Options.MaxHops hops
+// per request before the request backs off); a connection that fails, or a
+// gateway that answers closed (or unavailable three times in a row), is
+// replaced with backoff and jitter, preferring another endpoint.
+//
+// # Transparent recovery
+//
+// Every acquire carries a client-chosen lock token (AcquireOptions.Handle,
+// or a fresh lock.NewHandle()). When the connection drops or the leader
+// changes, a waiting Acquire is re-sent with the same token on the new
+// connection, so that on raftlock a re-sent acquire whose first copy was
+// already granted returns that grant instead of queueing behind it; the
+// caller only sees its grant arrive later. TryAcquire, Renew, Release and
+// Inspect are re-sent likewise until their context ends (Options.
+// RequestTimeout bounds them when the context has no deadline).
+//
+// Renew is idempotent, so re-sending it is harmless. Release is not quite:
+// a re-sent release whose earlier copy may have reached the gateway can be
+// answered not_held because that earlier copy already freed the lease. The
+// client then decides by the lease's deadline: if the lease was still alive
+// by the holder's own clock (Lease.Err nil and Deadline not passed) when the
+// re-sent copy went out, nothing but the earlier copy can have freed it
+// (barring an operator's forced release or a release by a rebuilt copy of
+// the lease), so Release reports success; otherwise it returns
+// lock.ErrNotHeld. A not_held answer to a release of which no earlier copy
+// can have reached the gateway is always lock.ErrNotHeld.
+//
+// # Deadlines
+//
+// A lease's Sent is the send time of the first copy of its acquire (the
+// TTL started on the server after that, whichever copy it granted). When a
+// grant arrives with less than half its TTL left of sent + ttl (a long wait),
+// the client renews it at once and uses the renewal's send time, so Acquire
+// never hands out a lease that is about to end.
+//
+// # Limits
+//
+// A lease granted to a waiter at the instant its connection dropped (the
+// grant could not be delivered) stays held until its TTL on backends that
+// ignore client-chosen lock tokens (the in-memory reference locker); on
+// raftlock the re-sent acquire recovers it. The same holds for a cancelled
+// Acquire whose connection drops while the cancel is in flight. Values are
+// sent as JSON strings: bytes that are not valid UTF-8 are replaced.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Defaults of Options.
+const (
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultMaxHops        = 5
+)
+
+// DefaultBackoff is the reconnect backoff: 50 ms doubling to 2 s, with full
+// jitter, no attempt limit.
+func DefaultBackoff() lock.ExponentialBackoff {
+	return lock.ExponentialBackoff{Base: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 1}
+}
+
+// Options configures a Client. Zero fields take the defaults.
+type Options struct {
+	// ClientID is the owner recorded with locks acquired without an
+	// explicit AcquireOptions.Owner. Default "sdk-" + 12 random hex digits.
+	ClientID string
+	// DialTimeout bounds one connection attempt (TCP + WebSocket
+	// handshake). Default 5 s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds TryAcquire, Renew, Release and Inspect
+	// (including their re-sends) when their context has no deadline; a
+	// waiting Acquire is bounded only by its context. Default 10 s.
+	RequestTimeout time.Duration
+	// MaxHops is how many not_leader redirects one request follows before
+	// it backs off (Acquire) or fails with a *lock.NotLeaderError (the
+	// others, once their deadline passes). Default 5.
+	MaxHops int
+	// Backoff paces reconnects and retries of requests the gateway could
+	// not serve. Default DefaultBackoff().
+	Backoff lock.RetryStrategy
+	// Logger receives connection events. Default: discard.
+	Logger *slog.Logger
+}
+
+func (o *Options) fill() {
+	if o.ClientID == "" {
+		o.ClientID = "sdk-" + lock.NewHandle()[:12]
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MaxHops <= 0 {
+		o.MaxHops = DefaultMaxHops
+	}
+	if o.Backoff == nil {
+		o.Backoff = DefaultBackoff()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Client is a lock.Locker over the gateway's WebSocket protocol. It is safe
+// for concurrent use.
+type Client struct {
+	endpoints []string
+	opts      Options
+	log       *slog.Logger
+
+	ctx     context.Context // ends at Close: waits give up, keep-alives stop
+	cancel  context.CancelFunc
+	stop    chan struct{} // closed by Close once in-flight calls are done
+	runDone chan struct{}
+
+	nextID atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	cur    *wsConn       // the live connection, nil while (re)connecting
+	ready  chan struct{} // closed when cur is set (or the client closes); then replaced
+	calls  sync.WaitGroup
+
+	closeOnce sync.Once
+}
+
+var _ lock.Locker = (*Client)(nil)
+
+// New returns a client of the gateways at endpoints ("host:port", or
+// ws://, wss://, http:// or https:// URLs). It starts connecting in the
+// background and never blocks; calls wait for the connection within their
+// own deadline.
+func New(endpoints []string, opts Options) (*Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("lockgate client: no endpoints")
+	}
+	for _, e := range endpoints {
+		if _, err := wsURL(e); err != nil {
+			return nil, err
+		}
+	}
+	opts.fill()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		endpoints: append([]string(nil), endpoints...),
+		opts:      opts,
+		log:       opts.Logger,
+		ctx:       ctx,
+		cancel:    cancel,
+		stop:      make(chan struct{}),
+		runDone:   make(chan struct{}),
+		ready:     make(chan struct{}),
+	}
+	go c.run()
+	return c, nil
+}
+
+// ClientID is the owner recorded for locks acquired without an explicit one.
+func (c *Client) ClientID() string { return c.opts.ClientID }
+
+// Endpoint is the address of the gateway the client is connected to (after
+// redirects: the leader's), or "" while it is (re)connecting.
+func (c *Client) Endpoint() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return ""
+	}
+	return c.cur.addr
+}
+
+// Close implements lock.Locker: waiting Acquire calls cancel their waits on
+// the gateway (releasing a grant that raced in) and return lock.ErrClosed,
+// auto-renewals stop, later calls return lock.ErrClosed, and the connection
+// closes. Held leases stay held on the server until their TTL unless
+// released first. Close is idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+		// Let the waits cancel themselves on the connection, bounded.
+		idle := make(chan struct{})
+		go func() { c.calls.Wait(); close(idle) }()
+		select {
+		case <-idle:
+		case <-time.After(c.opts.RequestTimeout):
+			c.log.Warn("lockgate client: Close: calls still in flight; closing the connection under them")
+		}
+		close(c.stop)
+		<-c.runDone
+	})
+	return nil
+}
+
+// enter registers an in-flight call; false once the client is closed.
+func (c *Client) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.calls.Add(1)
+	return true
+}
+
+func (c *Client) leave() { c.calls.Done() }
+
+func (c *Client) newID() string { return strconv.FormatUint(c.nextID.Add(1), 36) }
+
+// run keeps a connection to a gateway until Close.
+func (c *Client) run() {
+	defer close(c.runDone)
+	defer func() {
+		c.mu.Lock()
+		close(c.ready) // wake waiters for good: closed is set
+		c.ready = make(chan struct{})
+		c.mu.Unlock()
+	}()
+	var (
+		attempt  int
+		next     string // a redirect target, dialled without backoff
+		avoid    string // the gateway that just failed us
+		lastAddr string
+	)
+	for {
+		if c.ctx.Err() != nil {
+			<-c.stop
+			return
+		}
+		addr := next
+		if addr == "" {
+			addr = c.pick(avoid)
+		}
+		next = ""
+		wc, err := c.dial(c.ctx, addr)
+		if err != nil {
+			if c.ctx.Err() != nil {
+				continue
+			}
+			attempt++
+			c.log.Info("lockgate client: connect failed", "addr", addr, "attempt", attempt, "err", err)
+			avoid = addr
+			if !c.pause(attempt) {
+				<-c.stop
+				return
+			}
+			continue
+		}
+		lastAddr = wc.addr
+		c.log.Debug("lockgate client: connected", "addr", wc.addr)
+		c.mu.Lock()
+		c.cur = wc
+		close(c.ready)
+		c.ready = make(chan struct{})
+		c.mu.Unlock()
+
+		select {
+		case <-wc.done:
+		case <-c.stop:
+			wc.goAway()
+			<-wc.done
+			c.mu.Lock()
+			c.cur = nil
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Lock()
+		c.cur = nil
+		c.mu.Unlock()
+
+		cause, redirect, avoidIt := wc.ended()
+		avoid = ""
+		if avoidIt {
+			avoid = lastAddr
+		}
+		if redirect != "" {
+			next = redirect
+			continue
+		}
+		c.log.Info("lockgate client: connection lost", "addr", wc.addr, "err", cause)
+		if time.Since(wc.born) > 10*time.Second {
+			attempt = 0 // a connection that worked for a while: reconnect at once
+			continue
+		}
+		attempt++
+		if !c.pause(attempt) {
+			<-c.stop
+			return
+		}
+	}
+}
+
+// pick returns a random endpoint, other than avoid where possible.
+func (c *Client) pick(avoid string) string {
+	n := len(c.endpoints)
+	i := rand.IntN(n)
+	if n > 1 && c.endpoints[i] == avoid {
+		i = (i + 1 + rand.IntN(n-1)) % n
+	}
+	return c.endpoints[i]
+}
+
+// pause sleeps the backoff before retry number attempt; false when the
+// client closed meanwhile.
+func (c *Client) pause(attempt int) bool {
+	d, ok := c.opts.Backoff.Backoff(attempt)
+	if !ok {
+		d, _ = DefaultBackoff().Backoff(attempt)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// conn waits for the live connection.
+func (c *Client) conn(ctx context.Context, closing bool) (*wsConn, error) {
+	for {
+		c.mu.Lock()
+		wc, ready, closed := c.cur, c.ready, c.closed
+		c.mu.Unlock()
+		if closed && !closing {
+			return nil, lock.ErrClosed
+		}
+		if wc != nil {
+			select {
+			case <-wc.done: // failed; run replaces it and closes ready
+			default:
+				return wc, nil
+			}
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			if !closing {
+				return nil, lock.ErrClosed
+			}
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+}
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// opCtx bounds a one-shot call by RequestTimeout when ctx has no deadline.
+func (c *Client) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.opts.RequestTimeout)
+}
+
+// gaveUp is the error of a call whose context (or the client) ended before
+// it was answered. last is the last transient failure, if any.
+func (c *Client) gaveUp(parent, ctx context.Context, what string, last error) error {
+	if c.ctx.Err() != nil && parent.Err() == nil && ctx.Err() == nil {
+		return lock.ErrClosed
+	}
+	if err := parent.Err(); err != nil {
+		if last != nil {
+			return fmt.Errorf("lockgate client: %s: %w (last failure: %w)", what, err, last)
+		}
+		return fmt.Errorf("lockgate client: %s: %w", what, err)
+	}
+	// Only our own RequestTimeout ran out: the gateway did not answer.
+	if last != nil {
+		var nl *lock.NotLeaderError
+		if errors.As(last, &nl) {
+			return last
+		}
+		return fmt.Errorf("lockgate client: %s: no answer within %v: %w", what, c.opts.RequestTimeout, errors.Join(lock.ErrUnavailable, last))
+	}
+	return fmt.Errorf("lockgate client: %s: no answer within %v: %w", what, c.opts.RequestTimeout, lock.ErrUnavailable)
+}

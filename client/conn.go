@@ -1,0 +1,323 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Connection liveness: the client pings every pingInterval and drops a
+// connection on which nothing (no message, no pong, no ping) arrived for
+// idleTimeout, so that a gateway that vanished without closing the TCP
+// connection is noticed and the requests it held are re-sent elsewhere.
+const (
+	pingInterval = 5 * time.Second
+	idleTimeout  = 15 * time.Second
+	// maxStrikes is how many consecutive unavailable answers a connection
+	// may give before the client tries another gateway.
+	maxStrikes = 3
+	// replyBuffer is the per-request queue of replies; a request gets at
+	// most a queued and a final reply.
+	replyBuffer = 4
+)
+
+// wsConn is one WebSocket connection to a gateway. Requests are multiplexed
+// by id: the reader goroutine hands each reply to the pending request with
+// that id; writes are serialised by wmu.
+type wsConn struct {
+	c    *Client
+	ws   *websocket.Conn
+	addr string // host:port (or URL) as dialled
+	born time.Time
+
+	wmu     sync.Mutex
+	writeBy time.Time // the write deadline, under wmu
+
+	pmu     sync.Mutex
+	pending map[string]chan *reply
+
+	done     chan struct{} // closed when the reader has exited
+	closeMu  sync.Mutex
+	closed   bool
+	cause    error  // why it ended
+	redirect string // the address to dial next, when it was closed for a redirect
+	avoid    bool   // the next dial should prefer another gateway
+
+	strikes atomic.Int32
+}
+
+func newConn(c *Client, ws *websocket.Conn, addr string) *wsConn {
+	wc := &wsConn{c: c, ws: ws, addr: addr, born: time.Now(), pending: map[string]chan *reply{}, done: make(chan struct{})}
+	ws.SetReadLimit(64 << 10)
+	// extend pushes the read deadline idleTimeout ahead, but only once half
+	// of it has passed: moving a deadline costs a timer update, too much
+	// for every message. It runs on the reader goroutine only (the ping and
+	// pong handlers are called from ReadMessage).
+	var readBy time.Time
+	extend := func() {
+		now := time.Now()
+		if readBy.Sub(now) < idleTimeout/2 {
+			readBy = now.Add(idleTimeout)
+			ws.SetReadDeadline(readBy)
+		}
+	}
+	extend()
+	ws.SetPongHandler(func(string) error { extend(); return nil })
+	ws.SetPingHandler(func(data string) error {
+		extend()
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return nil
+	})
+	go wc.read(extend)
+	go wc.ping()
+	return wc
+}
+
+// read dispatches replies until the connection fails.
+func (wc *wsConn) read(extend func()) {
+	defer close(wc.done)
+	for {
+		_, data, err := wc.ws.ReadMessage()
+		if err != nil {
+			wc.close(err)
+			wc.failPending()
+			return
+		}
+		extend()
+		r := &reply{}
+		if err := json.Unmarshal(data, r); err != nil {
+			wc.c.log.Warn("lockgate client: undecodable message from the gateway", "addr", wc.addr, "err", err)
+			continue
+		}
+		r.arrived = time.Now()
+		if r.ID == "" {
+			if r.Type == "error" && r.Error != nil {
+				wc.c.log.Warn("lockgate client: gateway error without request id", "addr", wc.addr, "code", r.Error.Code, "message", r.Error.Message)
+			}
+			continue
+		}
+		wc.pmu.Lock()
+		ch := wc.pending[r.ID]
+		wc.pmu.Unlock()
+		if ch == nil {
+			continue // a request that gave up (e.g. the reply to a cancel)
+		}
+		select {
+		case ch <- r:
+		default:
+			wc.c.log.Warn("lockgate client: reply queue full; dropping", "id", r.ID, "type", r.Type)
+		}
+	}
+}
+
+// failPending forgets every pending request; their callers see done.
+func (wc *wsConn) failPending() {
+	wc.pmu.Lock()
+	wc.pending = nil
+	wc.pmu.Unlock()
+}
+
+func (wc *wsConn) ping() {
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-wc.done:
+			return
+		case <-t.C:
+			if err := wc.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wc.c.opts.RequestTimeout)); err != nil {
+				wc.close(err)
+				return
+			}
+		}
+	}
+}
+
+// register makes ch receive the replies with id; false if the connection
+// has ended.
+func (wc *wsConn) register(id string) (chan *reply, bool) {
+	ch := make(chan *reply, replyBuffer)
+	wc.pmu.Lock()
+	defer wc.pmu.Unlock()
+	if wc.pending == nil {
+		return nil, false
+	}
+	wc.pending[id] = ch
+	return ch, true
+}
+
+func (wc *wsConn) unregister(id string) {
+	wc.pmu.Lock()
+	if wc.pending != nil {
+		delete(wc.pending, id)
+	}
+	wc.pmu.Unlock()
+}
+
+// send writes one request. A write error ends the connection.
+func (wc *wsConn) send(req *request) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	wc.wmu.Lock()
+	defer wc.wmu.Unlock()
+	// A write may block for at most between RequestTimeout/2 and
+	// RequestTimeout; the deadline moves only when half of it has passed.
+	if now := time.Now(); wc.writeBy.Sub(now) < wc.c.opts.RequestTimeout/2 {
+		wc.writeBy = now.Add(wc.c.opts.RequestTimeout)
+		wc.ws.SetWriteDeadline(wc.writeBy)
+	}
+	if err := wc.ws.WriteMessage(websocket.TextMessage, data); err != nil {
+		wc.close(err)
+		return err
+	}
+	return nil
+}
+
+// close ends the connection (the reader then exits and closes done).
+func (wc *wsConn) close(cause error) {
+	wc.closeMu.Lock()
+	if wc.closed {
+		wc.closeMu.Unlock()
+		return
+	}
+	wc.closed = true
+	wc.cause = cause
+	wc.closeMu.Unlock()
+	wc.ws.Close()
+}
+
+// goAway closes the connection politely (a close frame first).
+func (wc *wsConn) goAway() {
+	wc.wmu.Lock()
+	wc.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "client closing"), time.Now().Add(time.Second))
+	wc.wmu.Unlock()
+	wc.close(errors.New("client closed"))
+}
+
+// closeFor ends the connection so that the client dials redirect next (a
+// not_leader answer), or, with avoid, some other gateway.
+func (wc *wsConn) closeFor(redirect string, avoid bool, cause error) {
+	wc.closeMu.Lock()
+	if !wc.closed {
+		wc.redirect, wc.avoid = redirect, avoid
+	}
+	wc.closeMu.Unlock()
+	wc.close(cause)
+}
+
+func (wc *wsConn) ended() (cause error, redirect string, avoid bool) {
+	wc.closeMu.Lock()
+	defer wc.closeMu.Unlock()
+	return wc.cause, wc.redirect, wc.avoid
+}
+
+// strike counts an unavailable answer; after maxStrikes in a row the
+// connection is dropped so that another gateway is tried.
+func (wc *wsConn) strike() {
+	if wc.strikes.Add(1) >= maxStrikes {
+		wc.closeFor("", true, errors.New("gateway keeps answering unavailable"))
+	}
+}
+
+func (wc *wsConn) good() { wc.strikes.Store(0) }
+
+// wsURL turns an endpoint ("host:port", or a ws/http URL) into the
+// WebSocket URL of the lock protocol.
+func wsURL(endpoint string) (string, error) {
+	if !strings.Contains(endpoint, "://") {
+		endpoint = "ws://" + endpoint
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", fmt.Errorf("lockgate client: endpoint %q: %w", endpoint, err)
+	}
+	switch u.Scheme {
+	case "ws", "wss":
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	default:
+		return "", fmt.Errorf("lockgate client: endpoint %q: scheme %q is not ws, wss, http or https", endpoint, u.Scheme)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("lockgate client: endpoint %q has no host", endpoint)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/v1/ws"
+	}
+	return u.String(), nil
+}
+
+// dial connects to addr, following handshake redirects (an HTTP 421 whose
+// body names the leader, or a 307 with a Location) for at most MaxHops hops.
+func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
+	d := websocket.Dialer{
+		HandshakeTimeout: c.opts.DialTimeout,
+		Proxy:            http.ProxyFromEnvironment,
+		ReadBufferSize:   4096,
+		WriteBufferSize:  4096,
+	}
+	for hop := 0; ; hop++ {
+		u, err := wsURL(addr)
+		if err != nil {
+			return nil, err
+		}
+		dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+		ws, resp, err := d.DialContext(dctx, u, http.Header{"User-Agent": {"lockgate-go-client"}})
+		cancel()
+		if err == nil {
+			return newConn(c, ws, addr), nil
+		}
+		next := ""
+		if resp != nil {
+			next = redirectOf(resp)
+			resp.Body.Close()
+		}
+		if next == "" || next == addr || hop >= c.opts.MaxHops {
+			if resp != nil {
+				return nil, fmt.Errorf("lockgate client: dial %s: %w (HTTP %d)", addr, err, resp.StatusCode)
+			}
+			return nil, fmt.Errorf("lockgate client: dial %s: %w", addr, err)
+		}
+		c.log.Debug("lockgate client: handshake redirected", "from", addr, "to", next)
+		addr = next
+	}
+}
+
+// redirectOf reads the leader's address from a refused handshake.
+func redirectOf(resp *http.Response) string {
+	switch resp.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusMisdirectedRequest:
+	default:
+		return ""
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		if u, err := url.Parse(loc); err == nil && u.Host != "" {
+			return u.Host
+		}
+	}
+	var body struct {
+		Error *wireError `json:"error"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body) == nil {
+		_, addr := body.Error.leader()
+		return addr
+	}
+	return ""
+}

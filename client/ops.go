@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Acquire implements lock.Locker: it waits, across reconnects and leader
+// changes, until the key is granted or ctx ends. When ctx ends it cancels
+// the wait on the gateway, releases a grant that raced in, and returns an
+// error matching ctx.Err().
+func (c *Client) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return c.acquire(ctx, key, opts, true)
+}
+
+// TryAcquire implements lock.Locker: one attempt (re-sent with the same
+// lock token if the connection fails before the answer). A held key gives
+// a *lock.HeldError naming the holder.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return c.acquire(ctx, key, opts, false)
+}
+
+// errLostAtOnce: a grant that arrived too late to use was refused renewal.
+var errLostAtOnce = errors.New("grant expired before it could be renewed")
+
+func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptions, wait bool) (*lock.Lease, error) {
+	if !c.enter() {
+		return nil, lock.ErrClosed
+	}
+	defer c.leave()
+	opts, err := opts.Normalize(key, c.opts.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	octx, cancel := ctx, context.CancelFunc(func() {})
+	if !wait {
+		octx, cancel = c.opCtx(ctx)
+	}
+	defer cancel()
+	handle := opts.Handle
+	for {
+		if handle == "" {
+			handle = lock.NewHandle()
+		}
+		k := &call{wait: wait, grantable: true, req: request{
+			CommandType: cmdTryAcquire, Key: key, ClientID: opts.Owner,
+			TTL: ms(opts.TTL), LockToken: handle,
+		}}
+		k.what = fmt.Sprintf("try-acquire %q", key)
+		if wait {
+			k.req.CommandType = cmdAcquire
+			k.what = fmt.Sprintf("acquire %q", key)
+		}
+		if opts.Value != nil {
+			v := string(opts.Value)
+			k.req.Value = &v
+		}
+		r, err := c.do(ctx, octx, k)
+		if err != nil {
+			return nil, err
+		}
+		if r.Type != "grant" {
+			return nil, unexpected(r, key, "grant")
+		}
+		lease, err := c.lease(r, key, opts, k.first)
+		if errors.Is(err, errLostAtOnce) && wait && opts.Handle == "" {
+			c.log.Info("lockgate client: grant expired on arrival; queueing again", "key", key)
+			handle = ""
+			continue
+		}
+		return lease, err
+	}
+}
+
+// lease turns a grant into a Lease. sent is the send time of the first copy
+// of the acquire: the TTL started on the server after it. If less than half
+// the TTL is left of sent + ttl (the grant came after a long wait), the
+// lease is renewed at once and the renewal's send time used instead.
+func (c *Client) lease(r *reply, key string, opts lock.AcquireOptions, sent time.Time) (*lock.Lease, error) {
+	if r.LockToken == "" || r.FencingToken == nil {
+		return nil, fmt.Errorf("lockgate client: acquire %q: grant without lockToken or fencingToken: %w", key, lock.ErrUnavailable)
+	}
+	ttl := time.Duration(ms(opts.TTL)) * time.Millisecond
+	if got := time.Duration(r.TTL) * time.Millisecond; got > 0 && got < ttl {
+		ttl = got
+	}
+	owner := r.Owner
+	if owner == "" {
+		owner = opts.Owner
+	}
+	token := r.token()
+	if time.Until(sent.Add(ttl)) < ttl/2 {
+		// The renewal must not depend on the caller's context: the grant
+		// is ours now, and giving up here would leave it behind.
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+		rsent, held, err := c.renew(ctx, ctx, key, r.LockToken, token, ttl)
+		cancel()
+		switch {
+		case err != nil:
+			c.log.Warn("lockgate client: renewing a late grant failed; its deadline stays short", "key", key, "err", err)
+		case !held:
+			return nil, fmt.Errorf("lockgate client: acquire %q: %w: %w", key, lock.ErrNotAcquired, errLostAtOnce)
+		default:
+			sent = rsent
+		}
+	}
+	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent})
+	if opts.AutoRenew {
+		go lock.KeepAlive(c.ctx, c, lease)
+	}
+	return lease, nil
+}
+
+// Renew implements lock.Locker.
+func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	if !c.enter() {
+		return lock.ErrClosed
+	}
+	defer c.leave()
+	ttl, err := lock.ValidateRenew(lease, ttl)
+	if err != nil {
+		return err
+	}
+	ttl = time.Duration(ms(ttl)) * time.Millisecond
+	octx, cancel := c.opCtx(ctx)
+	defer cancel()
+	sent, held, err := c.renew(ctx, octx, lease.Key, lease.Handle, lease.Token, ttl)
+	if err != nil {
+		return err
+	}
+	return lease.Renewed(sent, ttl, held)
+}
+
+// renew asks for (key, handle, token) to be extended to ttl. It returns the
+// send time of the answered copy, and whether the lease was held.
+func (c *Client) renew(parent, ctx context.Context, key, handle string, token lock.Token, ttl time.Duration) (time.Time, bool, error) {
+	k := &call{what: fmt.Sprintf("renew %q", key), req: request{
+		CommandType: cmdRenew, Key: key, LockToken: handle,
+		FencingToken: &wireToken{Key: key, Value: uint64(token)}, TTL: ms(ttl),
+	}}
+	r, err := c.do(parent, ctx, k)
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	switch {
+	case r.Type == "renewed":
+		return k.last, true, nil
+	case r.code() == "not_held":
+		return k.last, false, nil
+	}
+	return time.Time{}, false, unexpected(r, key, "renewed")
+}
+
+// Release implements lock.Locker. See the package documentation for how a
+// not_held answer to a re-sent release is judged.
+func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
+	if !c.enter() {
+		return lock.ErrClosed
+	}
+	defer c.leave()
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	octx, cancel := c.opCtx(ctx)
+	defer cancel()
+	var alive bool // the lease was alive by our clock when the answered copy went out
+	k := &call{what: fmt.Sprintf("release %q", lease.Key), req: request{
+		CommandType: cmdRelease, Key: lease.Key, LockToken: lease.Handle,
+		FencingToken: &wireToken{Key: lease.Key, Value: uint64(lease.Token)}, Ack: true,
+	}}
+	k.onSend = func(now time.Time) { alive = lease.Err() == nil && now.Before(lease.Deadline()) }
+	r, err := c.do(ctx, octx, k)
+	if err != nil {
+		return err
+	}
+	switch {
+	case r.Type == "released":
+		return lease.Released(true)
+	case r.code() == "not_held":
+		if k.prior && alive {
+			// An earlier copy may have reached the gateway before its
+			// connection failed, and nothing else can have ended a lease
+			// that was alive by our clock: that copy freed it.
+			c.log.Debug("lockgate client: re-sent release answered not_held; the earlier copy released it", "key", lease.Key, "token", lease.Token)
+			return lease.Released(true)
+		}
+		return lease.Released(false)
+	}
+	return unexpected(r, lease.Key, "released")
+}
+
+// Inspect implements lock.Locker.
+func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	if !c.enter() {
+		return nil, lock.ErrClosed
+	}
+	defer c.leave()
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	octx, cancel := c.opCtx(ctx)
+	defer cancel()
+	k := &call{what: fmt.Sprintf("inspect %q", key), req: request{CommandType: cmdInspect, Key: key}}
+	r, err := c.do(ctx, octx, k)
+	if err != nil {
+		return nil, err
+	}
+	if r.Type != "info" {
+		return nil, unexpected(r, key, "info")
+	}
+	info := &lock.LockInfo{Key: key, Owner: r.Owner, Token: r.token(), Waiters: -1}
+	if r.Value != nil {
+		info.Value = []byte(*r.Value)
+	}
+	if r.ExpiresIn != nil {
+		info.Expires = r.arrived.Add(time.Duration(*r.ExpiresIn) * time.Millisecond)
+	}
+	if r.Waiters != nil {
+		info.Waiters = *r.Waiters
+	}
+	return info, nil
+}
+
+// unexpected is the error of an answer that is an error reply, or of a type
+// the request does not expect.
+func unexpected(r *reply, key, want string) error {
+	if r.Type == "error" {
+		return replyError(r, key)
+	}
+	return &ServerError{Code: "internal", Message: fmt.Sprintf("answered %q where %q was expected", r.Type, want)}
+}
