@@ -1,0 +1,469 @@
+// Package fencedstore is seed 000's data store made real: a key-value store
+// whose writes carry a fencing token and which rejects stale ones.
+//
+// A write whose token is lower than the highest token already accepted for
+// its key is rejected (and counted); an equal or higher token is accepted.
+// That is what protects the data from a lock holder that was paused past its
+// lease: by the time it wakes and writes, the next holder has written with a
+// higher token, and the late write is refused.
+//
+// Accepted writes are durable before they are acknowledged. The store is an
+// append-only file of checksummed records (see format.go), and one writer
+// goroutine group-commits: it takes every pending write, decides each in
+// order against the highest tokens, appends them all, fsyncs once, and only
+// then answers the callers. Open replays the file, repairs a torn tail and
+// refuses a file damaged in the middle.
+//
+// NewHandler serves the store over HTTP (POST /write, GET /read/{key},
+// GET /stats, GET /healthz) and Client talks to it.
+package fencedstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+)
+
+// Input limits.
+const (
+	MaxKeyLen      = 256     // bytes
+	MaxClientIDLen = 256     // bytes
+	MaxDataLen     = 1 << 20 // bytes
+)
+
+var (
+	// ErrStaleToken matches (errors.Is) every *StaleTokenError.
+	ErrStaleToken = errors.New("fencedstore: stale fencing token")
+	// ErrInvalid is wrapped by errors about malformed write requests.
+	ErrInvalid = errors.New("fencedstore: invalid write")
+	// ErrClosed is returned by writes to a closed store.
+	ErrClosed = errors.New("fencedstore: store closed")
+	// ErrCorrupt is wrapped by Open's errors about a damaged data file.
+	ErrCorrupt = errors.New("fencedstore: data file corrupt")
+)
+
+// StaleTokenError reports a write refused because a higher token was already
+// accepted for its key.
+type StaleTokenError struct {
+	Key     string
+	Token   uint64 // the write's token
+	Highest uint64 // the highest token accepted for Key
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("fencedstore: stale fencing token %d for key %q: token %d was already accepted",
+		e.Token, e.Key, e.Highest)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// FencingToken is a lock's fencing token (lock.Token) with the key it fences.
+type FencingToken struct {
+	Key   string `json:"key"`
+	Value uint64 `json:"value"`
+}
+
+// WriteRequest is seed 000's write: the wire format is
+// {"clientID": "...", "fencingToken": {"key": "...", "value": 12}, "data": "..."}.
+type WriteRequest struct {
+	ClientID string       `json:"clientID"`
+	Token    FencingToken `json:"fencingToken"`
+	Data     string       `json:"data"`
+}
+
+// WriteResult describes an accepted write.
+type WriteResult struct {
+	// Seq is the write's position in the log (1-based, counting accepted
+	// and rejected writes since the file was created).
+	Seq uint64
+	// Previous is the key's highest token before this write, 0 when the key
+	// had none.
+	Previous uint64
+}
+
+// Record is the latest accepted write of a key.
+type Record struct {
+	Key      string       `json:"key"`
+	Data     string       `json:"data"`
+	ClientID string       `json:"clientID"`
+	Token    FencingToken `json:"fencingToken"`
+}
+
+// Stats counts the store's decisions since the file was created.
+type Stats struct {
+	Accepted      uint64            `json:"accepted"`
+	Rejected      uint64            `json:"rejected"`
+	RejectedByKey map[string]uint64 `json:"rejectedByKey"`
+	Keys          int               `json:"keys"`
+	// RepairedBytes is how many bytes of torn tail Open cut off.
+	RepairedBytes int64 `json:"repairedBytes"`
+}
+
+// Options configure Open. The zero value is ready to use.
+type Options struct {
+	// Logger receives repair notices and I/O failures; nil discards them.
+	Logger *slog.Logger
+	// MaxBatch bounds the writes sharing one fsync (default 4096).
+	MaxBatch int
+}
+
+// Validate reports why req cannot be written, as an error wrapping ErrInvalid.
+func (req *WriteRequest) Validate() error {
+	switch {
+	case req.Token.Key == "":
+		return fmt.Errorf("%w: fencingToken.key is empty", ErrInvalid)
+	case len(req.Token.Key) > MaxKeyLen:
+		return fmt.Errorf("%w: fencingToken.key is %d bytes, limit %d", ErrInvalid, len(req.Token.Key), MaxKeyLen)
+	case req.ClientID == "":
+		return fmt.Errorf("%w: clientID is empty", ErrInvalid)
+	case len(req.ClientID) > MaxClientIDLen:
+		return fmt.Errorf("%w: clientID is %d bytes, limit %d", ErrInvalid, len(req.ClientID), MaxClientIDLen)
+	case len(req.Data) > MaxDataLen:
+		return fmt.Errorf("%w: data is %d bytes, limit %d", ErrInvalid, len(req.Data), MaxDataLen)
+	}
+	return nil
+}
+
+// maxBatchBytes stops a batch from growing once it holds this much data.
+const maxBatchBytes = 8 << 20
+
+// Store is a fenced key-value store backed by one append-only file. It is
+// safe for concurrent use.
+type Store struct {
+	path     string
+	f        *os.File
+	logger   *slog.Logger
+	maxBatch int
+	seed     uint32
+
+	queue    chan *pending
+	done     chan struct{} // closed when the writer goroutine exits
+	closeMu  sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup // Write calls between the closed check and the enqueue
+
+	// Owned by the writer goroutine (and Open before it starts).
+	highest map[string]uint64
+	seq     uint64
+	buf     []byte
+	sync    func(*os.File) error // test hook
+
+	// Published state: only durable writes.
+	mu            sync.RWMutex
+	records       map[string]Record
+	accepted      uint64
+	rejected      uint64
+	rejectedByKey map[string]uint64
+	repaired      int64
+	failed        error // sticky write/fsync failure
+}
+
+type pending struct {
+	ctx   context.Context
+	req   WriteRequest
+	res   chan outcome // buffered: the writer never blocks on it
+	stale *StaleTokenError
+	skip  bool
+	out   outcome
+}
+
+type outcome struct {
+	result WriteResult
+	err    error
+}
+
+// Write decides req against the highest token of its key and, when it is
+// accepted, returns once the write is durable. A stale write returns a
+// *StaleTokenError (matching ErrStaleToken); the rejection is logged and
+// counted. When ctx ends after the write was queued the write may still be
+// applied.
+func (s *Store) Write(ctx context.Context, req WriteRequest) (WriteResult, error) {
+	if err := req.Validate(); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return WriteResult{}, err
+	}
+	p := &pending{ctx: ctx, req: req, res: make(chan outcome, 1)}
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return WriteResult{}, ErrClosed
+	}
+	s.inflight.Add(1)
+	s.closeMu.RUnlock()
+	select {
+	case s.queue <- p:
+		s.inflight.Done()
+	case <-ctx.Done():
+		s.inflight.Done()
+		return WriteResult{}, ctx.Err()
+	}
+	select {
+	case o := <-p.res:
+		return o.result, o.err
+	case <-ctx.Done():
+		return WriteResult{}, fmt.Errorf("fencedstore: write outcome unknown: %w", ctx.Err())
+	}
+}
+
+// Read returns the latest accepted (and durable) write of key.
+func (s *Store) Read(key string) (Record, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r, ok := s.records[key]
+	return r, ok
+}
+
+// Stats returns the counters; RejectedByKey is a copy.
+func (s *Store) Stats() Stats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	byKey := make(map[string]uint64, len(s.rejectedByKey))
+	for k, v := range s.rejectedByKey {
+		byKey[k] = v
+	}
+	return Stats{
+		Accepted:      s.accepted,
+		Rejected:      s.rejected,
+		RejectedByKey: byKey,
+		Keys:          len(s.records),
+		RepairedBytes: s.repaired,
+	}
+}
+
+// Err returns the write or fsync failure that stopped the store, if any.
+func (s *Store) Err() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.failed
+}
+
+// Close answers every queued write, then closes the file. Later writes return
+// ErrClosed. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closed = true
+	s.closeMu.Unlock()
+	s.inflight.Wait()
+	close(s.queue)
+	<-s.done
+	return s.f.Close()
+}
+
+// run is the writer goroutine: one batch, one append, one fsync at a time.
+func (s *Store) run() {
+	defer close(s.done)
+	batch := make([]*pending, 0, 64)
+	for {
+		p, ok := <-s.queue
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], p)
+		bytes := len(p.req.Data)
+		open := true
+	drain:
+		for open && len(batch) < s.maxBatch && bytes < maxBatchBytes {
+			select {
+			case p, open = <-s.queue:
+				if open {
+					batch = append(batch, p)
+					bytes += len(p.req.Data)
+				}
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+		clear(batch)
+		if cap(s.buf) > 2*maxBatchBytes {
+			s.buf = nil // let a rare huge batch's buffer go
+		}
+		if !open {
+			return
+		}
+	}
+}
+
+// commit decides the batch in order, appends it, fsyncs, publishes the new
+// state and answers every caller.
+func (s *Store) commit(batch []*pending) {
+	if err := s.Err(); err != nil {
+		for _, p := range batch {
+			p.res <- outcome{err: fmt.Errorf("fencedstore: store failed earlier: %w", err)}
+		}
+		return
+	}
+	s.buf = s.buf[:0]
+	n := 0
+	for _, p := range batch {
+		if err := p.ctx.Err(); err != nil {
+			p.skip, p.out = true, outcome{err: err}
+			continue
+		}
+		key, tok := p.req.Token.Key, p.req.Token.Value
+		rec := logRecord{kind: kindAccepted, token: tok, key: key, clientID: p.req.ClientID, data: p.req.Data}
+		h, seen := s.highest[key]
+		if seen && tok < h {
+			p.stale = &StaleTokenError{Key: key, Token: tok, Highest: h}
+			rec.kind, rec.data = kindRejected, ""
+			p.out = outcome{err: p.stale}
+		} else {
+			s.highest[key] = tok
+			p.out = outcome{result: WriteResult{Seq: s.seq + 1, Previous: h}}
+		}
+		s.seq++
+		n++
+		s.buf = appendRecord(s.buf, s.seed, &rec)
+	}
+	if n > 0 {
+		err := s.append(s.buf)
+		if err != nil {
+			s.logger.Error("fenced store: write failed; refusing further writes until restart", "path", s.path, "err", err)
+			s.mu.Lock()
+			s.failed = err
+			s.mu.Unlock()
+			for _, p := range batch {
+				if !p.skip {
+					p.out = outcome{err: fmt.Errorf("fencedstore: write not durable: %w", err)}
+				}
+				p.res <- p.out
+			}
+			return
+		}
+	}
+	s.mu.Lock()
+	for _, p := range batch {
+		switch {
+		case p.skip:
+		case p.stale != nil:
+			s.rejected++
+			s.rejectedByKey[p.req.Token.Key]++
+		default:
+			s.accepted++
+			s.records[p.req.Token.Key] = Record{Key: p.req.Token.Key, Data: p.req.Data, ClientID: p.req.ClientID, Token: p.req.Token}
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range batch {
+		p.res <- p.out
+	}
+}
+
+// append writes b at the end of the file and makes it durable.
+func (s *Store) append(b []byte) error {
+	if _, err := s.f.Write(b); err != nil {
+		return err
+	}
+	return s.sync(s.f)
+}
+
+// Open opens (creating it if needed) the data file at path, replays it and
+// starts the writer. A torn tail is cut off and reported in
+// Stats.RepairedBytes; damage before the last valid record is an error
+// wrapping ErrCorrupt.
+func Open(path string, opts Options) (*Store, error) {
+	s := &Store{
+		path:          path,
+		logger:        opts.Logger,
+		maxBatch:      opts.MaxBatch,
+		queue:         make(chan *pending, 1024),
+		done:          make(chan struct{}),
+		highest:       make(map[string]uint64),
+		sync:          (*os.File).Sync,
+		records:       make(map[string]Record),
+		rejectedByKey: make(map[string]uint64),
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.maxBatch <= 0 {
+		s.maxBatch = 4096
+	}
+	f, err := openFile(path)
+	if err != nil {
+		return nil, err
+	}
+	s.f = f
+	if err := s.load(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("fencedstore: open %s: %w", path, err)
+	}
+	go s.run()
+	return s, nil
+}
+
+// load replays the file into s and truncates a torn tail.
+func (s *Store) load() error {
+	fi, err := s.f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	hdr := make([]byte, headerSize)
+	if size < headerSize {
+		return fmt.Errorf("%w: file is %d bytes, shorter than the %d-byte header", ErrCorrupt, size, headerSize)
+	}
+	if _, err := s.f.ReadAt(hdr, 0); err != nil {
+		return err
+	}
+	if s.seed, err = parseHeader(hdr); err != nil {
+		return err
+	}
+	end, err := replay(s.f, size, s.seed, s.apply)
+	if err != nil {
+		return err
+	}
+	if end < size {
+		s.repaired = size - end
+		s.logger.Warn("fenced store: cut off a torn tail (a write interrupted by a crash, never acknowledged)",
+			"path", s.path, "offset", end, "bytes", s.repaired)
+		if err := s.f.Truncate(end); err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		if err := s.f.Sync(); err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+	}
+	return nil
+}
+
+// apply replays one record.
+func (s *Store) apply(off int64, r logRecord) error {
+	h, seen := s.highest[r.key]
+	switch r.kind {
+	case kindAccepted:
+		if seen && r.token < h {
+			return fmt.Errorf("accepted token %d for key %q is below the earlier %d", r.token, r.key, h)
+		}
+		s.highest[r.key] = r.token
+		s.accepted++
+		s.records[r.key] = Record{Key: r.key, Data: r.data, ClientID: r.clientID, Token: FencingToken{Key: r.key, Value: r.token}}
+	case kindRejected:
+		if !seen || r.token >= h {
+			return fmt.Errorf("rejected token %d for key %q was not stale (highest %s)", r.token, r.key, fmtHighest(h, seen))
+		}
+		s.rejected++
+		s.rejectedByKey[r.key]++
+	}
+	s.seq++
+	return nil
+}
+
+func fmtHighest(h uint64, seen bool) string {
+	if !seen {
+		return "none"
+	}
+	return strconv.FormatUint(h, 10)
+}
