@@ -41,7 +41,10 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		retry int
 	)
 	for {
-		wc, err := c.conn(ctx, false)
+		if ctx.Err() != nil {
+			return nil, c.gaveUp(parent, ctx, k.what, last)
+		}
+		wc, err := c.conn(ctx)
 		if err != nil {
 			return nil, c.gaveUp(parent, ctx, k.what, last)
 		}
@@ -105,7 +108,9 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			wc.closeFor("", true, last)
 		case "unavailable", "too_many_waiters":
 			last = replyError(r, k.req.Key)
-			wc.strike()
+			if code == "unavailable" {
+				wc.strike() // a gateway that cannot reach its backend: try another
+			}
 			retry++
 			if !c.backoff(ctx, retry) {
 				return nil, c.gaveUp(parent, ctx, k.what, last)

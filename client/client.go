@@ -308,8 +308,8 @@ func (c *Client) run() {
 			continue
 		}
 		c.log.Info("lockgate client: connection lost", "addr", wc.addr, "err", cause)
-		if time.Since(wc.born) > 10*time.Second {
-			attempt = 0 // a connection that worked for a while: reconnect at once
+		if wc.useful.Load() || time.Since(wc.born) > 10*time.Second {
+			attempt = 0 // a connection that worked: reconnect at once
 			continue
 		}
 		attempt++
@@ -348,12 +348,12 @@ func (c *Client) pause(attempt int) bool {
 }
 
 // conn waits for the live connection.
-func (c *Client) conn(ctx context.Context, closing bool) (*wsConn, error) {
+func (c *Client) conn(ctx context.Context) (*wsConn, error) {
 	for {
 		c.mu.Lock()
 		wc, ready, closed := c.cur, c.ready, c.closed
 		c.mu.Unlock()
-		if closed && !closing {
+		if closed {
 			return nil, lock.ErrClosed
 		}
 		if wc != nil {
@@ -368,14 +368,7 @@ func (c *Client) conn(ctx context.Context, closing bool) (*wsConn, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-c.ctx.Done():
-			if !closing {
-				return nil, lock.ErrClosed
-			}
-			select {
-			case <-ready:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
+			return nil, lock.ErrClosed
 		}
 	}
 }

@@ -54,6 +54,7 @@ type wsConn struct {
 	avoid    bool   // the next dial should prefer another gateway
 
 	strikes atomic.Int32
+	useful  atomic.Bool // it answered a request normally
 }
 
 func newConn(c *Client, ws *websocket.Conn, addr string) *wsConn {
@@ -75,10 +76,9 @@ func newConn(c *Client, ws *websocket.Conn, addr string) *wsConn {
 	ws.SetPongHandler(func(string) error { extend(); return nil })
 	ws.SetPingHandler(func(data string) error {
 		extend()
-		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
-		if errors.Is(err, websocket.ErrCloseSent) {
-			return nil
-		}
+		// As gorilla's default handler: a pong that cannot be written is
+		// not an error of the reader (the writer side will notice).
+		ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 		return nil
 	})
 	go wc.read(extend)
@@ -234,7 +234,14 @@ func (wc *wsConn) strike() {
 	}
 }
 
-func (wc *wsConn) good() { wc.strikes.Store(0) }
+func (wc *wsConn) good() {
+	if wc.strikes.Load() != 0 {
+		wc.strikes.Store(0)
+	}
+	if !wc.useful.Load() {
+		wc.useful.Store(true)
+	}
+}
 
 // wsURL turns an endpoint ("host:port", or a ws/http URL) into the
 // WebSocket URL of the lock protocol.
