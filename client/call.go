@@ -23,8 +23,10 @@ type call struct {
 	sends int       // copies written (or attempted)
 	first time.Time // when the first copy was sent
 	last  time.Time // when the answered copy was sent
-	// prior reports, for the answered copy, whether an earlier copy may
-	// have reached the gateway (it was written, then its connection failed).
+	// prior reports whether an earlier copy than the answered one may have
+	// taken effect: its write failed, its connection failed before the
+	// answer, or it was answered unavailable (outcome unknown). Copies
+	// answered not_leader, closed or cancelled did nothing.
 	prior bool
 }
 
@@ -51,13 +53,13 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		id := c.newID()
 		ch, ok := wc.register(id)
 		if !ok {
-			continue // it just failed; conn waits for the next one
+			<-wc.done // it just failed (done closes right after); conn waits for the next one
+			continue
 		}
 		now := time.Now()
 		if k.sends == 0 {
 			k.first = now
 		}
-		k.prior = k.sends > 0
 		k.sends++
 		k.last = now
 		k.req.ID = id
@@ -67,6 +69,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		if err := wc.send(&k.req); err != nil {
 			wc.unregister(id)
 			last = fmt.Errorf("%w: %v", errDropped, err)
+			k.prior = true // part of the frame may have gone out
 			continue
 		}
 		r, err := c.await(parent, ctx, wc, id, ch, k)
@@ -75,6 +78,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		}
 		if r == nil {
 			last = errDropped
+			k.prior = true
 			c.log.Debug("lockgate client: re-sending after a dropped connection", "what", k.what, "addr", wc.addr)
 			continue
 		}
@@ -109,7 +113,8 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		case "unavailable", "too_many_waiters":
 			last = replyError(r, k.req.Key)
 			if code == "unavailable" {
-				wc.strike() // a gateway that cannot reach its backend: try another
+				k.prior = true // "outcome unknown for writes"
+				wc.strike()    // a gateway that cannot reach its backend: try another
 			}
 			retry++
 			if !c.backoff(ctx, retry) {

@@ -30,15 +30,18 @@
 // RequestTimeout bounds them when the context has no deadline).
 //
 // Renew is idempotent, so re-sending it is harmless. Release is not quite:
-// a re-sent release whose earlier copy may have reached the gateway can be
-// answered not_held because that earlier copy already freed the lease. The
-// client then decides by the lease's deadline: if the lease was still alive
-// by the holder's own clock (Lease.Err nil and Deadline not passed) when the
-// re-sent copy went out, nothing but the earlier copy can have freed it
-// (barring an operator's forced release or a release by a rebuilt copy of
-// the lease), so Release reports success; otherwise it returns
-// lock.ErrNotHeld. A not_held answer to a release of which no earlier copy
-// can have reached the gateway is always lock.ErrNotHeld.
+// a re-sent release can be answered not_held because an earlier copy
+// already freed the lease. When an earlier copy may have taken effect (it
+// was written and then its connection failed before the answer, or it was
+// answered unavailable), the client decides by the lease's deadline: if the
+// lease was still alive by the holder's own clock (Lease.Err nil and
+// Deadline not passed) when the answered copy went out, nothing but the
+// earlier copy can have freed it (barring an operator's forced release or a
+// release through a rebuilt copy of the lease), so Release reports success
+// and the lease ends with lock.ErrReleased; otherwise it returns
+// lock.ErrNotHeld, as it must for a lease past its deadline anyway. When no
+// earlier copy can have taken effect (there was none, or each was answered
+// not_leader or closed), not_held is always lock.ErrNotHeld.
 //
 // # Deadlines
 //
@@ -50,12 +53,15 @@
 //
 // # Limits
 //
-// A lease granted to a waiter at the instant its connection dropped (the
-// grant could not be delivered) stays held until its TTL on backends that
-// ignore client-chosen lock tokens (the in-memory reference locker); on
-// raftlock the re-sent acquire recovers it. The same holds for a cancelled
-// Acquire whose connection drops while the cancel is in flight. Values are
-// sent as JSON strings: bytes that are not valid UTF-8 are replaced.
+// On backends that ignore client-chosen lock tokens (the in-memory
+// reference locker), a grant made for a copy of an acquire whose connection
+// dropped before the grant was delivered stays held until its TTL: the
+// re-sent Acquire queues behind it (and gets it after that TTL), a re-sent
+// TryAcquire answers held. On raftlock the re-sent copy recovers the grant.
+// Likewise a grant that races with the cancel of an Acquire whose
+// connection drops while the cancel is in flight stays held until its TTL.
+// Values are sent as JSON strings: bytes that are not valid UTF-8 are
+// replaced by U+FFFD.
 package client
 
 import (

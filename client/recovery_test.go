@@ -273,3 +273,54 @@ func TestCloseWhileDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLateGrantRenewed: a grant pushed after a wait longer than half the
+// TTL is renewed before Acquire returns it, so the lease's deadline counts
+// from the renewal, not from the acquire's send time (which would leave the
+// caller less than half its TTL).
+func TestLateGrantRenewed(t *testing.T) {
+	store := locktest.NewMemStore()
+	gw := startMemGateway(t, store)
+	a := newClient(t, []string{gw}, client.Options{})
+	b := newClient(t, []string{gw}, client.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	held, err := a.Acquire(ctx, "late", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "late", lock.AcquireOptions{TTL: ttl})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	awaitWaiters(t, a, "late", 1)
+	time.Sleep(ttl*7/10 - time.Since(start)) // the wait must outlast half the TTL
+	if err := a.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	lease := <-got
+	if lease == nil {
+		t.FailNow()
+	}
+	granted := time.Now()
+	if err := lease.Err(); err != nil {
+		t.Fatalf("late grant already ended: %v", err)
+	}
+	// Without the renewal the deadline would be start + TTL − drift, about
+	// 0.3 s after the grant.
+	if left := time.Until(lease.Deadline()); left < ttl/2 {
+		t.Errorf("late grant has %v left of its %v TTL; want at least half (it should have been renewed)", left, ttl)
+	}
+	if !lease.Deadline().After(start.Add(ttl)) {
+		t.Errorf("deadline %v is not past the acquire's send + TTL %v", lease.Deadline().Sub(granted), start.Add(ttl).Sub(granted))
+	}
+	if err := b.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+}
