@@ -86,6 +86,9 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		case "not_leader":
 			lid, addr := r.Error.leader()
 			last = &lock.NotLeaderError{LeaderID: lid, LeaderAddr: addr}
+			if addr != "" && c.dead(addr) {
+				addr = "" // named leader just failed to answer a dial: as if unknown
+			}
 			if addr != "" {
 				if hops < c.opts.MaxHops {
 					hops++

@@ -26,8 +26,8 @@
 // connection, so that on raftlock a re-sent acquire whose first copy was
 // already granted returns that grant instead of queueing behind it; the
 // caller only sees its grant arrive later. TryAcquire, Renew, Release and
-// Inspect are re-sent likewise until their context ends (Options.
-// RequestTimeout bounds them when the context has no deadline).
+// Inspect are re-sent likewise until their context ends (RequestTimeout
+// bounds them when the context has no deadline).
 //
 // Renew is idempotent, so re-sending it is harmless. Release is not quite:
 // a re-sent release can be answered not_held because an earlier copy
@@ -108,7 +108,9 @@ type Options struct {
 	// others, once their deadline passes). Default 5.
 	MaxHops int
 	// Backoff paces reconnects and retries of requests the gateway could
-	// not serve. Default DefaultBackoff().
+	// not serve (unavailable, leader unknown). Default DefaultBackoff().
+	// The client never stops reconnecting while it is open: once the
+	// strategy gives up, DefaultBackoff's pauses are used.
 	Backoff lock.RetryStrategy
 	// Logger receives connection events. Default: discard.
 	Logger *slog.Logger
@@ -149,11 +151,12 @@ type Client struct {
 
 	nextID atomic.Uint64
 
-	mu     sync.Mutex
-	closed bool
-	cur    *wsConn       // the live connection, nil while (re)connecting
-	ready  chan struct{} // closed when cur is set (or the client closes); then replaced
-	calls  sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	deadAddr map[string]time.Time // addresses whose last dial failed, and when
+	cur      *wsConn              // the live connection, nil while (re)connecting
+	ready    chan struct{}        // closed when cur is set (or the client closes); then replaced
+	calls    sync.WaitGroup
 
 	closeOnce sync.Once
 }
@@ -269,6 +272,7 @@ func (c *Client) run() {
 		}
 		next = ""
 		wc, err := c.dial(c.ctx, addr)
+		c.noteDial(addr, err)
 		if err != nil {
 			if c.ctx.Err() != nil {
 				continue
@@ -324,6 +328,32 @@ func (c *Client) run() {
 			return
 		}
 	}
+}
+
+// deadFor is how long a redirect to an address that could not be dialled
+// is not followed: during an election followers keep naming the old leader
+// for a while, and leaving a working connection for it would only fail again.
+const deadFor = time.Second
+
+func (c *Client) noteDial(addr string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		delete(c.deadAddr, addr)
+		return
+	}
+	if c.deadAddr == nil {
+		c.deadAddr = map[string]time.Time{}
+	}
+	c.deadAddr[addr] = time.Now()
+}
+
+// dead reports whether a dial of addr failed less than deadFor ago.
+func (c *Client) dead(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.deadAddr[addr]
+	return ok && time.Since(at) < deadFor
 }
 
 // pick returns a random endpoint, other than avoid where possible.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -321,6 +322,50 @@ func TestLateGrantRenewed(t *testing.T) {
 		t.Errorf("deadline %v is not past the acquire's send + TTL %v", lease.Deadline().Sub(granted), start.Add(ttl).Sub(granted))
 	}
 	if err := b.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCloseLeavesNoGoroutines: after Close, the client's reader, pinger,
+// connection manager and keep-alives are all gone.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	store := locktest.NewMemStore()
+	gw := startMemGateway(t, store)
+	other := newClient(t, []string{gw}, client.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held, err := other.Acquire(ctx, "leak-held", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+
+	sdk, err := client.New([]string{gw}, client.Options{Logger: quiet(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdk.Acquire(ctx, "leak-renewed", lock.AcquireOptions{TTL: time.Second, AutoRenew: true}); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := sdk.Acquire(ctx, "leak-held", lock.AcquireOptions{TTL: time.Minute})
+		waiting <- err
+	}()
+	awaitWaiters(t, other, "leak-held", 1)
+	sdk.Close()
+	if err := <-waiting; !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("waiter of a closed client: %v, want ErrClosed", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before the client:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := other.Release(ctx, held); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,114 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// TestWireToken: a fencing token decodes from {key, value}, a bare number
+// (a held error's holder) or a numeric string.
+func TestWireToken(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want wireToken
+	}{
+		{`{"key":"k","value":42}`, wireToken{Key: "k", Value: 42}},
+		{`{"key":"k","value":"18446744073709551615"}`, wireToken{Key: "k", Value: 1<<64 - 1}},
+		{`7`, wireToken{Value: 7}},
+		{`"9"`, wireToken{Value: 9}},
+		{`null`, wireToken{}},
+	} {
+		var got wireToken
+		if err := json.Unmarshal([]byte(tc.in), &got); err != nil || got != tc.want {
+			t.Errorf("decode %s = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	var bad wireToken
+	if err := json.Unmarshal([]byte(`{"value":-1}`), &bad); err == nil {
+		t.Error("a negative token decoded without error")
+	}
+}
+
+// TestReplyError: every error code of docs/protocol.md maps to the lock
+// contract's error for it.
+func TestReplyError(t *testing.T) {
+	decode := func(s string) *reply {
+		r := &reply{}
+		if err := json.Unmarshal([]byte(s), r); err != nil {
+			t.Fatal(err)
+		}
+		r.arrived = time.Now()
+		return r
+	}
+	for code, want := range map[string]error{
+		"not_held":         lock.ErrNotHeld,
+		"not_found":        lock.ErrNotFound,
+		"invalid_key":      lock.ErrInvalidKey,
+		"invalid_ttl":      lock.ErrInvalidTTL,
+		"invalid_value":    lock.ErrInvalidValue,
+		"invalid_owner":    lock.ErrInvalidOwner,
+		"invalid_handle":   lock.ErrInvalidHandle,
+		"unavailable":      lock.ErrUnavailable,
+		"closed":           lock.ErrUnavailable,
+		"too_many_waiters": lock.ErrUnavailable,
+	} {
+		err := replyError(decode(`{"id":"1","type":"error","error":{"code":"`+code+`","message":"m"}}`), "k")
+		if !errors.Is(err, want) {
+			t.Errorf("code %s: %v, want an error matching %v", code, err, want)
+		}
+	}
+	err := replyError(decode(`{"type":"error","error":{"code":"held","holder":{"owner":"o","fencingToken":5,"expiresIn":1000}}}`), "k")
+	var he *lock.HeldError
+	if !errors.As(err, &he) || he.Owner != "o" || he.Token != 5 || he.Key != "k" || time.Until(he.Expires) <= 0 {
+		t.Errorf("held: %#v, want a *lock.HeldError naming owner o, token 5, a future expiry", err)
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("held: %v does not match ErrNotAcquired", err)
+	}
+	err = replyError(decode(`{"type":"error","error":{"code":"not_leader","leader":{"id":"2","addr":"h:1"}}}`), "k")
+	var nl *lock.NotLeaderError
+	if !errors.As(err, &nl) || nl.LeaderID != "2" || nl.LeaderAddr != "h:1" || !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("not_leader: %#v, want a *lock.NotLeaderError naming 2 at h:1", err)
+	}
+	var ve *lock.ValidationError
+	if err := replyError(decode(`{"type":"error","error":{"code":"invalid_ttl","message":"m"}}`), "k"); !errors.As(err, &ve) || ve.Field != "ttl" {
+		t.Errorf("invalid_ttl: %#v, want a *lock.ValidationError for field ttl", err)
+	}
+	var se *ServerError
+	if err := replyError(decode(`{"type":"error","error":{"code":"internal","message":"bug"}}`), "k"); !errors.As(err, &se) || se.Code != "internal" {
+		t.Errorf("internal: %#v, want a *ServerError", err)
+	}
+}
+
+func TestWSURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:50051":           "ws://127.0.0.1:50051/v1/ws",
+		"http://h:1":                "ws://h:1/v1/ws",
+		"https://h:1/":              "wss://h:1/v1/ws",
+		"ws://h:1/custom/ws":        "ws://h:1/custom/ws",
+		"wss://h.example.com/v1/ws": "wss://h.example.com/v1/ws",
+	} {
+		if got, err := wsURL(in); err != nil || got != want {
+			t.Errorf("wsURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"ftp://h:1", "http://", "://"} {
+		if _, err := wsURL(bad); err == nil {
+			t.Errorf("wsURL(%q) accepted", bad)
+		}
+	}
+}
+
+// TestNewRejects: New needs at least one valid endpoint and never blocks.
+func TestNewRejects(t *testing.T) {
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New with no endpoints succeeded")
+	}
+	if _, err := New([]string{"ftp://x"}, Options{}); err == nil {
+		t.Error("New with a bad endpoint succeeded")
+	}
+}
