@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -13,7 +14,7 @@ import (
 // with a fresh id) until it is answered.
 type call struct {
 	what      string
-	req       request
+	req       wire.Request
 	wait      bool // a waiting acquire: its wait is cancelled on the gateway when ctx or the client ends
 	grantable bool // the answer may be a grant, which must be released if nobody takes it
 
@@ -84,7 +85,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		}
 		switch code := r.code(); code {
 		case "not_leader":
-			lid, addr := r.Error.leader()
+			lid, addr := leaderOf(r.Error)
 			last = &lock.NotLeaderError{LeaderID: lid, LeaderAddr: addr}
 			if addr != "" && c.dead(addr) {
 				addr = "" // named leader just failed to answer a dial: as if unknown
@@ -244,7 +245,7 @@ func (c *Client) abandon(wc *wsConn, id string, ch chan *reply, k *call) {
 		go settle()
 		return
 	}
-	if err := wc.send(&request{ID: c.newID(), CommandType: cmdCancel, Target: id}); err != nil {
+	if err := wc.send(&wire.Request{ID: c.newID(), CommandType: wire.CmdCancel, Target: id}); err != nil {
 		c.log.Warn("lockgate client: could not send the cancel of an acquire", "key", k.req.Key, "err", err)
 	}
 	settle()
@@ -253,8 +254,8 @@ func (c *Client) abandon(wc *wsConn, id string, ch chan *reply, k *call) {
 // releaseRaced releases a grant that arrived for a request its caller gave
 // up, first on the connection it came on, else through a fresh call.
 func (c *Client) releaseRaced(wc *wsConn, r *reply) {
-	req := request{CommandType: cmdRelease, Key: r.Key, LockToken: r.LockToken,
-		FencingToken: &wireToken{Key: r.Key, Value: uint64(r.token())}, Ack: true}
+	req := wire.Request{CommandType: wire.CmdRelease, Key: r.Key, LockToken: r.LockToken,
+		FencingToken: &wire.FencingToken{Key: r.Key, Value: uint64(r.token())}, Ack: true}
 	c.log.Debug("lockgate client: releasing a grant that raced with giving up", "key", r.Key, "token", r.token())
 	id := c.newID()
 	if ch, ok := wc.register(id); ok {

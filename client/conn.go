@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/lockgate/lockgate/internal/wire"
 )
 
 // Connection liveness: the client pings every pingInterval and drops a
@@ -168,7 +170,7 @@ func (wc *wsConn) unregister(id string) {
 }
 
 // send writes one request. A write error ends the connection.
-func (wc *wsConn) send(req *request) error {
+func (wc *wsConn) send(req *wire.Request) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -320,10 +322,10 @@ func redirectOf(resp *http.Response) string {
 		}
 	}
 	var body struct {
-		Error *wireError `json:"error"`
+		Error *wire.Error `json:"error"`
 	}
 	if json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body) == nil {
-		_, addr := body.Error.leader()
+		_, addr := leaderOf(body.Error)
 		return addr
 	}
 	return ""

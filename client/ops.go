@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -49,13 +50,13 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		if handle == "" {
 			handle = lock.NewHandle()
 		}
-		k := &call{wait: wait, grantable: true, req: request{
-			CommandType: cmdTryAcquire, Key: key, ClientID: opts.Owner,
+		k := &call{wait: wait, grantable: true, req: wire.Request{
+			CommandType: wire.CmdTryAcquire, Key: key, ClientID: opts.Owner,
 			TTL: ms(opts.TTL), LockToken: handle,
 		}}
 		k.what = fmt.Sprintf("try-acquire %q", key)
 		if wait {
-			k.req.CommandType = cmdAcquire
+			k.req.CommandType = wire.CmdAcquire
 			k.what = fmt.Sprintf("acquire %q", key)
 		}
 		if opts.Value != nil {
@@ -141,9 +142,9 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 // renew asks for (key, handle, token) to be extended to ttl. It returns the
 // send time of the answered copy, and whether the lease was held.
 func (c *Client) renew(parent, ctx context.Context, key, handle string, token lock.Token, ttl time.Duration) (time.Time, bool, error) {
-	k := &call{what: fmt.Sprintf("renew %q", key), req: request{
-		CommandType: cmdRenew, Key: key, LockToken: handle,
-		FencingToken: &wireToken{Key: key, Value: uint64(token)}, TTL: ms(ttl),
+	k := &call{what: fmt.Sprintf("renew %q", key), req: wire.Request{
+		CommandType: wire.CmdRenew, Key: key, LockToken: handle,
+		FencingToken: &wire.FencingToken{Key: key, Value: uint64(token)}, TTL: ms(ttl),
 	}}
 	r, err := c.do(parent, ctx, k)
 	if err != nil {
@@ -171,9 +172,9 @@ func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
 	octx, cancel := c.opCtx(ctx)
 	defer cancel()
 	var alive bool // the lease was alive by our clock when the answered copy went out
-	k := &call{what: fmt.Sprintf("release %q", lease.Key), req: request{
-		CommandType: cmdRelease, Key: lease.Key, LockToken: lease.Handle,
-		FencingToken: &wireToken{Key: lease.Key, Value: uint64(lease.Token)}, Ack: true,
+	k := &call{what: fmt.Sprintf("release %q", lease.Key), req: wire.Request{
+		CommandType: wire.CmdRelease, Key: lease.Key, LockToken: lease.Handle,
+		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)}, Ack: true,
 	}}
 	k.onSend = func(now time.Time) { alive = lease.Err() == nil && now.Before(lease.Deadline()) }
 	r, err := c.do(ctx, octx, k)
@@ -207,7 +208,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	}
 	octx, cancel := c.opCtx(ctx)
 	defer cancel()
-	k := &call{what: fmt.Sprintf("inspect %q", key), req: request{CommandType: cmdInspect, Key: key}}
+	k := &call{what: fmt.Sprintf("inspect %q", key), req: wire.Request{CommandType: wire.CmdInspect, Key: key}}
 	r, err := c.do(ctx, octx, k)
 	if err != nil {
 		return nil, err

@@ -1,102 +1,18 @@
 package client
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Command types of the WebSocket protocol (docs/protocol.md).
-const (
-	cmdAcquire    = 1
-	cmdRelease    = 2
-	cmdRenew      = 3
-	cmdInspect    = 4
-	cmdTryAcquire = 5
-	cmdCancel     = 6
-)
-
-// wireToken is a fencing token on the wire: {"key", "value"}. It also
-// accepts a bare number (the holder of a held error carries one).
-type wireToken struct {
-	Key   string `json:"key,omitempty"`
-	Value uint64 `json:"value"`
-}
-
-func (t *wireToken) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
-		return nil
-	}
-	if b[0] != '{' {
-		v, err := parseUint(b)
-		t.Value = v
-		return err
-	}
-	var o struct {
-		Key   string          `json:"key"`
-		Value json.RawMessage `json:"value"`
-	}
-	if err := json.Unmarshal(b, &o); err != nil {
-		return err
-	}
-	t.Key = o.Key
-	if len(o.Value) > 0 {
-		v, err := parseUint(o.Value)
-		if err != nil {
-			return err
-		}
-		t.Value = v
-	}
-	return nil
-}
-
-// parseUint reads a JSON number or a JSON string holding one.
-func parseUint(b []byte) (uint64, error) {
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return 0, err
-		}
-		b = []byte(s)
-	}
-	return strconv.ParseUint(string(b), 10, 64)
-}
-
-// request is one client message.
-type request struct {
-	ID           string     `json:"id"`
-	CommandType  int        `json:"commandType"`
-	Key          string     `json:"key,omitempty"`
-	ClientID     string     `json:"clientId,omitempty"`
-	TTL          int64      `json:"ttl,omitempty"`
-	Value        *string    `json:"value,omitempty"`
-	LockToken    string     `json:"lockToken,omitempty"`
-	FencingToken *wireToken `json:"fencingToken,omitempty"`
-	Ack          bool       `json:"ack,omitempty"`
-	Target       string     `json:"target,omitempty"`
-}
-
-// reply is one server message (a reply or a push).
+// reply is one server message as the reader received it.
 type reply struct {
-	ID           string     `json:"id"`
-	Type         string     `json:"type"`
-	Success      bool       `json:"success"`
-	Key          string     `json:"key"`
-	FencingToken *wireToken `json:"fencingToken"`
-	LockToken    string     `json:"lockToken"`
-	TTL          int64      `json:"ttl"`
-	Owner        string     `json:"owner"`
-	Value        *string    `json:"value"`
-	ExpiresIn    *int64     `json:"expiresIn"`
-	Waiters      *int       `json:"waiters"`
-	Error        *wireError `json:"error"`
-
+	wire.Reply
 	arrived time.Time // when the reader got it
 }
 
@@ -118,21 +34,8 @@ func (r *reply) code() string {
 	return r.Error.Code
 }
 
-type wireError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Leader  *struct {
-		ID   string `json:"id"`
-		Addr string `json:"addr"`
-	} `json:"leader"`
-	Holder *struct {
-		Owner        string    `json:"owner"`
-		FencingToken wireToken `json:"fencingToken"`
-		ExpiresIn    int64     `json:"expiresIn"`
-	} `json:"holder"`
-}
-
-func (e *wireError) leader() (id, addr string) {
+// leader returns the leader a not_leader error names.
+func leaderOf(e *wire.Error) (id, addr string) {
 	if e == nil || e.Leader == nil {
 		return "", ""
 	}
@@ -164,20 +67,20 @@ func (e *ServerError) Unwrap() error { return e.err }
 func replyError(r *reply, key string) error {
 	e := r.Error
 	if e == nil {
-		e = &wireError{Code: "internal", Message: "error reply without an error object"}
+		e = &wire.Error{Code: "internal", Message: "error reply without an error object"}
 	}
 	switch e.Code {
 	case "held":
 		he := &lock.HeldError{Key: key}
 		if h := e.Holder; h != nil {
-			he.Owner, he.Token = h.Owner, lock.Token(h.FencingToken.Value)
+			he.Owner, he.Token = h.Owner, lock.Token(h.FencingToken)
 			if h.ExpiresIn > 0 {
 				he.Expires = r.arrived.Add(time.Duration(h.ExpiresIn) * time.Millisecond)
 			}
 		}
 		return he
 	case "not_leader":
-		id, addr := e.leader()
+		id, addr := leaderOf(e)
 		return &lock.NotLeaderError{LeaderID: id, LeaderAddr: addr}
 	case "invalid_key", "invalid_ttl", "invalid_value", "invalid_owner", "invalid_handle":
 		field := e.Code[len("invalid_"):]

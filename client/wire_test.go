@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -14,20 +15,20 @@ import (
 func TestWireToken(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want wireToken
+		want wire.FencingToken
 	}{
-		{`{"key":"k","value":42}`, wireToken{Key: "k", Value: 42}},
-		{`{"key":"k","value":"18446744073709551615"}`, wireToken{Key: "k", Value: 1<<64 - 1}},
-		{`7`, wireToken{Value: 7}},
-		{`"9"`, wireToken{Value: 9}},
-		{`null`, wireToken{}},
+		{`{"key":"k","value":42}`, wire.FencingToken{Key: "k", Value: 42}},
+		{`{"key":"k","value":"18446744073709551615"}`, wire.FencingToken{Key: "k", Value: 1<<64 - 1}},
+		{`7`, wire.FencingToken{Value: 7}},
+		{`"9"`, wire.FencingToken{Value: 9}},
+		{`null`, wire.FencingToken{}},
 	} {
-		var got wireToken
+		var got wire.FencingToken
 		if err := json.Unmarshal([]byte(tc.in), &got); err != nil || got != tc.want {
 			t.Errorf("decode %s = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
 	}
-	var bad wireToken
+	var bad wire.FencingToken
 	if err := json.Unmarshal([]byte(`{"value":-1}`), &bad); err == nil {
 		t.Error("a negative token decoded without error")
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/lockgate/lockgate/internal/wire"
 )
 
 // BenchmarkIdleConnections opens 10k WebSocket connections from a child
@@ -75,7 +77,7 @@ func TestConnectionsHelper(t *testing.T) {
 		if err := ws.WriteJSON(map[string]any{"id": "1", "commandType": 5, "key": fmt.Sprint("idle-", i), "ttl": 3600000}); err != nil {
 			t.Fatal(err)
 		}
-		var r reply
+		var r wire.Reply
 		if err := ws.ReadJSON(&r); err != nil || r.Type != "grant" {
 			t.Fatalf("connection %d: %+v %v", i, r, err)
 		}

@@ -5,32 +5,19 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
 // apiError is the error object of both protocols (docs/protocol.md, "Error
-// codes"): a stable code, a message, and detail where it helps.
+// codes") with the HTTP status REST answers it with.
 type apiError struct {
-	Code    string     `json:"code"`
-	Message string     `json:"message"`
-	Leader  *leaderRef `json:"leader,omitempty"`
-	Holder  *holderRef `json:"holder,omitempty"`
-	status  int
-}
-
-type leaderRef struct {
-	ID   string `json:"id,omitempty"`
-	Addr string `json:"addr,omitempty"`
-}
-
-type holderRef struct {
-	Owner        string `json:"owner,omitempty"`
-	FencingToken uint64 `json:"fencingToken,omitempty"`
-	ExpiresIn    int64  `json:"expiresIn,omitempty"`
+	wire.Error
+	status int
 }
 
 func newError(code string, status int, msg string) *apiError {
-	return &apiError{Code: code, Message: msg, status: status}
+	return &apiError{Error: wire.Error{Code: code, Message: msg}, status: status}
 }
 
 // statusClientClosed is nginx's 499: the client gave up (cancelled a wait).
@@ -44,11 +31,11 @@ func toAPIError(err error) *apiError {
 	switch {
 	case errors.As(err, &nl):
 		e := newError("not_leader", http.StatusMisdirectedRequest, msg)
-		e.Leader = &leaderRef{ID: nl.LeaderID, Addr: nl.LeaderAddr}
+		e.Leader = &wire.Leader{ID: nl.LeaderID, Addr: nl.LeaderAddr}
 		return e
 	case errors.As(err, &he):
 		e := newError("held", http.StatusConflict, msg)
-		e.Holder = &holderRef{Owner: he.Owner, FencingToken: uint64(he.Token)}
+		e.Holder = &wire.Holder{Owner: he.Owner, FencingToken: uint64(he.Token)}
 		if !he.Expires.IsZero() {
 			e.Holder.ExpiresIn = max(durationMS(timeUntil(he.Expires)), 0)
 		}

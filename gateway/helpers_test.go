@@ -11,6 +11,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/lockgate/lockgate/internal/wire"
+
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -53,10 +55,10 @@ func (c *wsClient) send(m map[string]any) {
 }
 
 // recv reads the next message (within 5 s).
-func (c *wsClient) recv() reply {
+func (c *wsClient) recv() wire.Reply {
 	c.t.Helper()
 	c.ws.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var r reply
+	var r wire.Reply
 	if err := c.ws.ReadJSON(&r); err != nil {
 		c.t.Fatalf("recv: %v", err)
 	}
@@ -64,7 +66,7 @@ func (c *wsClient) recv() reply {
 }
 
 // expect reads the next message and checks its id, type and error code.
-func (c *wsClient) expect(id, typ, code string) reply {
+func (c *wsClient) expect(id, typ, code string) wire.Reply {
 	c.t.Helper()
 	r := c.recv()
 	got := ""

@@ -11,56 +11,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
-
-// Command types of the WebSocket protocol (seed 000's commandType).
-const (
-	cmdAcquire    = 1
-	cmdRelease    = 2
-	cmdRenew      = 3
-	cmdInspect    = 4
-	cmdTryAcquire = 5
-	cmdCancel     = 6
-)
-
-type fencingToken struct {
-	Key   string `json:"key"`
-	Value uint64 `json:"value"`
-}
-
-// request is one client message (docs/protocol.md, "Requests").
-type request struct {
-	ID                  string        `json:"id"`
-	CommandType         int           `json:"commandType"`
-	Key                 string        `json:"key"`
-	ClientID            string        `json:"clientId"`
-	TTL                 int64         `json:"ttl"`
-	Value               *string       `json:"value"`
-	LockToken           string        `json:"lockToken"`
-	FencingToken        *fencingToken `json:"fencingToken"`
-	Ack                 bool          `json:"ack"`
-	ReleaseOnDisconnect bool          `json:"releaseOnDisconnect"`
-	Target              string        `json:"target"`
-}
-
-// reply is one server message (docs/protocol.md, "Replies and pushes").
-type reply struct {
-	ID           string        `json:"id,omitempty"`
-	Type         string        `json:"type"`
-	Success      bool          `json:"success"`
-	Key          string        `json:"key,omitempty"`
-	FencingToken *fencingToken `json:"fencingToken,omitempty"`
-	LockToken    string        `json:"lockToken,omitempty"`
-	TTL          int64         `json:"ttl,omitempty"`
-	Owner        string        `json:"owner,omitempty"`
-	Value        *string       `json:"value,omitempty"`
-	ExpiresIn    *int64        `json:"expiresIn,omitempty"`
-	Waiters      *int          `json:"waiters,omitempty"`
-	Error        *apiError     `json:"error,omitempty"`
-}
-
-const maxIDLen = 64
 
 var upgrader = websocket.Upgrader{
 	ReadBufferSize:  1024,
@@ -86,7 +39,7 @@ type conn struct {
 	ping    *time.Timer
 
 	mu     sync.Mutex
-	waits  map[string]context.CancelFunc // by request id
+	waits  map[string]context.CancelFunc // by wire.Request id
 	nwaits int
 	leases map[string]*heldLease // by lock token
 }
@@ -145,25 +98,25 @@ func (c *conn) reader() {
 // handle decodes one frame and runs its command. Bad input gets an error
 // reply and the connection stays usable.
 func (c *conn) handle(data []byte) {
-	var req request
+	var req wire.Request
 	if err := json.Unmarshal(data, &req); err != nil {
 		c.fail("", newError("bad_json", http.StatusBadRequest, "malformed JSON: "+err.Error()))
 		return
 	}
-	if len(req.ID) > maxIDLen {
-		c.fail("", newError("bad_json", http.StatusBadRequest, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), maxIDLen)))
+	if len(req.ID) > wire.MaxIDLen {
+		c.fail("", newError("bad_json", http.StatusBadRequest, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
 		return
 	}
 	switch req.CommandType {
-	case cmdAcquire, cmdTryAcquire:
+	case wire.CmdAcquire, wire.CmdTryAcquire:
 		c.acquire(req)
-	case cmdRelease:
+	case wire.CmdRelease:
 		c.release(req)
-	case cmdRenew:
+	case wire.CmdRenew:
 		c.renew(req)
-	case cmdInspect:
+	case wire.CmdInspect:
 		c.inspect(req)
-	case cmdCancel:
+	case wire.CmdCancel:
 		c.cancelWait(req)
 	case 0:
 		c.fail(req.ID, newError("unknown_command", http.StatusBadRequest, "commandType is missing: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel"))
@@ -172,7 +125,7 @@ func (c *conn) handle(data []byte) {
 	}
 }
 
-func (c *conn) acquire(req request) {
+func (c *conn) acquire(req wire.Request) {
 	if req.Key == "" {
 		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
 		return
@@ -184,7 +137,7 @@ func (c *conn) acquire(req request) {
 	if req.Value != nil {
 		opts.Value = []byte(*req.Value)
 	}
-	if req.CommandType == cmdTryAcquire {
+	if req.CommandType == wire.CmdTryAcquire {
 		go func() {
 			start := time.Now()
 			lease, err := c.g.l.TryAcquire(c.ctx, req.Key, opts)
@@ -229,7 +182,7 @@ var errCancelledByClient = errors.New("the client cancelled the wait")
 
 // granted reports an acquire's outcome; a grant that arrives after the
 // connection ended is kept (or released, if asked) like any other lease.
-func (c *conn) granted(req request, start time.Time, lease *lock.Lease, err error) {
+func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err error) {
 	if err != nil {
 		c.fail(req.ID, toAPIError(err))
 		return
@@ -249,13 +202,13 @@ func (c *conn) granted(req request, start time.Time, lease *lock.Lease, err erro
 		}
 		return
 	}
-	c.send(reply{ID: req.ID, Type: "grant", Success: true, Key: lease.Key,
-		FencingToken: &fencingToken{Key: lease.Key, Value: uint64(lease.Token)},
+	c.send(wire.Reply{ID: req.ID, Type: wire.TypeGrant, Success: true, Key: lease.Key,
+		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
 		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner})
 }
 
 // leaseFor rebuilds the lease a release or renew names.
-func (c *conn) leaseFor(req request) (*lock.Lease, *apiError) {
+func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	switch {
 	case req.Key == "":
 		return nil, newError("missing_field", http.StatusBadRequest, "key is required")
@@ -273,7 +226,7 @@ func (c *conn) leaseFor(req request) (*lock.Lease, *apiError) {
 	return rebuild(req.Key, req.LockToken, req.FencingToken.Value, ttl), nil
 }
 
-func (c *conn) release(req request) {
+func (c *conn) release(req wire.Request) {
 	lease, aerr := c.leaseFor(req)
 	if aerr != nil {
 		c.fail(req.ID, aerr)
@@ -288,12 +241,12 @@ func (c *conn) release(req request) {
 		case err != nil:
 			c.fail(req.ID, toAPIError(err))
 		case req.Ack:
-			c.send(reply{ID: req.ID, Type: "released", Success: true, Key: req.Key})
+			c.send(wire.Reply{ID: req.ID, Type: wire.TypeReleased, Success: true, Key: req.Key})
 		}
 	}()
 }
 
-func (c *conn) renew(req request) {
+func (c *conn) renew(req wire.Request) {
 	lease, aerr := c.leaseFor(req)
 	if aerr != nil {
 		c.fail(req.ID, aerr)
@@ -315,12 +268,12 @@ func (c *conn) renew(req request) {
 			h.lease = lease // the renewed copy carries the new deadline and TTL
 		}
 		c.mu.Unlock()
-		c.send(reply{ID: req.ID, Type: "renewed", Success: true, Key: req.Key,
-			FencingToken: &fencingToken{Key: req.Key, Value: req.FencingToken.Value}, TTL: durationMS(ttl)})
+		c.send(wire.Reply{ID: req.ID, Type: wire.TypeRenewed, Success: true, Key: req.Key,
+			FencingToken: &wire.FencingToken{Key: req.Key, Value: req.FencingToken.Value}, TTL: durationMS(ttl)})
 	}()
 }
 
-func (c *conn) inspect(req request) {
+func (c *conn) inspect(req wire.Request) {
 	if req.Key == "" {
 		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
 		return
@@ -337,9 +290,9 @@ func (c *conn) inspect(req request) {
 	}()
 }
 
-func infoReply(id string, info *lock.LockInfo) reply {
-	r := reply{ID: id, Type: "info", Success: true, Key: info.Key, Owner: info.Owner,
-		FencingToken: &fencingToken{Key: info.Key, Value: uint64(info.Token)}, Waiters: &info.Waiters}
+func infoReply(id string, info *lock.LockInfo) wire.Reply {
+	r := wire.Reply{ID: id, Type: wire.TypeInfo, Success: true, Key: info.Key, Owner: info.Owner,
+		FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(info.Token)}, Waiters: &info.Waiters}
 	if info.Value != nil {
 		v := string(info.Value)
 		r.Value = &v
@@ -351,7 +304,7 @@ func infoReply(id string, info *lock.LockInfo) reply {
 	return r
 }
 
-func (c *conn) cancelWait(req request) {
+func (c *conn) cancelWait(req wire.Request) {
 	if req.Target == "" {
 		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "target (the id of the acquire to cancel) is required"))
 		return
@@ -364,7 +317,7 @@ func (c *conn) cancelWait(req request) {
 		return
 	}
 	cancel()
-	c.send(reply{ID: req.ID, Type: "cancelled", Success: true})
+	c.send(wire.Reply{ID: req.ID, Type: wire.TypeCancelled, Success: true})
 }
 
 // forget drops a lease from the connection's table.
@@ -401,12 +354,12 @@ func (c *conn) liveLeases() int {
 
 func (c *conn) fail(id string, e *apiError) {
 	c.g.metrics.errors.WithLabelValues(e.Code).Inc()
-	c.send(reply{ID: id, Type: "error", Error: e})
+	c.send(wire.Reply{ID: id, Type: wire.TypeError, Error: &e.Error})
 }
 
 // send writes a message. A client that does not read (the write deadline
 // passes) is disconnected rather than allowed to stall the gateway.
-func (c *conn) send(r reply) {
+func (c *conn) send(r wire.Reply) {
 	if c.ws == nil { // the fuzz target's connection-less handler
 		return
 	}

@@ -1,0 +1,134 @@
+// Package wire holds the WebSocket protocol's message types, shared by the
+// gateway (which serves them) and the Go SDK (which speaks them).
+// docs/protocol.md is their reference.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// Command types (seed 000's commandType).
+const (
+	CmdAcquire    = 1 // wait for the key
+	CmdRelease    = 2
+	CmdRenew      = 3
+	CmdInspect    = 4
+	CmdTryAcquire = 5 // one attempt
+	CmdCancel     = 6 // cancel a waiting acquire by its request id
+)
+
+// Reply types.
+const (
+	TypeGrant     = "grant"
+	TypeReleased  = "released"
+	TypeRenewed   = "renewed"
+	TypeInfo      = "info"
+	TypeCancelled = "cancelled"
+	TypeError     = "error"
+)
+
+// MaxIDLen bounds a request id.
+const MaxIDLen = 64
+
+// FencingToken is a fencing token on the wire: {"key", "value"}. Decoding
+// also accepts a bare number, or the value as a string.
+type FencingToken struct {
+	Key   string `json:"key"`
+	Value uint64 `json:"value"`
+}
+
+// UnmarshalJSON accepts {"key", "value"}, a number, or a numeric string.
+func (t *FencingToken) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	if b[0] != '{' {
+		v, err := parseUint(b)
+		t.Value = v
+		return err
+	}
+	var o struct {
+		Key   string          `json:"key"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return err
+	}
+	t.Key = o.Key
+	if len(o.Value) > 0 {
+		v, err := parseUint(o.Value)
+		if err != nil {
+			return err
+		}
+		t.Value = v
+	}
+	return nil
+}
+
+// parseUint reads a JSON number or a JSON string holding one.
+func parseUint(b []byte) (uint64, error) {
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return 0, err
+		}
+		b = []byte(s)
+	}
+	return strconv.ParseUint(string(b), 10, 64)
+}
+
+// Request is one client message.
+type Request struct {
+	ID                  string        `json:"id"`
+	CommandType         int           `json:"commandType"`
+	Key                 string        `json:"key,omitempty"`
+	ClientID            string        `json:"clientId,omitempty"`
+	TTL                 int64         `json:"ttl,omitempty"` // ms
+	Value               *string       `json:"value,omitempty"`
+	LockToken           string        `json:"lockToken,omitempty"`
+	FencingToken        *FencingToken `json:"fencingToken,omitempty"`
+	Ack                 bool          `json:"ack,omitempty"`
+	ReleaseOnDisconnect bool          `json:"releaseOnDisconnect,omitempty"`
+	Target              string        `json:"target,omitempty"`
+}
+
+// Reply is one server message: a reply to a request (same id) or a push.
+type Reply struct {
+	ID           string        `json:"id,omitempty"`
+	Type         string        `json:"type"`
+	Success      bool          `json:"success"`
+	Key          string        `json:"key,omitempty"`
+	FencingToken *FencingToken `json:"fencingToken,omitempty"`
+	LockToken    string        `json:"lockToken,omitempty"`
+	TTL          int64         `json:"ttl,omitempty"` // ms
+	Owner        string        `json:"owner,omitempty"`
+	Value        *string       `json:"value,omitempty"`
+	ExpiresIn    *int64        `json:"expiresIn,omitempty"` // ms
+	Waiters      *int          `json:"waiters,omitempty"`
+	Error        *Error        `json:"error,omitempty"`
+}
+
+// Error is the error object of both protocols: a stable code, a message,
+// and detail where it helps.
+type Error struct {
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Leader  *Leader `json:"leader,omitempty"`
+	Holder  *Holder `json:"holder,omitempty"`
+}
+
+// Leader names the leader in a not_leader error.
+type Leader struct {
+	ID   string `json:"id,omitempty"`
+	Addr string `json:"addr,omitempty"`
+}
+
+// Holder names the current holder in a held error.
+type Holder struct {
+	Owner        string `json:"owner,omitempty"`
+	FencingToken uint64 `json:"fencingToken,omitempty"`
+	ExpiresIn    int64  `json:"expiresIn,omitempty"` // ms
+}
