@@ -13,15 +13,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/backend/redlock"
 	"github.com/lockgate/lockgate/gateway"
 )
 
 func newServeCmd() *cobra.Command {
 	var (
-		backend string
-		listen  string
-		dataDir string
-		nodes   int
+		backend    string
+		listen     string
+		dataDir    string
+		nodes      int
+		redisAddrs []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -32,12 +34,19 @@ func newServeCmd() *cobra.Command {
 servers (Raft on 127.0.0.1:8080+id, each node's own gateway on
 127.0.0.1:50050+id) and serves the gateway on --listen over whichever node
 leads; no external servers are needed. Without --data-dir the cluster lives
-in a temporary directory that is removed at exit. The redlock, postgres and
+in a temporary directory that is removed at exit.
+
+--backend redlock serves it over Redlock on the independent Redis masters of
+--redis-addrs (one address: plain single-Redis locking). The postgres and
 etcd backends arrive with their issues.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if backend != "raft" {
-				return fmt.Errorf("--backend %q: only raft is available in this build (redlock, postgres and etcd arrive with their issues)", backend)
+			switch backend {
+			case "raft":
+			case "redlock":
+				return serveRedlock(cmd, listen, redisAddrs)
+			default:
+				return fmt.Errorf("--backend %q: want raft or redlock (postgres and etcd arrive with their issues)", backend)
 			}
 			if nodes < 1 || nodes > 9 {
 				return fmt.Errorf("--nodes %d: want 1 to 9", nodes)
@@ -52,41 +61,62 @@ etcd backends arrive with their issues.`,
 				defer os.RemoveAll(dir)
 				dataDir = dir
 			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("--listen %s: %w", listen, err)
-			}
 			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			c, err := raftlock.StartLocalCluster(startCtx, nodes, dataDir, func(cfg *raftlock.Config) {
 				cfg.Logger = slog.Default()
 			})
 			if err != nil {
-				ln.Close()
 				return err
 			}
 			defer c.Shutdown()
 			for _, s := range c.Servers {
 				defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
 			}
-			front := gateway.New(c.Locker(), gateway.Options{Logger: slog.Default()})
-			defer front.Close()
-			srv := &http.Server{Handler: front, ReadHeaderTimeout: 10 * time.Second}
-			go func() {
-				if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-					slog.Error("gateway stopped", "err", err)
-				}
-			}()
-			fmt.Fprintf(cmd.OutOrStdout(), "lockgate gateway on %s (backend raft, %d nodes in %s)\n", ln.Addr(), nodes, dataDir)
-			<-ctx.Done()
-			shut, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancelShut()
-			return srv.Shutdown(shut)
+			return serveGateway(ctx, cmd, listen, gateway.New(c.Locker(), gateway.Options{Logger: slog.Default()}),
+				fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
 		},
 	}
-	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft (redlock, postgres, etcd arrive with their issues)")
+	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft or redlock (postgres, etcd arrive with their issues)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:50050", "address of the gateway")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "raft: directory of the embedded cluster (default: a temporary one)")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "raft: servers in the embedded cluster")
+	cmd.Flags().StringSliceVar(&redisAddrs, "redis-addrs", nil, "redlock: addresses of the N independent Redis masters (N=1: single Redis)")
 	return cmd
+}
+
+// serveRedlock serves the gateway over Redlock on the given Redis masters.
+func serveRedlock(cmd *cobra.Command, listen string, addrs []string) error {
+	if len(addrs) == 0 {
+		return errors.New("--backend redlock needs --redis-addrs host:port[,host:port...]")
+	}
+	l, err := redlock.New(redlock.DefaultConfig(addrs...))
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	ctx, stop := signalContext()
+	defer stop()
+	return serveGateway(ctx, cmd, listen, gateway.New(l, gateway.Options{Logger: slog.Default()}),
+		fmt.Sprintf("backend redlock over %d Redis masters", len(addrs)))
+}
+
+// serveGateway serves g on listen until ctx ends (SIGINT or SIGTERM).
+func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, g *gateway.Gateway, what string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", listen, err)
+	}
+	defer g.Close()
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("gateway stopped", "err", err)
+		}
+	}()
+	fmt.Fprintf(cmd.OutOrStdout(), "lockgate gateway on %s (%s)\n", ln.Addr(), what)
+	<-ctx.Done()
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(shut)
 }
