@@ -1,0 +1,214 @@
+package redlock
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/internal/testenv"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// benchServers are the five Redis masters shared by every benchmark (ours
+// and redsync's, in the same run). TestMain starts them when benchmarks run.
+var benchServers []*testenv.Redis
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	// testenv ties servers to a testing.TB: hold one open, in a benchmark
+	// that lasts until every other benchmark has run.
+	ready, done, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		testing.Benchmark(func(b *testing.B) {
+			benchServers = testenv.StartRedisN(b, 5)
+			close(ready)
+			<-done
+		})
+	}()
+	select {
+	case <-ready:
+	case <-finished: // redis-server missing: the benchmarks skip
+	}
+	code := m.Run()
+	close(done)
+	<-finished
+	os.Exit(code)
+}
+
+const benchTTL = 8 * time.Second // redsync's default expiry
+
+func benchSetup(b *testing.B) (*Locker, *redsync.Redsync) {
+	b.Helper()
+	if benchServers == nil {
+		b.Skip("redis-server not available")
+	}
+	l := newLocker(b, benchServers, nil)
+	var pools []redsyncredis.Pool
+	for _, r := range benchServers {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr})
+		b.Cleanup(func() { c.Close() })
+		pools = append(pools, goredis.NewPool(c))
+	}
+	return l, redsync.New(pools...)
+}
+
+var benchSeq atomic.Int64
+
+func benchKey(name string) string {
+	return fmt.Sprintf("bench.%s.%d.%d", name, time.Now().UnixNano(), benchSeq.Add(1))
+}
+
+// BenchmarkSequential: one client, acquire + release of a free key; the
+// p50-µs metric is the median cycle.
+func BenchmarkSequential(b *testing.B) {
+	l, rs := benchSetup(b)
+	ctx := context.Background()
+	run := func(b *testing.B, cycle func() error) {
+		lat := make([]time.Duration, 0, 1<<16)
+		for b.Loop() {
+			start := time.Now()
+			if err := cycle(); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	}
+	b.Run("ours", func(b *testing.B) {
+		key := benchKey("seq")
+		run(b, func() error {
+			lease, err := l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx, lease)
+		})
+	})
+	b.Run("redsync", func(b *testing.B) {
+		m := rs.NewMutex(benchKey("seq"), redsync.WithExpiry(benchTTL))
+		run(b, func() error {
+			if err := m.LockContext(ctx); err != nil {
+				return err
+			}
+			_, err := m.UnlockContext(ctx)
+			return err
+		})
+	})
+}
+
+// parallel runs 32 clients until b.N cycles are done and reports rate.
+func parallel(b *testing.B, unit string, cycle func(g int) bool) {
+	const clients = 32
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				for !cycle(g) {
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit)
+}
+
+// BenchmarkContended: 32 clients on one key, each cycle an acquisition and
+// a release; acquisitions/s.
+func BenchmarkContended(b *testing.B) {
+	l, rs := benchSetup(b)
+	ctx := context.Background()
+	b.Run("ours", func(b *testing.B) {
+		key := benchKey("contended")
+		parallel(b, "acquisitions/s", func(int) bool {
+			lease, err := l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
+			if err != nil {
+				b.Error(err)
+				return true
+			}
+			if err := l.Release(ctx, lease); err != nil {
+				b.Error(err)
+			}
+			return true
+		})
+	})
+	b.Run("redsync", func(b *testing.B) {
+		key := benchKey("contended")
+		mutexes := make([]*redsync.Mutex, 32)
+		for i := range mutexes {
+			mutexes[i] = rs.NewMutex(key, redsync.WithExpiry(benchTTL))
+		}
+		parallel(b, "acquisitions/s", func(g int) bool {
+			m := mutexes[g]
+			if err := m.LockContext(ctx); err != nil {
+				return false // ErrFailed after its tries: try again
+			}
+			if _, err := m.UnlockContext(ctx); err != nil {
+				b.Error(err)
+			}
+			return true
+		})
+	})
+}
+
+// BenchmarkOwnKeys: 32 clients, each on its own key; cycles/s.
+func BenchmarkOwnKeys(b *testing.B) {
+	l, rs := benchSetup(b)
+	ctx := context.Background()
+	b.Run("ours", func(b *testing.B) {
+		keys := make([]string, 32)
+		for i := range keys {
+			keys[i] = benchKey("own")
+		}
+		parallel(b, "cycles/s", func(g int) bool {
+			lease, err := l.Acquire(ctx, keys[g], lock.AcquireOptions{TTL: benchTTL})
+			if err != nil {
+				b.Error(err)
+				return true
+			}
+			if err := l.Release(ctx, lease); err != nil {
+				b.Error(err)
+			}
+			return true
+		})
+	})
+	b.Run("redsync", func(b *testing.B) {
+		mutexes := make([]*redsync.Mutex, 32)
+		for i := range mutexes {
+			mutexes[i] = rs.NewMutex(benchKey("own"), redsync.WithExpiry(benchTTL))
+		}
+		parallel(b, "cycles/s", func(g int) bool {
+			m := mutexes[g]
+			if err := m.LockContext(ctx); err != nil {
+				b.Error(err)
+				return true
+			}
+			if _, err := m.UnlockContext(ctx); err != nil {
+				b.Error(err)
+			}
+			return true
+		})
+	})
+}

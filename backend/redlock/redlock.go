@@ -1,0 +1,641 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed sync.lua
+	syncLua string
+	//go:embed renew.lua
+	renewLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed abort.lua
+	abortLua string
+	//go:embed inspect.lua
+	inspectLua string
+
+	acquireScript = redis.NewScript(acquireLua)
+	syncScript    = redis.NewScript(syncLua)
+	renewScript   = redis.NewScript(renewLua)
+	releaseScript = redis.NewScript(releaseLua)
+	abortScript   = redis.NewScript(abortLua)
+	inspectScript = redis.NewScript(inspectLua)
+)
+
+// Locker is a lock.Locker over N independent Redis masters (Redlock; N = 1
+// is single-Redis locking). It is safe for concurrent use.
+type Locker struct {
+	cfg    Config
+	quorum int
+	nodes  []*node
+
+	ctx    context.Context // ends at Close: stops waits and keep-alives
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup // operations and background work using the clients
+	chans  map[string]*channelState
+}
+
+var _ lock.Locker = (*Locker)(nil)
+
+// New connects to the nodes of cfg (lazily: no request is made until the
+// first call) and returns a Locker.
+func New(cfg Config) (*Locker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Locker{
+		cfg:    cfg,
+		quorum: len(cfg.Addrs)/2 + 1,
+		ctx:    ctx,
+		cancel: cancel,
+		chans:  make(map[string]*channelState),
+	}
+	for i, addr := range cfg.Addrs {
+		l.nodes = append(l.nodes, newNode(l, i, addr))
+	}
+	for _, n := range l.nodes {
+		n.start()
+	}
+	return l, nil
+}
+
+// Quorum is the number of nodes that must agree: N/2 + 1.
+func (l *Locker) Quorum() int { return l.quorum }
+
+// ClientID is the default owner of this Locker's leases.
+func (l *Locker) ClientID() string { return l.cfg.ClientID }
+
+// keys of one lock.
+type keys struct {
+	lock, fence, meta, channel string
+}
+
+func (l *Locker) keysFor(key string) keys {
+	p := l.cfg.Prefix
+	return keys{
+		lock:    p + ":lock:{" + key + "}",
+		fence:   p + ":fence:{" + key + "}",
+		meta:    p + ":meta:{" + key + "}",
+		channel: p + ":released:{" + key + "}",
+	}
+}
+
+func (l *Locker) abortKey(key, attempt string) string {
+	return l.cfg.Prefix + ":abort:{" + key + "}:" + attempt
+}
+
+// begin registers an operation; false when the Locker is closed.
+func (l *Locker) begin() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.ops.Add(1)
+	return true
+}
+
+// nodeCtx bounds one request to a node. It is detached from the caller's
+// cancellation: a request that was sent is always seen through, so that its
+// outcome is known and can be undone.
+func (l *Locker) nodeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.cfg.NodeTimeout)
+}
+
+// reply is one node's answer.
+type reply struct {
+	node int
+	val  []any
+	n    int64
+	err  error
+}
+
+// Acquire implements lock.Locker. The caller subscribes to the key's
+// release channel, then tries; while the key is held it waits for a release
+// message or for the holder's TTL to run out, and tries again. Waiters in
+// one Locker are woken in arrival order, one per release; across Lockers
+// there is no order (not FIFO).
+func (l *Locker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, false)
+}
+
+// TryAcquire implements lock.Locker: one attempt. A key held by another
+// owner gives a *lock.HeldError naming the holder's owner and token.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, true)
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	opts, err := opts.Normalize(key, l.cfg.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	k := l.keysFor(key)
+	var w *waiter
+	if !try {
+		w = l.join(k.channel)
+		defer l.leave(w)
+		l.awaitSubscribed(ctx, w)
+	}
+	var minToken lock.Token
+	retries := 0
+	for {
+		if w != nil {
+			w.drain()
+		}
+		o := l.attempt(key, k, opts, minToken)
+		if o.lease != nil {
+			if ctx.Err() != nil || l.ctx.Err() != nil {
+				// The grant raced the cancellation: never leave it behind.
+				l.releaseQuietly(o.lease)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+				}
+				return nil, lock.ErrClosed
+			}
+			if opts.AutoRenew {
+				go lock.KeepAlive(l.ctx, l, o.lease)
+			}
+			return o.lease, nil
+		}
+		if o.held != nil && o.held.Token > minToken {
+			minToken = o.held.Token
+		}
+		if try {
+			if o.err != nil {
+				return nil, o.err
+			}
+			return nil, o.held
+		}
+		if l.ctx.Err() != nil {
+			return nil, lock.ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+		}
+		var pause time.Duration
+		if o.err == nil && o.quorumHeld {
+			// Wait for the release message, or for the holder's TTL.
+			retries = 0
+			pause = o.pttl + time.Duration(rand.N(int64(time.Millisecond)*3))
+		} else {
+			retries++
+			p, again := l.cfg.Retry.Backoff(retries)
+			if !again {
+				if o.err != nil {
+					return nil, o.err
+				}
+				return nil, o.held
+			}
+			pause = p
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-w.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+		case <-l.ctx.Done():
+			t.Stop()
+			return nil, lock.ErrClosed
+		}
+		t.Stop()
+	}
+}
+
+// outcome of one acquire attempt.
+type outcome struct {
+	lease      *lock.Lease
+	held       *lock.HeldError // the holder seen by most refusing nodes
+	quorumHeld bool            // that holder holds a quorum: wait for its release
+	pttl       time.Duration   // its remaining TTL
+	err        error           // no quorum of answers, or validity exceeded
+}
+
+// attempt makes one Redlock round.
+func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken lock.Token) outcome {
+	handle := opts.Handle
+	if handle == "" {
+		handle = lock.NewHandle()
+	}
+	attemptID := lock.NewHandle()[:16]
+	abortKey := l.abortKey(key, attemptID)
+	ttlMS := opts.TTL.Milliseconds()
+	n := len(l.nodes)
+	replies := make(chan reply, n)
+	sent := time.Now()
+	for i, nd := range l.nodes {
+		go func() {
+			c, cancel := l.nodeCtx(l.ctx)
+			defer cancel()
+			v, err := acquireScript.Run(c, nd.client,
+				[]string{k.lock, k.fence, k.meta, abortKey},
+				handle, ttlMS, opts.Owner, opts.Value, uint64(minToken)).Slice()
+			replies <- reply{node: i, val: v, err: err}
+		}()
+	}
+	granted := make([]bool, n)
+	answered := make([]bool, n)
+	tokens := make([]lock.Token, n)
+	var nGranted, nRefused, nErr int
+	type holder struct {
+		count int
+		owner string
+		token lock.Token
+		pttl  time.Duration
+	}
+	holders := map[string]*holder{}
+	var firstErr error
+	for got := 0; got < n; got++ {
+		r := <-replies
+		switch {
+		case r.err != nil || len(r.val) < 4:
+			nErr++
+			if firstErr == nil {
+				firstErr = r.err
+				if firstErr == nil {
+					firstErr = fmt.Errorf("unexpected reply %v", r.val)
+				}
+			}
+		case toInt(r.val[0]) == 1:
+			answered[r.node] = true
+			granted[r.node] = true
+			tokens[r.node] = lock.Token(toInt(r.val[1]))
+			nGranted++
+		default:
+			answered[r.node] = true
+			nRefused++
+			if len(r.val) >= 5 {
+				h := toString(r.val[4])
+				if h == "" {
+					break // refused by a tombstone: cannot happen to a live attempt
+				}
+				hd := holders[h]
+				if hd == nil {
+					hd = &holder{}
+					holders[h] = hd
+				}
+				hd.count++
+				hd.owner = toString(r.val[3])
+				hd.token = max(hd.token, lock.Token(toInt(r.val[1])))
+				hd.pttl = max(hd.pttl, time.Duration(toInt(r.val[2]))*time.Millisecond)
+			}
+		}
+		if nGranted >= l.quorum || nRefused > n-l.quorum {
+			break
+		}
+	}
+	elapsed := time.Since(sent)
+	validity := opts.TTL - elapsed - lock.Drift(opts.TTL, l.cfg.DriftFactor)
+	if nGranted >= l.quorum && validity > 0 {
+		var token lock.Token
+		for _, t := range tokens {
+			token = max(token, t)
+		}
+		l.propagate(k, handle, token, tokens, answered)
+		lease := lock.NewLease(lock.Grant{
+			Key: key, Owner: opts.Owner, Token: token, Handle: handle, Value: opts.Value,
+			TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
+		})
+		return outcome{lease: lease}
+	}
+	// Failed: undo wherever it may have succeeded, including nodes that did
+	// not answer (their copy of the request may still be queued).
+	l.abort(k, handle, abortKey, ttlMS, granted, answered)
+	var o outcome
+	var best *holder
+	for _, hd := range holders {
+		if best == nil || hd.count > best.count {
+			best = hd
+		}
+	}
+	if best != nil {
+		o.held = &lock.HeldError{Key: key, Owner: best.owner, Token: best.token, Expires: time.Now().Add(best.pttl)}
+		o.quorumHeld = best.count >= l.quorum
+		o.pttl = best.pttl
+	}
+	switch {
+	case nGranted >= l.quorum:
+		o.err = fmt.Errorf("%w: redlock: acquire %q: the attempt took %v, leaving no validity of its %v TTL (drift %v); released",
+			lock.ErrUnavailable, key, elapsed.Round(time.Microsecond), opts.TTL, lock.Drift(opts.TTL, l.cfg.DriftFactor))
+	case o.held == nil || nRefused+nGranted < l.quorum && nErr > 0 && !o.quorumHeld:
+		o.err = fmt.Errorf("%w: redlock: acquire %q: only %d of %d nodes answered (quorum %d): %v",
+			lock.ErrUnavailable, key, nRefused+nGranted, n, l.quorum, firstErr)
+	}
+	return o
+}
+
+// propagate raises, in the background, the fence counter of every node whose
+// counter may lag behind the grant's token, so that any later quorum
+// intersects this one in a node that mints a larger token.
+func (l *Locker) propagate(k keys, handle string, token lock.Token, tokens []lock.Token, answered []bool) {
+	for i, nd := range l.nodes {
+		if answered[i] && tokens[i] == token {
+			continue
+		}
+		if !l.begin() {
+			return
+		}
+		go func() {
+			defer l.ops.Done()
+			c, cancel := context.WithTimeout(context.Background(), 4*l.cfg.NodeTimeout)
+			defer cancel()
+			syncScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta}, handle, uint64(token))
+		}()
+	}
+}
+
+// abort undoes a failed attempt: synchronously on the nodes that granted
+// (so that the caller's next attempt does not trip over its own leftovers),
+// in the background, with a tombstone, on the nodes that did not answer.
+func (l *Locker) abort(k keys, handle, abortKey string, ttlMS int64, granted, answered []bool) {
+	var wg sync.WaitGroup
+	for i, nd := range l.nodes {
+		switch {
+		case granted[i]:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, cancel := l.nodeCtx(context.Background())
+				defer cancel()
+				abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "0")
+			}()
+		case !answered[i]:
+			if !l.begin() {
+				continue
+			}
+			go func() {
+				defer l.ops.Done()
+				// Retry until the node answers or the attempt's TTL is
+				// over (then a late grant has expired by itself).
+				deadline := time.Now().Add(time.Duration(ttlMS) * time.Millisecond)
+				for time.Now().Before(deadline) {
+					c, cancel := context.WithDeadline(context.Background(), deadline)
+					err := abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "1").Err()
+					cancel()
+					if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrClosed) {
+						return
+					}
+					time.Sleep(l.cfg.NodeTimeout)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// Renew implements lock.Locker: compare-and-pexpire on every node; the lease
+// is extended only when a quorum still holds its handle and the round ended
+// within the new validity window.
+func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	ttl, err := lock.ValidateRenew(lease, ttl)
+	if err != nil {
+		return err
+	}
+	k := l.keysFor(lease.Key)
+	sent := time.Now()
+	ok, refused, answered, firstErr := l.everyNode(ctx, func(c context.Context, nd *node) (int64, error) {
+		return renewScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
+			lease.Handle, ttl.Milliseconds(), uint64(lease.Token)).Int64()
+	})
+	n := len(l.nodes)
+	switch {
+	case ok >= l.quorum:
+		if err := lease.Renewed(sent, ttl, true); err != nil {
+			return err
+		}
+		if err := lease.Err(); err != nil {
+			return fmt.Errorf("%w: redlock: renew %q took too long: %w", lock.ErrNotHeld, lease.Key, err)
+		}
+		return nil
+	case refused > n-l.quorum:
+		return lease.Renewed(sent, ttl, false)
+	default:
+		return fmt.Errorf("%w: redlock: renew %q: %d of %d nodes answered, %d still hold it (quorum %d): %v",
+			lock.ErrUnavailable, lease.Key, answered, n, ok, l.quorum, firstErr)
+	}
+}
+
+// Release implements lock.Locker: compare-and-delete on every node. It
+// succeeds when a quorum still had the lease's handle; otherwise it returns
+// ErrNotHeld (or ErrUnavailable when too few nodes answered to tell).
+func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	return l.release(ctx, lease)
+}
+
+func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
+	k := l.keysFor(lease.Key)
+	ok, refused, answered, firstErr := l.everyNode(ctx, func(c context.Context, nd *node) (int64, error) {
+		return releaseScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
+			lease.Handle, uint64(lease.Token), k.channel).Int64()
+	})
+	n := len(l.nodes)
+	switch {
+	case ok >= l.quorum:
+		l.deliver(k.channel, uint64(lease.Token)) // wake a local waiter at once
+		return lease.Released(true)
+	case refused > n-l.quorum || ok+refused == n:
+		return lease.Released(false)
+	default:
+		return fmt.Errorf("%w: redlock: release %q: only %d of %d nodes answered (quorum %d), outcome unknown: %v",
+			lock.ErrUnavailable, lease.Key, answered, n, l.quorum, firstErr)
+	}
+}
+
+// releaseQuietly frees a grant nobody will use (a waiter's grant that raced
+// its cancellation).
+func (l *Locker) releaseQuietly(lease *lock.Lease) {
+	l.release(context.Background(), lease)
+	lease.End(lock.ErrReleased)
+}
+
+// everyNode runs f on every node in parallel and counts answers 1 (ok) and
+// 0 (refused).
+func (l *Locker) everyNode(ctx context.Context, f func(context.Context, *node) (int64, error)) (ok, refused, answered int, firstErr error) {
+	replies := make(chan reply, len(l.nodes))
+	for i, nd := range l.nodes {
+		go func() {
+			c, cancel := l.nodeCtx(ctx)
+			defer cancel()
+			v, err := f(c, nd)
+			replies <- reply{node: i, n: v, err: err}
+		}()
+	}
+	for range l.nodes {
+		r := <-replies
+		switch {
+		case r.err != nil:
+			if firstErr == nil {
+				firstErr = r.err
+			}
+		case r.n == 1:
+			ok++
+			answered++
+		default:
+			refused++
+			answered++
+		}
+	}
+	return
+}
+
+// Inspect implements lock.Locker: it reads every node and reports the
+// holder that a quorum agrees on (the largest token among them, the
+// quorum's remaining TTL). Waiters is -1: they are not tracked in Redis.
+func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	k := l.keysFor(key)
+	replies := make(chan reply, len(l.nodes))
+	now := time.Now()
+	for i, nd := range l.nodes {
+		go func() {
+			c, cancel := l.nodeCtx(ctx)
+			defer cancel()
+			v, err := inspectScript.Run(c, nd.client, []string{k.lock, k.meta}).Slice()
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			replies <- reply{node: i, val: v, err: err}
+		}()
+	}
+	type view struct {
+		owner, value string
+		token        lock.Token
+		pttls        []time.Duration
+	}
+	views := map[string]*view{}
+	answered := 0
+	var firstErr error
+	for range l.nodes {
+		r := <-replies
+		if r.err != nil {
+			if firstErr == nil {
+				firstErr = r.err
+			}
+			continue
+		}
+		answered++
+		if len(r.val) < 5 {
+			continue
+		}
+		h := toString(r.val[0])
+		v := views[h]
+		if v == nil {
+			v = &view{owner: toString(r.val[1]), value: toString(r.val[3])}
+			views[h] = v
+		}
+		v.token = max(v.token, lock.Token(toInt(r.val[2])))
+		v.pttls = append(v.pttls, time.Duration(toInt(r.val[4]))*time.Millisecond)
+	}
+	for _, v := range views {
+		if len(v.pttls) < l.quorum {
+			continue
+		}
+		sort.Slice(v.pttls, func(i, j int) bool { return v.pttls[i] > v.pttls[j] })
+		info := &lock.LockInfo{
+			Key: key, Owner: v.owner, Token: v.token,
+			Expires: now.Add(v.pttls[l.quorum-1]), Waiters: -1,
+		}
+		if v.value != "" {
+			info.Value = []byte(v.value)
+		}
+		return info, nil
+	}
+	if answered < l.quorum {
+		return nil, fmt.Errorf("%w: redlock: inspect %q: only %d of %d nodes answered (quorum %d): %v",
+			lock.ErrUnavailable, key, answered, len(l.nodes), l.quorum, firstErr)
+	}
+	return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
+}
+
+// Close implements lock.Locker: waiters return ErrClosed, auto-renewals
+// stop, and once in-flight calls have finished the pub/sub connections and
+// clients are closed. Held leases run out at their TTL unless released
+// first (through another Locker rebuilt with lock.NewLease).
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	l.ops.Wait()
+	var errs []error
+	for _, n := range l.nodes {
+		errs = append(errs, n.close())
+	}
+	return errors.Join(errs...)
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	case float64:
+		return int64(x)
+	}
+	return 0
+}
+
+func toString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,341 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/bits"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/testenv"
+	"github.com/lockgate/lockgate/lock"
+)
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{}, "Addrs"},
+		{Config{Addrs: []string{"a:1", ""}}, "Addrs[1]"},
+		{Config{Addrs: []string{"a:1", "a:1"}}, "Addrs[1]"},
+		{Config{Addrs: []string{"a:1"}, NodeTimeout: -1}, "NodeTimeout"},
+		{Config{Addrs: []string{"a:1"}, DriftFactor: 0.7}, "DriftFactor"},
+		{Config{Addrs: []string{"a:1"}, PoolSize: -2}, "PoolSize"},
+		{Config{Addrs: []string{"a:1"}, ClientID: strings.Repeat("x", 200)}, "ClientID"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "Config."+tc.field) {
+			t.Errorf("Validate(%+v) = %v, want an error naming Config.%s", tc.cfg, err, tc.field)
+		}
+		if _, err := New(tc.cfg); err == nil {
+			t.Errorf("New(%+v) accepted an invalid config", tc.cfg)
+		}
+	}
+	if err := DefaultConfig("a:1", "b:2", "c:3").Validate(); err != nil {
+		t.Errorf("DefaultConfig: %v", err)
+	}
+}
+
+// TestQuorum pauses every subset of five nodes: with at most two down an
+// attempt succeeds; with three or more it fails with ErrUnavailable within a
+// few node timeouts and leaves no partial lock behind once the nodes resume.
+func TestQuorum(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	const nodeTimeout = 50 * time.Millisecond
+	l := newLocker(t, rs, func(c *Config) { c.NodeTimeout = nodeTimeout })
+	for mask := range 1 << 5 {
+		down := bits.OnesCount(uint(mask))
+		key := fmt.Sprintf("quorum-%02x", mask)
+		for i, r := range rs {
+			if mask&(1<<i) != 0 {
+				r.Pause()
+			}
+		}
+		start := time.Now()
+		lease, err := l.TryAcquire(bg(t, time.Minute), key, lock.AcquireOptions{TTL: 10 * time.Second})
+		took := time.Since(start)
+		if down <= 2 {
+			if err != nil {
+				t.Errorf("%05b (%d down): TryAcquire: %v", mask, down, err)
+			} else if err := l.Release(bg(t, time.Minute), lease); err != nil {
+				t.Errorf("%05b: Release: %v", mask, err)
+			}
+		} else {
+			if !errors.Is(err, lock.ErrUnavailable) {
+				t.Errorf("%05b (%d down): TryAcquire = %v, %v; want ErrUnavailable", mask, down, lease, err)
+			} else if !strings.Contains(err.Error(), fmt.Sprintf("only %d of 5 nodes answered", 5-down)) {
+				t.Errorf("%05b: error does not say how many nodes answered: %v", mask, err)
+			}
+			if took > 10*nodeTimeout {
+				t.Errorf("%05b: failing took %v, want a few node timeouts", mask, took)
+			}
+		}
+		for i, r := range rs {
+			if mask&(1<<i) != 0 {
+				r.Resume()
+			}
+		}
+		if down > 2 {
+			// The attempt is still queued on the paused nodes; the abort
+			// (with its tombstone) must win whichever order they run in.
+			deadline := time.Now().Add(3 * time.Second)
+			for holders(t, rs, key) != 0 {
+				if time.Now().After(deadline) {
+					t.Errorf("%05b: %d nodes still hold the key after the failed attempt", mask, holders(t, rs, key))
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// TestValidityExceeded: an attempt that reaches its quorum only after the
+// TTL (minus drift) has passed is a failure, and is undone on every node.
+func TestValidityExceeded(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	l := newLocker(t, rs, func(c *Config) { c.NodeTimeout = 2 * time.Second })
+	const ttl = 100 * time.Millisecond
+	for _, r := range rs[:3] {
+		r.Pause()
+	}
+	go func() {
+		time.Sleep(3 * ttl / 2)
+		for _, r := range rs[:3] {
+			r.Resume()
+		}
+	}()
+	lease, err := l.TryAcquire(bg(t, time.Minute), "validity", lock.AcquireOptions{TTL: ttl})
+	if err == nil {
+		t.Fatalf("TryAcquire succeeded after its validity passed: token %d, deadline in %v", lease.Token, time.Until(lease.Deadline()))
+	}
+	if !errors.Is(err, lock.ErrUnavailable) || !strings.Contains(err.Error(), "validity") {
+		t.Errorf("TryAcquire: %v, want ErrUnavailable about validity", err)
+	}
+	if n := holders(t, rs, "validity"); n != 0 {
+		t.Errorf("%d nodes still hold the key after the failed attempt", n)
+	}
+}
+
+// TestNodeReset: Redis without persistence forgets locks and fence counters
+// on restart. One reset node out of five changes nothing; a quorum of reset
+// nodes lets a second client in while the first believes it holds, with a
+// token that is not larger (the documented caveat), and the first learns of
+// it at its next renewal.
+func TestNodeReset(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	a := newLocker(t, rs, nil)
+	b := newLocker(t, rs, nil)
+	opts := lock.AcquireOptions{TTL: time.Minute}
+
+	t.Run("Minority", func(t *testing.T) {
+		lease, err := a.TryAcquire(bg(t, time.Minute), "reset-one", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs[0].Kill()
+		rs[0].Restart()
+		if n := holders(t, rs, "reset-one"); n != 4 {
+			t.Errorf("%d nodes hold the key after one reset, want 4", n)
+		}
+		_, err = b.TryAcquire(bg(t, time.Minute), "reset-one", opts)
+		var he *lock.HeldError
+		if !errors.As(err, &he) || he.Token != lease.Token {
+			t.Errorf("TryAcquire of a key held by 4 of 5 nodes: %v, want *HeldError with token %d", err, lease.Token)
+		}
+		if info, err := b.Inspect(bg(t, time.Minute), "reset-one"); err != nil || info.Token != lease.Token {
+			t.Errorf("Inspect: %+v, %v", info, err)
+		}
+		if err := a.Renew(bg(t, time.Minute), lease, 0); err != nil {
+			t.Errorf("Renew after one reset: %v", err)
+		}
+		if err := a.Release(bg(t, time.Minute), lease); err != nil {
+			t.Errorf("Release after one reset: %v", err)
+		}
+		next, err := b.TryAcquire(bg(t, time.Minute), "reset-one", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.Token <= lease.Token {
+			t.Errorf("token after a minority reset %d, want > %d", next.Token, lease.Token)
+		}
+		b.Release(bg(t, time.Minute), next)
+	})
+
+	t.Run("Majority", func(t *testing.T) {
+		lease, err := a.TryAcquire(bg(t, time.Minute), "reset-three", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs[:3] {
+			r.Kill()
+			r.Restart()
+		}
+		// a still believes it holds: its deadline is a minute away.
+		if lease.Err() != nil {
+			t.Fatalf("lease ended by itself: %v", lease.Err())
+		}
+		other, err := b.TryAcquire(bg(t, time.Minute), "reset-three", opts)
+		if err != nil {
+			t.Fatalf("TryAcquire after a majority reset: %v (pinned behaviour: it succeeds)", err)
+		}
+		t.Logf("first holder's token %d, second holder's token %d", lease.Token, other.Token)
+		if other.Token > lease.Token {
+			t.Errorf("token %d > %d: the counters survived the reset? (pinned behaviour: they reset)", other.Token, lease.Token)
+		}
+		err = a.Renew(bg(t, time.Minute), lease, 0)
+		if !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("first holder's Renew after the takeover: %v, want ErrNotHeld", err)
+		}
+		select {
+		case <-lease.Done():
+		default:
+			t.Errorf("first holder's Done not closed after a refused renewal")
+		}
+		if err := b.Release(bg(t, time.Minute), other); err != nil {
+			t.Errorf("Release: %v", err)
+		}
+	})
+}
+
+// TestStaleScripts: a stale handle, or the current handle with an older
+// token, can neither extend nor delete the current holder's lock.
+func TestStaleScripts(t *testing.T) {
+	rs := testenv.StartRedisN(t, 3)
+	l := newLocker(t, rs, nil)
+	opts := lock.AcquireOptions{TTL: time.Minute}
+	old, err := l.TryAcquire(bg(t, time.Minute), "stale", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(bg(t, time.Minute), old); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := l.TryAcquire(bg(t, time.Minute), "stale", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebuild := func(handle string, token lock.Token) *lock.Lease {
+		return lock.NewLease(lock.Grant{Key: "stale", Handle: handle, Token: token, TTL: time.Minute, Sent: time.Now()})
+	}
+	for _, stale := range []*lock.Lease{
+		rebuild(old.Handle, old.Token),
+		rebuild(old.Handle, cur.Token),
+		rebuild(cur.Handle, cur.Token-1),
+		rebuild(lock.NewHandle(), cur.Token+5),
+	} {
+		if err := l.Renew(bg(t, time.Minute), stale, time.Second); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Renew(handle %.8s…, token %d): %v, want ErrNotHeld", stale.Handle, stale.Token, err)
+		}
+		if err := l.Release(bg(t, time.Minute), rebuild(stale.Handle, stale.Token)); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Release(handle %.8s…, token %d): %v, want ErrNotHeld", stale.Handle, stale.Token, err)
+		}
+	}
+	if n := holders(t, rs, "stale"); n != 3 {
+		t.Errorf("%d nodes hold the key, want 3", n)
+	}
+	for _, r := range rs {
+		pttl, err := raw(t, r).PTTL(bg(t, time.Minute), DefaultPrefix+":lock:{stale}").Result()
+		if err != nil || pttl < 50*time.Second {
+			t.Errorf("PTTL on %s = %v, %v: a stale renewal shortened the lock", r.Addr, pttl, err)
+		}
+	}
+	if info, err := l.Inspect(bg(t, time.Minute), "stale"); err != nil || info.Token != cur.Token {
+		t.Errorf("Inspect: %+v, %v; want token %d", info, err, cur.Token)
+	}
+	if err := l.Release(bg(t, time.Minute), cur); err != nil {
+		t.Errorf("Release of the current lease: %v", err)
+	}
+}
+
+// TestTokensAcrossQuorums: per-node counters that diverge (seeded here as
+// 5, 9, 3, 0, 0) and grants by different quorums still give strictly
+// increasing tokens, because each grant raises the counters of the nodes
+// it reaches to its token.
+func TestTokensAcrossQuorums(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	l := newLocker(t, rs, func(c *Config) { c.NodeTimeout = 50 * time.Millisecond })
+	const key = "quorums"
+	for i, v := range []int{5, 9, 3, 0, 0} {
+		if err := raw(t, rs[i]).Set(bg(t, time.Minute), DefaultPrefix+":fence:{"+key+"}", v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Down sets: the example first ({A,B,C} then {A,D,E}), then
+	// every pair in turn.
+	downs := [][]int{{3, 4}, {1, 2}}
+	for i := range 5 {
+		downs = append(downs, []int{i, (i + 1) % 5}, []int{i, (i + 2) % 5})
+	}
+	var last lock.Token
+	for round, down := range downs {
+		for _, i := range down {
+			rs[i].Pause()
+		}
+		lease, err := l.TryAcquire(bg(t, time.Minute), key, lock.AcquireOptions{TTL: 400 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("round %d (down %v): %v", round, down, err)
+		}
+		if lease.Token <= last {
+			t.Errorf("round %d (down %v): token %d after %d", round, down, lease.Token, last)
+		}
+		last = lease.Token
+		if round%2 == 0 {
+			// Half the rounds release; the others let the lease expire.
+			if err := l.Release(bg(t, time.Minute), lease); err != nil {
+				t.Errorf("round %d: Release: %v", round, err)
+			}
+		}
+		for _, i := range down {
+			rs[i].Resume()
+		}
+		// The paused nodes run the queued acquire when they resume: wait
+		// until those leftovers expire.
+		deadline := time.Now().Add(2 * time.Second)
+		for holders(t, rs, key) != 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if last <= 10 {
+		t.Errorf("final token %d: the seeded counters were ignored", last)
+	}
+}
+
+// TestCancelNoGhost: a waiter cancelled while its attempt is in flight
+// leaves nothing behind.
+func TestWaiterWakesOnRelease(t *testing.T) {
+	rs := testenv.StartRedisN(t, 3)
+	a := newLocker(t, rs, nil)
+	b := newLocker(t, rs, nil)
+	held, err := a.TryAcquire(bg(t, time.Minute), "wake", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lease, err := b.Acquire(bg(t, time.Minute), "wake", lock.AcquireOptions{TTL: time.Minute})
+		if err == nil {
+			err = b.Release(context.Background(), lease)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	if err := a.Release(bg(t, time.Minute), held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 200*time.Millisecond {
+			t.Errorf("waiter in another Locker took %v after the release", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter in another Locker not woken by the release message")
+	}
+}

@@ -1,0 +1,20 @@
+-- renew: compare-and-pexpire. Extends the lock only if it still holds this
+-- handle with a token not newer than ours; raises the fence counter to the
+-- grant's token either way.
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] meta hash
+-- ARGV[1] handle, ARGV[2] ttl (ms), ARGV[3] token
+local t = tonumber(ARGV[3])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < t then
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local mt = tonumber(redis.call('HGET', KEYS[3], 'token') or '0')
+if mt > t then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[3], 'token', ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return 1
