@@ -16,19 +16,14 @@ if cur then
   local m = redis.call('HMGET', KEYS[3], 'owner', 'token')
   return {0, tonumber(m[2] or '0'), redis.call('PTTL', KEYS[1]), m[1] or '', cur}
 end
-local f = tonumber(redis.call('GET', KEYS[2]) or '0')
+local f = redis.call('INCR', KEYS[2])
 local min = tonumber(ARGV[5])
-if f < min then
-  f = min
+if f <= min then
+  f = min + 1
+  redis.call('SET', KEYS[2], f)
 end
-f = f + 1
-redis.call('SET', KEYS[2], f)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[3])
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[3], 'owner', ARGV[3], 'token', f, 'value', ARGV[4])
-else
-  redis.call('HSET', KEYS[3], 'owner', ARGV[3], 'token', f)
-end
+-- all three fields are written: no stale value survives from an older grant
+redis.call('HSET', KEYS[3], 'owner', ARGV[3], 'token', f, 'value', ARGV[4], 'final', '0')
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {1, f, 0, ''}

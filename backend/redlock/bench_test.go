@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,25 +30,55 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	// testenv ties servers to a testing.TB: hold one open, in a benchmark
-	// that lasts until every other benchmark has run.
-	ready, done, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	// testenv ties servers to a testing.TB, and a benchmark's cleanups run
+	// when it ends: give the servers a TB of their own that lives for the
+	// whole run, so that ours and redsync's benchmarks share them.
+	tb := &mainTB{}
+	done := make(chan struct{})
 	go func() {
-		defer close(finished)
-		testing.Benchmark(func(b *testing.B) {
-			benchServers = testenv.StartRedisN(b, 5)
-			close(ready)
-			<-done
-		})
+		defer close(done)
+		benchServers = testenv.StartRedisN(tb, 5)
 	}()
-	select {
-	case <-ready:
-	case <-finished: // redis-server missing: the benchmarks skip
+	<-done
+	if tb.failed {
+		fmt.Fprintln(os.Stderr, "redlock benchmarks: starting redis-server failed")
+		os.Exit(1)
 	}
 	code := m.Run()
-	close(done)
-	<-finished
+	if os.Getenv("REDLOCK_BENCH_STATS") != "" {
+		c := redis.NewClient(&redis.Options{Addr: benchServers[0].Addr})
+		fmt.Println(c.Info(context.Background(), "commandstats").Val())
+		c.Close()
+	}
+	tb.cleanup()
 	os.Exit(code)
+}
+
+// mainTB is the testing.TB of the benchmark servers (TestMain has none).
+// Only the methods testenv uses are implemented.
+type mainTB struct {
+	testing.TB
+	mu       sync.Mutex
+	cleanups []func()
+	failed   bool
+}
+
+func (t *mainTB) Helper()                   {}
+func (t *mainTB) Name() string              { return "BenchmarkServers" }
+func (t *mainTB) Log(args ...any)           {}
+func (t *mainTB) Logf(string, ...any)       {}
+func (t *mainTB) Cleanup(f func())          { t.mu.Lock(); t.cleanups = append(t.cleanups, f); t.mu.Unlock() }
+func (t *mainTB) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); t.fail() }
+func (t *mainTB) Fatal(a ...any)            { fmt.Fprintln(os.Stderr, a...); t.fail(); runtime.Goexit() }
+func (t *mainTB) Fatalf(f string, a ...any) { t.Errorf(f, a...); runtime.Goexit() }
+func (t *mainTB) Skipf(f string, a ...any)  { fmt.Fprintf(os.Stderr, f+"\n", a...); runtime.Goexit() }
+func (t *mainTB) Failed() bool              { t.mu.Lock(); defer t.mu.Unlock(); return t.failed }
+func (t *mainTB) fail()                     { t.mu.Lock(); t.failed = true; t.mu.Unlock() }
+
+func (t *mainTB) cleanup() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
 }
 
 const benchTTL = 8 * time.Second // redsync's default expiry
@@ -74,38 +105,48 @@ func benchKey(name string) string {
 }
 
 // BenchmarkSequential: one client, acquire + release of a free key; the
-// p50-µs metric is the median cycle.
+// p50-µs metric is the median cycle, acquire-p50-µs and release-p50-µs its
+// halves.
 func BenchmarkSequential(b *testing.B) {
 	l, rs := benchSetup(b)
 	ctx := context.Background()
-	run := func(b *testing.B, cycle func() error) {
-		lat := make([]time.Duration, 0, 1<<16)
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds())
+	}
+	run := func(b *testing.B, acquire, release func() error) {
+		var cyc, acq, rel []time.Duration
 		for b.Loop() {
 			start := time.Now()
-			if err := cycle(); err != nil {
+			if err := acquire(); err != nil {
 				b.Fatal(err)
 			}
-			lat = append(lat, time.Since(start))
+			mid := time.Now()
+			if err := release(); err != nil {
+				b.Fatal(err)
+			}
+			end := time.Now()
+			cyc, acq, rel = append(cyc, end.Sub(start)), append(acq, mid.Sub(start)), append(rel, end.Sub(mid))
 		}
-		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(p50(cyc), "p50-µs")
+		b.ReportMetric(p50(acq), "acquire-p50-µs")
+		b.ReportMetric(p50(rel), "release-p50-µs")
 	}
 	b.Run("ours", func(b *testing.B) {
 		key := benchKey("seq")
-		run(b, func() error {
-			lease, err := l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
-			if err != nil {
-				return err
-			}
+		var lease *lock.Lease
+		run(b, func() (err error) {
+			lease, err = l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
+			return err
+		}, func() error {
 			return l.Release(ctx, lease)
 		})
 	})
 	b.Run("redsync", func(b *testing.B) {
 		m := rs.NewMutex(benchKey("seq"), redsync.WithExpiry(benchTTL))
 		run(b, func() error {
-			if err := m.LockContext(ctx); err != nil {
-				return err
-			}
+			return m.LockContext(ctx)
+		}, func() error {
 			_, err := m.UnlockContext(ctx)
 			return err
 		})

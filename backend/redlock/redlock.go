@@ -29,6 +29,8 @@ var (
 	abortLua string
 	//go:embed inspect.lua
 	inspectLua string
+	//go:embed handoff.lua
+	handoffLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	syncScript    = redis.NewScript(syncLua)
@@ -36,6 +38,7 @@ var (
 	releaseScript = redis.NewScript(releaseLua)
 	abortScript   = redis.NewScript(abortLua)
 	inspectScript = redis.NewScript(inspectLua)
+	handoffScript = redis.NewScript(handoffLua)
 )
 
 // Locker is a lock.Locker over N independent Redis masters (Redlock; N = 1
@@ -52,6 +55,12 @@ type Locker struct {
 	closed bool
 	ops    sync.WaitGroup // operations and background work using the clients
 	chans  map[string]*channelState
+	work   chan func() // idle workers take jobs from here (see spawn)
+	gates  map[string]*gateKey
+
+	// releasing: per key, this Locker's release still in flight on some
+	// nodes (Release returns once a quorum answered).
+	releasing map[string]*inflight
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -70,6 +79,10 @@ func New(cfg Config) (*Locker, error) {
 		ctx:    ctx,
 		cancel: cancel,
 		chans:  make(map[string]*channelState),
+		work:   make(chan func()),
+		gates:  make(map[string]*gateKey),
+
+		releasing: make(map[string]*inflight),
 	}
 	for i, addr := range cfg.Addrs {
 		l.nodes = append(l.nodes, newNode(l, i, addr))
@@ -85,6 +98,37 @@ func (l *Locker) Quorum() int { return l.quorum }
 
 // ClientID is the default owner of this Locker's leases.
 func (l *Locker) ClientID() string { return l.cfg.ClientID }
+
+// workerIdle is how long an idle worker goroutine waits for a job.
+const workerIdle = 10 * time.Second
+
+// spawn runs f on an idle worker goroutine, or on a new one. Workers live
+// on between jobs so that their stacks, grown by the Redis client, are
+// reused instead of being grown again for every request.
+func (l *Locker) spawn(f func()) {
+	select {
+	case l.work <- f:
+	default:
+		go l.worker(f)
+	}
+}
+
+func (l *Locker) worker(f func()) {
+	f()
+	t := time.NewTimer(workerIdle)
+	defer t.Stop()
+	for {
+		select {
+		case f := <-l.work:
+			f()
+			t.Reset(workerIdle)
+		case <-t.C:
+			return
+		case <-l.ctx.Done():
+			return
+		}
+	}
+}
 
 // keys of one lock.
 type keys struct {
@@ -131,11 +175,12 @@ type reply struct {
 	err  error
 }
 
-// Acquire implements lock.Locker. The caller subscribes to the key's
-// release channel, then tries; while the key is held it waits for a release
-// message or for the holder's TTL to run out, and tries again. Waiters in
-// one Locker are woken in arrival order, one per release; across Lockers
-// there is no order (not FIFO).
+// Acquire implements lock.Locker. Callers of one Locker queue for a key in
+// process, in arrival order, and a release hands the lock to the next of
+// them directly (see MaxLocalHandoffs). The caller at the head tries; while
+// the key is held it subscribes to the key's release channel, tries once
+// more, then waits for a release message or for the holder's TTL to run
+// out, and tries again. Across Lockers there is no order (not FIFO).
 func (l *Locker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return l.acquire(ctx, key, opts, false)
 }
@@ -158,13 +203,41 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// A re-sent acquire with the caller's own handle must not queue behind
+	// the grant it may be re-sending: it bypasses the local gate.
+	if !try && opts.Handle == "" {
+		handed, err := l.enter(ctx, key, opts)
+		if err != nil {
+			return nil, err
+		}
+		if handed != nil {
+			if ctx.Err() != nil || l.ctx.Err() != nil {
+				l.releaseQuietly(handed)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+				}
+				return nil, lock.ErrClosed
+			}
+			if opts.AutoRenew {
+				go lock.KeepAlive(l.ctx, l, handed)
+			}
+			return handed, nil
+		}
+		lease, err := l.wait(ctx, key, opts, false)
+		if err != nil {
+			l.exit(key)
+			return nil, err
+		}
+		l.hold(lease, false)
+		return lease, nil
+	}
+	return l.wait(ctx, key, opts, try)
+}
+
+// wait makes attempts until one succeeds (only one when try).
+func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	k := l.keysFor(key)
 	var w *waiter
-	if !try {
-		w = l.join(k.channel)
-		defer l.leave(w)
-		l.awaitSubscribed(ctx, w)
-	}
 	var minToken lock.Token
 	retries := 0
 	for {
@@ -172,6 +245,17 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			w.drain()
 		}
 		o := l.attempt(key, k, opts, minToken)
+		if o.lease == nil && w == nil && !try {
+			// The key is taken: subscribe to its release channel, then
+			// try again at once, since a release published before the
+			// subscription took effect would not wake us.
+			w = l.join(k.channel)
+			defer l.leave(w)
+			l.awaitSubscribed(ctx, w)
+			if ctx.Err() == nil && l.ctx.Err() == nil {
+				continue
+			}
+		}
 		if o.lease != nil {
 			if ctx.Err() != nil || l.ctx.Err() != nil {
 				// The grant raced the cancellation: never leave it behind.
@@ -253,15 +337,19 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 	n := len(l.nodes)
 	replies := make(chan reply, n)
 	sent := time.Now()
+	l.mu.Lock()
+	prev := l.releasing[key]
+	l.mu.Unlock()
 	for i, nd := range l.nodes {
-		go func() {
+		l.spawn(func() {
+			prev.wait(i, l.cfg.NodeTimeout)
 			c, cancel := l.nodeCtx(l.ctx)
 			defer cancel()
 			v, err := acquireScript.Run(c, nd.client,
 				[]string{k.lock, k.fence, k.meta, abortKey},
 				handle, ttlMS, opts.Owner, opts.Value, uint64(minToken)).Slice()
 			replies <- reply{node: i, val: v, err: err}
-		}()
+		})
 	}
 	granted := make([]bool, n)
 	answered := make([]bool, n)
@@ -275,7 +363,8 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 	}
 	holders := map[string]*holder{}
 	var firstErr error
-	for got := 0; got < n; got++ {
+	got := 0
+	for ; got < n; got++ {
 		r := <-replies
 		switch {
 		case r.err != nil || len(r.val) < 4:
@@ -310,8 +399,9 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 				hd.pttl = max(hd.pttl, time.Duration(toInt(r.val[2]))*time.Millisecond)
 			}
 		}
-		if nGranted >= l.quorum || nRefused > n-l.quorum {
-			break
+		if nGranted >= l.quorum {
+			got++
+			break // the rest is collected in the background
 		}
 	}
 	elapsed := time.Since(sent)
@@ -321,15 +411,24 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 		for _, t := range tokens {
 			token = max(token, t)
 		}
-		l.propagate(k, handle, token, tokens, answered)
+		l.propagate(k, handle, token, tokens, answered, replies, n-got)
 		lease := lock.NewLease(lock.Grant{
 			Key: key, Owner: opts.Owner, Token: token, Handle: handle, Value: opts.Value,
 			TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
 		})
 		return outcome{lease: lease}
 	}
-	// Failed: undo wherever it may have succeeded, including nodes that did
-	// not answer (their copy of the request may still be queued).
+	// Failed (too late): hear from the remaining nodes too, so that the
+	// undo below is synchronous wherever it can be.
+	for ; got < n; got++ {
+		r := <-replies
+		if r.err == nil && len(r.val) >= 4 {
+			answered[r.node] = true
+			granted[r.node] = toInt(r.val[0]) == 1
+		}
+	}
+	// Undo wherever it may have succeeded, including nodes that did not
+	// answer (their copy of the request may still be queued).
 	l.abort(k, handle, abortKey, ttlMS, granted, answered)
 	var o outcome
 	var best *holder
@@ -355,23 +454,45 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 }
 
 // propagate raises, in the background, the fence counter of every node whose
-// counter may lag behind the grant's token, so that any later quorum
-// intersects this one in a node that mints a larger token.
-func (l *Locker) propagate(k keys, handle string, token lock.Token, tokens []lock.Token, answered []bool) {
-	for i, nd := range l.nodes {
-		if answered[i] && tokens[i] == token {
-			continue
-		}
-		if !l.begin() {
-			return
-		}
-		go func() {
-			defer l.ops.Done()
-			c, cancel := context.WithTimeout(context.Background(), 4*l.cfg.NodeTimeout)
-			defer cancel()
-			syncScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta}, handle, uint64(token))
-		}()
+// counter may lag behind the grant's token (it answered with a smaller
+// token, or did not answer), so that any later quorum intersects this one in
+// a node that mints a larger token. pending replies are still to come.
+func (l *Locker) propagate(k keys, handle string, token lock.Token, tokens []lock.Token, answered []bool, replies <-chan reply, pending int) {
+	if !l.begin() {
+		return
 	}
+	run := func() {
+		defer l.ops.Done()
+		for range pending {
+			r := <-replies
+			if r.err == nil && len(r.val) >= 2 {
+				answered[r.node] = true
+				tokens[r.node] = lock.Token(toInt(r.val[1]))
+				if toInt(r.val[0]) != 1 {
+					tokens[r.node] = 0 // refused: its counter may lag
+				}
+			}
+		}
+		for i, nd := range l.nodes {
+			if answered[i] && tokens[i] == token {
+				continue
+			}
+			c, cancel := context.WithTimeout(context.Background(), 4*l.cfg.NodeTimeout)
+			syncScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta}, handle, uint64(token))
+			cancel()
+		}
+	}
+	if pending == 0 {
+		for i := range l.nodes {
+			if !answered[i] || tokens[i] != token {
+				l.spawn(run)
+				return
+			}
+		}
+		l.ops.Done()
+		return
+	}
+	l.spawn(run)
 }
 
 // abort undoes a failed attempt: synchronously on the nodes that granted
@@ -383,12 +504,12 @@ func (l *Locker) abort(k keys, handle, abortKey string, ttlMS int64, granted, an
 		switch {
 		case granted[i]:
 			wg.Add(1)
-			go func() {
+			l.spawn(func() {
 				defer wg.Done()
 				c, cancel := l.nodeCtx(context.Background())
 				defer cancel()
 				abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "0")
-			}()
+			})
 		case !answered[i]:
 			if !l.begin() {
 				continue
@@ -427,7 +548,7 @@ func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	}
 	k := l.keysFor(lease.Key)
 	sent := time.Now()
-	ok, refused, answered, firstErr := l.everyNode(ctx, func(c context.Context, nd *node) (int64, error) {
+	ok, refused, answered, firstErr := l.everyNode(ctx, true, func(c context.Context, nd *node) (int64, error) {
 		return renewScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
 			lease.Handle, ttl.Milliseconds(), uint64(lease.Token)).Int64()
 	})
@@ -460,26 +581,90 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 	if err := lock.ValidateLease(lease); err != nil {
 		return err
 	}
+	if t := l.takeHandoff(lease); t != nil {
+		return l.handoff(ctx, lease, t)
+	}
 	return l.release(ctx, lease)
 }
 
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
+	return l.releaseCounted(ctx, lease, 0)
+}
+
+// releaseCounted releases lease; moved is the number of nodes on which a
+// failed handoff already removed it (they count as having held it).
+func (l *Locker) releaseCounted(ctx context.Context, lease *lock.Lease, moved int) error {
 	k := l.keysFor(lease.Key)
-	ok, refused, answered, firstErr := l.everyNode(ctx, func(c context.Context, nd *node) (int64, error) {
+	f, prev := l.startRelease(lease.Key)
+	ok, refused, answered, firstErr := l.everyNode(ctx, true, func(c context.Context, nd *node) (int64, error) {
+		defer l.finishRelease(lease.Key, f, nd.idx)
+		prev.wait(nd.idx, l.cfg.NodeTimeout)
 		return releaseScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
 			lease.Handle, uint64(lease.Token), k.channel).Int64()
 	})
+	ok, refused = ok+moved, refused-moved
 	n := len(l.nodes)
 	switch {
 	case ok >= l.quorum:
 		l.deliver(k.channel, uint64(lease.Token)) // wake a local waiter at once
+		l.endHolder(lease, lock.ErrReleased)
 		return lease.Released(true)
 	case refused > n-l.quorum || ok+refused == n:
-		return lease.Released(false)
+		err := lease.Released(false)
+		l.endHolder(lease, err)
+		return err
 	default:
 		return fmt.Errorf("%w: redlock: release %q: only %d of %d nodes answered (quorum %d), outcome unknown: %v",
 			lock.ErrUnavailable, lease.Key, answered, n, l.quorum, firstErr)
 	}
+}
+
+// inflight is one release of a key, per node: done[i] is closed once node i
+// answered (or failed). A later attempt or release of the same key by this
+// Locker waits for it on that node before sending its own request, so that
+// the two cannot reach the node out of order on different connections.
+type inflight struct {
+	done []chan struct{}
+	left int
+}
+
+func (f *inflight) wait(i int, timeout time.Duration) {
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.done[i]:
+	default:
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-f.done[i]:
+		case <-t.C:
+		}
+	}
+}
+
+// startRelease registers a release of key; prev is the one still in
+// flight, if any.
+func (l *Locker) startRelease(key string) (f, prev *inflight) {
+	f = &inflight{done: make([]chan struct{}, len(l.nodes)), left: len(l.nodes)}
+	for i := range f.done {
+		f.done[i] = make(chan struct{})
+	}
+	l.mu.Lock()
+	prev = l.releasing[key]
+	l.releasing[key] = f
+	l.mu.Unlock()
+	return f, prev
+}
+
+func (l *Locker) finishRelease(key string, f *inflight, i int) {
+	close(f.done[i])
+	l.mu.Lock()
+	if f.left--; f.left == 0 && l.releasing[key] == f {
+		delete(l.releasing, key)
+	}
+	l.mu.Unlock()
 }
 
 // releaseQuietly frees a grant nobody will use (a waiter's grant that raced
@@ -490,16 +675,17 @@ func (l *Locker) releaseQuietly(lease *lock.Lease) {
 }
 
 // everyNode runs f on every node in parallel and counts answers 1 (ok) and
-// 0 (refused).
-func (l *Locker) everyNode(ctx context.Context, f func(context.Context, *node) (int64, error)) (ok, refused, answered int, firstErr error) {
+// 0 (refused). With early, it returns as soon as a quorum answered ok: the
+// remaining requests are already sent and complete in the background.
+func (l *Locker) everyNode(ctx context.Context, early bool, f func(context.Context, *node) (int64, error)) (ok, refused, answered int, firstErr error) {
 	replies := make(chan reply, len(l.nodes))
 	for i, nd := range l.nodes {
-		go func() {
+		l.spawn(func() {
 			c, cancel := l.nodeCtx(ctx)
 			defer cancel()
 			v, err := f(c, nd)
 			replies <- reply{node: i, n: v, err: err}
-		}()
+		})
 	}
 	for range l.nodes {
 		r := <-replies
@@ -515,13 +701,19 @@ func (l *Locker) everyNode(ctx context.Context, f func(context.Context, *node) (
 			refused++
 			answered++
 		}
+		if early && ok >= l.quorum {
+			return
+		}
 	}
 	return
 }
 
 // Inspect implements lock.Locker: it reads every node and reports the
-// holder that a quorum agrees on (the largest token among them, the
-// quorum's remaining TTL). Waiters is -1: they are not tracked in Redis.
+// holder that a quorum agrees on: its token as recorded by the token
+// propagation (sync.lua) where it landed, else the largest node-local token
+// among them (exact unless a node granted late, after the quorum formed,
+// and the propagation has not reached it yet), and the quorum's remaining
+// TTL. Waiters is -1: they are not tracked in Redis.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	if !l.begin() {
 		return nil, lock.ErrClosed
@@ -546,7 +738,8 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	}
 	type view struct {
 		owner, value string
-		token        lock.Token
+		token        lock.Token // the largest node-local token seen
+		final        lock.Token // the grant's token, where sync recorded it
 		pttls        []time.Duration
 	}
 	views := map[string]*view{}
@@ -571,6 +764,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 			views[h] = v
 		}
 		v.token = max(v.token, lock.Token(toInt(r.val[2])))
+		if len(r.val) >= 6 && toString(r.val[5]) == "1" {
+			v.final = lock.Token(toInt(r.val[2]))
+		}
 		v.pttls = append(v.pttls, time.Duration(toInt(r.val[4]))*time.Millisecond)
 	}
 	for _, v := range views {
@@ -578,8 +774,12 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 			continue
 		}
 		sort.Slice(v.pttls, func(i, j int) bool { return v.pttls[i] > v.pttls[j] })
+		token := v.token
+		if v.final != 0 {
+			token = v.final
+		}
 		info := &lock.LockInfo{
-			Key: key, Owner: v.owner, Token: v.token,
+			Key: key, Owner: v.owner, Token: token,
 			Expires: now.Add(v.pttls[l.quorum-1]), Waiters: -1,
 		}
 		if v.value != "" {

@@ -170,6 +170,13 @@ func TestNodeReset(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Let the grant land on all five nodes, and any background token
+		// propagation (bounded by 4 node timeouts) finish, so that nothing
+		// raises a counter after the resets below.
+		for holders(t, rs, "reset-three") != 5 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(5 * DefaultNodeTimeout)
 		for _, r := range rs[:3] {
 			r.Kill()
 			r.Restart()
@@ -337,5 +344,62 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiter in another Locker not woken by the release message")
+	}
+}
+
+// TestIdempotentHandle: a re-sent acquire with the same caller-chosen
+// handle returns the same grant instead of waiting behind it.
+func TestIdempotentHandle(t *testing.T) {
+	rs := testenv.StartRedisN(t, 3)
+	l := newLocker(t, rs, nil)
+	other := newLocker(t, rs, nil)
+	h := lock.NewHandle()
+	opts := lock.AcquireOptions{TTL: time.Minute, Handle: h, Owner: "me"}
+	first, err := l.Acquire(bg(t, time.Minute), "idem", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := other.Acquire(bg(t, 5*time.Second), "idem", opts)
+	if err != nil {
+		t.Fatalf("re-sent acquire: %v", err)
+	}
+	if again.Token != first.Token || again.Handle != h {
+		t.Errorf("re-sent acquire: token %d handle %.8s…, want token %d handle %.8s…", again.Token, again.Handle, first.Token, h)
+	}
+	if _, err := other.TryAcquire(bg(t, time.Minute), "idem", lock.AcquireOptions{TTL: time.Minute}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryAcquire with another handle: %v, want ErrNotAcquired", err)
+	}
+	if err := l.Release(bg(t, time.Minute), again); err != nil {
+		t.Errorf("Release: %v", err)
+	}
+	if err := l.Release(bg(t, time.Minute), first); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Release of the same grant: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestInspectUnavailable: Inspect and Release need a quorum of answers.
+func TestInspectUnavailable(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	l := newLocker(t, rs, func(c *Config) { c.NodeTimeout = 50 * time.Millisecond })
+	lease, err := l.TryAcquire(bg(t, time.Minute), "inspect", lock.AcquireOptions{TTL: time.Minute, Owner: "o", Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs[:2] {
+		r.Kill()
+	}
+	info, err := l.Inspect(bg(t, time.Minute), "inspect")
+	if err != nil || info.Owner != "o" || string(info.Value) != "v" || info.Token != lease.Token || info.Waiters != -1 {
+		t.Errorf("Inspect with 2 of 5 down: %+v, %v", info, err)
+	}
+	rs[2].Kill()
+	if _, err := l.Inspect(bg(t, time.Minute), "inspect"); !errors.Is(err, lock.ErrUnavailable) || !strings.Contains(err.Error(), "only 2 of 5 nodes answered") {
+		t.Errorf("Inspect with 3 of 5 down: %v, want ErrUnavailable naming 2 of 5", err)
+	}
+	if err := l.Release(bg(t, time.Minute), lease); !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("Release with 3 of 5 down: %v, want ErrUnavailable", err)
+	}
+	for _, r := range rs[:3] {
+		r.Restart()
 	}
 }

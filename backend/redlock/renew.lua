@@ -15,6 +15,6 @@ if mt > t then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[3], 'token', ARGV[3])
+redis.call('HSET', KEYS[3], 'token', ARGV[3], 'final', '1')
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return 1

@@ -12,7 +12,7 @@ type channelState struct {
 	ready       []chan struct{} // per node: closed once subscribed
 	readyClosed []bool
 	waiters     []*waiter // in arrival order
-	last        uint64    // token of the last release delivered
+	last        uint64    // token of the last release delivered (informational)
 }
 
 // waiter is one blocked Acquire.
@@ -121,13 +121,16 @@ func (l *Locker) awaitSubscribed(ctx context.Context, w *waiter) {
 }
 
 // deliver wakes one local waiter of channel for a release with the given
-// token. Every node publishes the release; the copies after the first are
-// dropped.
+// token. Every node publishes the release and every copy wakes a waiter:
+// a waiter whose attempt raced the release (it reached some nodes before
+// the release did) must be woken again by the later copies. The local gate
+// leaves at most one Acquire per key and Locker waiting here, so this is
+// no herd.
 func (l *Locker) deliver(channel string, token uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.chans[channel]
-	if st == nil || (token != 0 && token == st.last) {
+	if st == nil {
 		return
 	}
 	st.last = token
