@@ -369,18 +369,7 @@ func (c *Client) pick(avoid string) string {
 // pause sleeps the backoff before retry number attempt; false when the
 // client closed meanwhile.
 func (c *Client) pause(attempt int) bool {
-	d, ok := c.opts.Backoff.Backoff(attempt)
-	if !ok {
-		d, _ = DefaultBackoff().Backoff(attempt)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.ctx.Done():
-		return false
-	}
+	return c.backoff(context.Background(), attempt)
 }
 
 // conn waits for the live connection.

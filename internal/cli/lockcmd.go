@@ -47,6 +47,18 @@ func (f *clientFlags) dial() (*client.Client, error) {
 	return client.New(f.endpoints, client.Options{ClientID: f.clientID, RequestTimeout: f.timeout})
 }
 
+// do runs one request with a connected client, bounded by --timeout.
+func (f *clientFlags) do(op func(context.Context, *client.Client) error) error {
+	c, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	return op(ctx, c)
+}
+
 // leaseJSON is what `lock acquire` prints and `lock renew|release` accept.
 type leaseJSON struct {
 	Key          string `json:"key"`
@@ -122,26 +134,21 @@ func newLockLeaseCmd(verb string) *cobra.Command {
 		Short: map[string]string{"renew": "Renew a lease", "release": "Release a lease"}[verb],
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-			defer cancel()
 			lease := lock.NewLease(lock.Grant{Key: args[0], Handle: lockToken, Token: lock.Token(fencingToken), TTL: ttl, Sent: time.Now()})
-			if verb == "renew" {
-				if err := c.Renew(ctx, lease, ttl); err != nil {
+			return cf.do(func(ctx context.Context, c *client.Client) error {
+				if verb == "renew" {
+					if err := c.Renew(ctx, lease, ttl); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "renewed %s for %v\n", args[0], ttl)
+					return nil
+				}
+				if err := c.Release(ctx, lease); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "renewed %s for %v\n", args[0], ttl)
+				fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", args[0])
 				return nil
-			}
-			if err := c.Release(ctx, lease); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", args[0])
-			return nil
+			})
 		},
 	}
 	cf.register(cmd)
@@ -164,25 +171,20 @@ func newLockInspectCmd() *cobra.Command {
 		Short: "Show who holds KEY",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.dial()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-			defer cancel()
-			info, err := c.Inspect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			out := map[string]any{"key": info.Key, "owner": info.Owner, "fencing_token": info.Token, "waiters": info.Waiters}
-			if info.Value != nil {
-				out["value"] = string(info.Value)
-			}
-			if !info.Expires.IsZero() {
-				out["expires_in_ms"] = max(time.Until(info.Expires).Milliseconds(), 0)
-			}
-			return printJSON(cmd, out)
+			return cf.do(func(ctx context.Context, c *client.Client) error {
+				info, err := c.Inspect(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				out := map[string]any{"key": info.Key, "owner": info.Owner, "fencing_token": info.Token, "waiters": info.Waiters}
+				if info.Value != nil {
+					out["value"] = string(info.Value)
+				}
+				if !info.Expires.IsZero() {
+					out["expires_in_ms"] = max(time.Until(info.Expires).Milliseconds(), 0)
+				}
+				return printJSON(cmd, out)
+			})
 		},
 	}
 	cf.register(cmd)
