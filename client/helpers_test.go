@@ -66,9 +66,9 @@ func startRaft(t testing.TB) *raftlock.LocalCluster {
 	defer cancel()
 	c, err := raftlock.StartLocalCluster(ctx, 3, t.TempDir(), func(cfg *raftlock.Config) {
 		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.HeartbeatTimeout = 400 * time.Millisecond
-		cfg.ElectionTimeout = 400 * time.Millisecond
-		cfg.LeaderLeaseTimeout = 200 * time.Millisecond
+		cfg.HeartbeatTimeout = time.Second
+		cfg.ElectionTimeout = time.Second
+		cfg.LeaderLeaseTimeout = 500 * time.Millisecond
 		cfg.CommitTimeout = 5 * time.Millisecond
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.RaftLogOutput = io.Discard

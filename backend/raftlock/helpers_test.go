@@ -9,15 +9,16 @@ import (
 	"time"
 )
 
-// fastConfig makes a node quick to elect on loopback, on free ports, and
-// quiet unless the test fails (logs go to t.Log).
+// fastConfig makes a node elect within about a second on loopback, on free
+// ports, with logs in t.Log. The timeouts leave room for a busy CI machine
+// (packages run in parallel): tighter ones made leadership flap under load.
 func fastConfig(t testing.TB) func(*Config) {
 	return func(c *Config) {
 		c.RaftAddr = "127.0.0.1:0"
 		c.APIAddr = "127.0.0.1:0"
-		c.HeartbeatTimeout = 400 * time.Millisecond
-		c.ElectionTimeout = 400 * time.Millisecond
-		c.LeaderLeaseTimeout = 200 * time.Millisecond
+		c.HeartbeatTimeout = time.Second
+		c.ElectionTimeout = time.Second
+		c.LeaderLeaseTimeout = 500 * time.Millisecond
 		c.CommitTimeout = 5 * time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		c.RaftLogOutput = io.Discard
