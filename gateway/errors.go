@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
@@ -37,7 +38,7 @@ func toAPIError(err error) *apiError {
 		e := newError("held", http.StatusConflict, msg)
 		e.Holder = &wire.Holder{Owner: he.Owner, FencingToken: uint64(he.Token)}
 		if !he.Expires.IsZero() {
-			e.Holder.ExpiresIn = max(durationMS(timeUntil(he.Expires)), 0)
+			e.Holder.ExpiresIn = max(durationMS(time.Until(he.Expires)), 0)
 		}
 		return e
 	case errors.Is(err, lock.ErrNotAcquired):

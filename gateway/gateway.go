@@ -155,8 +155,6 @@ func (g *Gateway) untrack(c *conn) {
 
 func durationMS(d time.Duration) int64 { return int64(d / time.Millisecond) }
 
-func timeUntil(t time.Time) time.Duration { return time.Until(t) }
-
 // ttlOption turns a wire TTL (ms; 0 = default) into the TTL to ask for. The
 // gateway never asks the backend to auto-renew: renewal is the client's job,
 // so a crashed client's leases run out.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -235,7 +236,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, requir
 		}
 		return true
 	}
-	dec := json.NewDecoder(bytesReader(data))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "malformed JSON body: "+err.Error()))

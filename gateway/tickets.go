@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -77,5 +76,3 @@ func (ts *tickets) cancelAll() {
 		t.cancel()
 	}
 }
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

@@ -2,7 +2,6 @@ package raftlock
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -63,5 +62,3 @@ func leader(t testing.TB, c *LocalCluster) *Node {
 	}
 	return n
 }
-
-func errorsAs(err error, target any) bool { return errors.As(err, target) }

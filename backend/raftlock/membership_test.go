@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -87,7 +88,7 @@ func TestMembership(t *testing.T) {
 	}
 	_, err = follower.TryAcquire(ctx, "x", lock.AcquireOptions{TTL: time.Minute})
 	var redirect *lock.NotLeaderError
-	if !errorsAs(err, &redirect) || redirect.LeaderAddr != nl.APIAddr() {
+	if !errors.As(err, &redirect) || redirect.LeaderAddr != nl.APIAddr() {
 		t.Errorf("follower TryAcquire: %v, want a redirect to %s", err, nl.APIAddr())
 	}
 }
