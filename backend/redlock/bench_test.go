@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,17 +29,8 @@ func TestMain(m *testing.M) {
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	// testenv ties servers to a testing.TB, and a benchmark's cleanups run
-	// when it ends: give the servers a TB of their own that lives for the
-	// whole run, so that ours and redsync's benchmarks share them.
-	tb := &mainTB{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		benchServers = testenv.StartRedisN(tb, 5)
-	}()
-	<-done
-	if tb.failed {
+	tb := testenv.NewProcessTB("BenchmarkServers")
+	if !tb.Do(func(tb testing.TB) { benchServers = testenv.StartRedisN(tb, 5) }) {
 		fmt.Fprintln(os.Stderr, "redlock benchmarks: starting redis-server failed")
 		os.Exit(1)
 	}
@@ -50,35 +40,8 @@ func TestMain(m *testing.M) {
 		fmt.Println(c.Info(context.Background(), "commandstats").Val())
 		c.Close()
 	}
-	tb.cleanup()
+	tb.Close()
 	os.Exit(code)
-}
-
-// mainTB is the testing.TB of the benchmark servers (TestMain has none).
-// Only the methods testenv uses are implemented.
-type mainTB struct {
-	testing.TB
-	mu       sync.Mutex
-	cleanups []func()
-	failed   bool
-}
-
-func (t *mainTB) Helper()                   {}
-func (t *mainTB) Name() string              { return "BenchmarkServers" }
-func (t *mainTB) Log(args ...any)           {}
-func (t *mainTB) Logf(string, ...any)       {}
-func (t *mainTB) Cleanup(f func())          { t.mu.Lock(); t.cleanups = append(t.cleanups, f); t.mu.Unlock() }
-func (t *mainTB) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); t.fail() }
-func (t *mainTB) Fatal(a ...any)            { fmt.Fprintln(os.Stderr, a...); t.fail(); runtime.Goexit() }
-func (t *mainTB) Fatalf(f string, a ...any) { t.Errorf(f, a...); runtime.Goexit() }
-func (t *mainTB) Skipf(f string, a ...any)  { fmt.Fprintf(os.Stderr, f+"\n", a...); runtime.Goexit() }
-func (t *mainTB) Failed() bool              { t.mu.Lock(); defer t.mu.Unlock(); return t.failed }
-func (t *mainTB) fail()                     { t.mu.Lock(); t.failed = true; t.mu.Unlock() }
-
-func (t *mainTB) cleanup() {
-	for i := len(t.cleanups) - 1; i >= 0; i-- {
-		t.cleanups[i]()
-	}
 }
 
 const benchTTL = 8 * time.Second // redsync's default expiry
