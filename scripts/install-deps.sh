@@ -2,7 +2,8 @@
 # Installs the server binaries that lockgate's tests start through
 # internal/testenv: redis-server, etcd (Debian package etcd-server) and the
 # PostgreSQL server binaries (package postgresql, under
-# /usr/lib/postgresql/*/bin). Installs only what is missing; uses sudo when
+# /usr/lib/postgresql/*/bin), and Chromium, in which the bench tests render
+# their HTML report headless. Installs only what is missing; uses sudo when
 # not root. Exits non-zero, naming the package, if something cannot be had.
 set -euo pipefail
 
@@ -11,9 +12,10 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 pg_ok() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 pg_ok || missing+=(postgresql)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, etcd and PostgreSQL binaries present"
+  echo "deps: redis-server, etcd, PostgreSQL binaries and chromium present"
   exit 0
 fi
 
@@ -43,4 +45,5 @@ fi
 command -v redis-server >/dev/null || { echo "deps: redis-server still missing" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "deps: etcd still missing (package etcd-server)" >&2; exit 1; }
 pg_ok || { echo "deps: PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin" >&2; exit 1; }
+command -v chromium >/dev/null || { echo "deps: chromium still missing" >&2; exit 1; }
 echo "deps: done"

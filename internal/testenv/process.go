@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -18,13 +20,17 @@ import (
 //	code := m.Run()
 //	tb.Close()
 //
-// Only the methods testenv uses are implemented; failures go to stderr.
+// Only the methods testenv uses are implemented.
 type ProcessTB struct {
 	testing.TB
+	// Out receives the servers' output (Log) and failures; nil: failures
+	// go to stderr and the output is discarded.
+	Out io.Writer
+
 	name     string
 	mu       sync.Mutex
 	cleanups []func()
-	failed   bool
+	errs     []string
 }
 
 // NewProcessTB returns a ProcessTB called name.
@@ -53,16 +59,46 @@ func (t *ProcessTB) Close() {
 	}
 }
 
+// Failed reports whether an Error, Fatal or Skip happened.
+func (t *ProcessTB) Failed() bool { t.mu.Lock(); defer t.mu.Unlock(); return len(t.errs) > 0 }
+
+// Errors returns the failure messages, one per line.
+func (t *ProcessTB) Errors() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.errs, "\n")
+}
+
+func (t *ProcessTB) fail(msg string) {
+	msg = strings.TrimSuffix(msg, "\n")
+	t.mu.Lock()
+	t.errs = append(t.errs, msg)
+	t.mu.Unlock()
+	w := t.Out
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "%s: %s\n", t.name, msg)
+}
+
+func (t *ProcessTB) Log(a ...any) {
+	if t.Out != nil {
+		fmt.Fprintln(t.Out, a...)
+	}
+}
+
+func (t *ProcessTB) Logf(f string, a ...any) {
+	if t.Out != nil {
+		fmt.Fprintf(t.Out, f+"\n", a...)
+	}
+}
+
 func (t *ProcessTB) Helper()                   {}
 func (t *ProcessTB) Name() string              { return t.name }
-func (t *ProcessTB) Log(args ...any)           {}
-func (t *ProcessTB) Logf(string, ...any)       {}
 func (t *ProcessTB) Cleanup(f func())          { t.mu.Lock(); t.cleanups = append(t.cleanups, f); t.mu.Unlock() }
-func (t *ProcessTB) Error(a ...any)            { fmt.Fprintln(os.Stderr, a...); t.fail() }
-func (t *ProcessTB) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); t.fail() }
+func (t *ProcessTB) Error(a ...any)            { t.fail(fmt.Sprintln(a...)) }
+func (t *ProcessTB) Errorf(f string, a ...any) { t.fail(fmt.Sprintf(f, a...)) }
 func (t *ProcessTB) Fatal(a ...any)            { t.Error(a...); runtime.Goexit() }
 func (t *ProcessTB) Fatalf(f string, a ...any) { t.Errorf(f, a...); runtime.Goexit() }
 func (t *ProcessTB) Skip(a ...any)             { t.Fatal(a...) }
 func (t *ProcessTB) Skipf(f string, a ...any)  { t.Fatalf(f, a...) }
-func (t *ProcessTB) Failed() bool              { t.mu.Lock(); defer t.mu.Unlock(); return t.failed }
-func (t *ProcessTB) fail()                     { t.mu.Lock(); t.failed = true; t.mu.Unlock() }

@@ -1,0 +1,453 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Workloads, as `--workload` spells them.
+const (
+	// Sequential: one client, one key: acquire + release, repeated.
+	Sequential = "sequential"
+	// Parallel: every client cycles on a key of its own.
+	Parallel = "parallel"
+	// Contended: every client cycles on the same key; a cycle's latency
+	// includes the wait for the lock, ops/s counts acquisitions.
+	Contended = "contended"
+	// Handoff: the contended workload, measuring from a holder's release
+	// to the next waiter's grant.
+	Handoff = "handoff"
+)
+
+// Workloads lists every workload in report order.
+var Workloads = []string{Sequential, Parallel, Contended, Handoff}
+
+// LatencyConfig configures RunLatency.
+type LatencyConfig struct {
+	Backends  []string
+	Workloads []string
+	Vias      []string
+	// Clients is the number of clients of the parallel, contended and
+	// handoff workloads (sequential has one).
+	Clients int
+	// Duration is the measured time of each backend × path × workload,
+	// split evenly over Rounds.
+	Duration time.Duration
+	Rounds   int
+	// Warmup is how long each backend × path runs the sequential and
+	// parallel workloads, unrecorded, before the first round.
+	Warmup time.Duration
+	// Rate, when positive, makes the loop open: each client starts
+	// operations at Rate/Clients per second on a fixed schedule, and a
+	// latency counts from the scheduled start (no coordinated omission).
+	// Zero: closed loop, each client starts its next operation when the
+	// previous one ends.
+	Rate float64
+	// TTL of the leases taken; long enough that none expires in a cycle.
+	TTL time.Duration
+	// Progress receives a progress line per step; nil discards them.
+	Progress io.Writer
+}
+
+func (c *LatencyConfig) fill() error {
+	if len(c.Backends) == 0 {
+		c.Backends = Backends
+	}
+	if len(c.Workloads) == 0 {
+		c.Workloads = []string{Sequential, Parallel, Contended}
+	}
+	if len(c.Vias) == 0 {
+		c.Vias = []string{Direct}
+	}
+	if err := CheckBackends(c.Backends); err != nil {
+		return err
+	}
+	for _, w := range c.Workloads {
+		if !slices.Contains(Workloads, w) {
+			return fmt.Errorf("unknown workload %q (want %s)", w, strings.Join(Workloads, ", "))
+		}
+	}
+	for _, v := range c.Vias {
+		if !slices.Contains(Vias, v) {
+			return fmt.Errorf("unknown path %q (want %s)", v, strings.Join(Vias, ", "))
+		}
+	}
+	switch {
+	case c.Clients < 1 || c.Clients > 1024:
+		return fmt.Errorf("clients %d: want 1 to 1024", c.Clients)
+	case c.Rounds < 1 || c.Rounds > 100:
+		return fmt.Errorf("rounds %d: want 1 to 100", c.Rounds)
+	case c.Duration <= 0:
+		return fmt.Errorf("duration %v: want a positive duration", c.Duration)
+	case c.Rate < 0:
+		return fmt.Errorf("rate %v: want 0 (closed loop) or a positive rate", c.Rate)
+	case c.Warmup < 0:
+		return fmt.Errorf("warmup %v: want 0 or a positive duration", c.Warmup)
+	}
+	if c.TTL == 0 {
+		c.TTL = 30 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return nil
+}
+
+// Report is the outcome of a latency run; its JSON form is the schema of
+// `lockgate bench latency --json`.
+type Report struct {
+	Machine  Machine `json:"machine"`
+	Command  string  `json:"command,omitempty"`
+	Rounds   int     `json:"rounds"`
+	Duration string  `json:"duration"`
+	Rate     float64 `json:"rate,omitempty"`
+	Runs     []*Run  `json:"runs"`
+}
+
+// Run is the result of one backend × path × workload over all rounds.
+type Run struct {
+	Backend   string  `json:"backend"`
+	Via       string  `json:"via"`
+	Workload  string  `json:"workload"`
+	Clients   int     `json:"clients"`
+	Ops       int64   `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"` // median of the rounds
+	// LatencyUS holds medians of the rounds' percentiles, in µs.
+	LatencyUS Percentiles `json:"latency_us"`
+	Errors    int64       `json:"errors"`
+	// ErrorKinds counts errors by kind (unavailable, timeout, not_held, …).
+	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
+	// CDF is the latency distribution over all rounds: the latency (µs)
+	// at each of cdfQuantiles.
+	CDF []CDFPoint `json:"cdf,omitempty"`
+	// Note explains something a reader of this run must know.
+	Note string `json:"note,omitempty"`
+
+	rounds []roundResult
+	hist   *hdrhistogram.Histogram
+}
+
+// Percentiles of a latency distribution, in µs.
+type Percentiles struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+}
+
+// CDFPoint is one point of a latency CDF.
+type CDFPoint struct {
+	Quantile  float64 `json:"q"`
+	LatencyUS float64 `json:"us"`
+}
+
+type roundResult struct {
+	ops     int64
+	elapsed time.Duration
+	pct     Percentiles
+}
+
+// Histogram bounds: 1 µs to 10 minutes, 3 significant digits.
+const (
+	histMin    = 1
+	histMax    = int64(10 * time.Minute / time.Microsecond)
+	histDigits = 3
+)
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histDigits) }
+
+func percentiles(h *hdrhistogram.Histogram) Percentiles {
+	return Percentiles{
+		P50:  float64(h.ValueAtQuantile(50)),
+		P90:  float64(h.ValueAtQuantile(90)),
+		P99:  float64(h.ValueAtQuantile(99)),
+		P999: float64(h.ValueAtQuantile(99.9)),
+		Max:  float64(h.Max()),
+	}
+}
+
+// cdfQuantiles are the quantiles (in %) of Run.CDF.
+var cdfQuantiles = []float64{0, 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 99, 99.5, 99.9, 99.99, 100}
+
+// RunLatency provisions nothing: it measures the backends of s. Rounds are
+// interleaved across backends (round 1: A B C D, round 2: A B C D, …) so
+// that drift of the machine hits every backend alike.
+func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Machine: ReadMachine(), Rounds: cfg.Rounds, Duration: cfg.Duration.String(), Rate: cfg.Rate}
+
+	// One Conn per backend × path, reused by every round and workload.
+	type target struct {
+		conn *Conn
+		runs map[string]*Run
+	}
+	var targets []*target
+	defer func() {
+		for _, t := range targets {
+			t.conn.Close()
+		}
+	}()
+	for _, via := range cfg.Vias {
+		for _, b := range cfg.Backends {
+			fmt.Fprintf(cfg.Progress, "connecting %d clients to %s via %s\n", cfg.Clients, b, via)
+			conn, err := s.Connect(ctx, b, via, cfg.Clients)
+			if err != nil {
+				return nil, err
+			}
+			t := &target{conn: conn, runs: map[string]*Run{}}
+			targets = append(targets, t)
+			for _, w := range cfg.Workloads {
+				r := &Run{Backend: b, Via: via, Workload: w, Clients: clientsOf(w, cfg.Clients), hist: newHist()}
+				if b == Raft && via == Gateway {
+					r.Note = "a raftlock node serves the gateway protocol itself: the same path as direct"
+				}
+				t.runs[w] = r
+				rep.Runs = append(rep.Runs, r)
+			}
+		}
+	}
+
+	if cfg.Warmup > 0 {
+		for _, t := range targets {
+			fmt.Fprintf(cfg.Progress, "warm-up %s via %s (%v)\n", t.conn.Backend, t.conn.Via, cfg.Warmup)
+			for _, w := range []string{Sequential, Parallel} {
+				if _, err := runWorkload(ctx, t.conn, w, cfg, cfg.Warmup/2, nil); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+
+	per := cfg.Duration / time.Duration(cfg.Rounds)
+	steps := cfg.Rounds * len(cfg.Workloads) * len(targets)
+	step := 0
+	for round := 1; round <= cfg.Rounds; round++ {
+		for _, w := range cfg.Workloads {
+			for _, t := range targets {
+				step++
+				fmt.Fprintf(cfg.Progress, "%s round %d/%d  %-10s %-8s via %-7s\n",
+					progressBar(step-1, steps), round, cfg.Rounds, w, t.conn.Backend, t.conn.Via)
+				r := t.runs[w]
+				rr, err := runWorkload(ctx, t.conn, w, cfg, per, r)
+				if err != nil {
+					return nil, err
+				}
+				r.rounds = append(r.rounds, rr)
+			}
+		}
+	}
+	fmt.Fprintf(cfg.Progress, "%s done\n", progressBar(steps, steps))
+	for _, r := range rep.Runs {
+		r.summarise()
+	}
+	return rep, nil
+}
+
+func clientsOf(workload string, n int) int {
+	if workload == Sequential {
+		return 1
+	}
+	return n
+}
+
+// progressBar draws done of total as a 20-cell bar with a percentage.
+func progressBar(done, total int) string {
+	const cells = 20
+	n := done * cells / max(total, 1)
+	return fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("#", n), strings.Repeat(".", cells-n), done*100/max(total, 1))
+}
+
+// summarise sets the run's figures from its rounds: percentiles and ops/s
+// are medians over the rounds, ops and errors are totals, the CDF comes
+// from every round's latencies together.
+func (r *Run) summarise() {
+	median := func(f func(roundResult) float64) float64 {
+		v := make([]float64, len(r.rounds))
+		for i, rr := range r.rounds {
+			v[i] = f(rr)
+		}
+		slices.Sort(v)
+		if len(v) == 0 {
+			return 0
+		}
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	for _, rr := range r.rounds {
+		r.Ops += rr.ops
+	}
+	r.OpsPerSec = median(func(rr roundResult) float64 { return float64(rr.ops) / rr.elapsed.Seconds() })
+	r.LatencyUS = Percentiles{
+		P50:  median(func(rr roundResult) float64 { return rr.pct.P50 }),
+		P90:  median(func(rr roundResult) float64 { return rr.pct.P90 }),
+		P99:  median(func(rr roundResult) float64 { return rr.pct.P99 }),
+		P999: median(func(rr roundResult) float64 { return rr.pct.P999 }),
+		Max:  median(func(rr roundResult) float64 { return rr.pct.Max }),
+	}
+	if r.hist.TotalCount() > 0 {
+		for _, q := range cdfQuantiles {
+			r.CDF = append(r.CDF, CDFPoint{Quantile: q, LatencyUS: float64(r.hist.ValueAtQuantile(q))})
+		}
+	}
+}
+
+// recorder collects one round of one workload.
+type recorder struct {
+	mu    sync.Mutex
+	hist  *hdrhistogram.Histogram
+	ops   atomic.Int64
+	kinds map[string]int64
+}
+
+func (rc *recorder) latency(d time.Duration) {
+	us := max(d.Microseconds(), histMin)
+	rc.mu.Lock()
+	rc.hist.RecordValue(min(us, histMax))
+	rc.mu.Unlock()
+}
+
+func (rc *recorder) fail(err error) {
+	rc.mu.Lock()
+	rc.kinds[ErrorKind(err)]++
+	rc.mu.Unlock()
+}
+
+// ErrorKind names the class of a lock error for reports.
+func ErrorKind(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, lock.ErrNotLeader):
+		return "not_leader"
+	case errors.Is(err, lock.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, lock.ErrNotHeld):
+		return "not_held"
+	case errors.Is(err, lock.ErrNotAcquired):
+		return "not_acquired"
+	case errors.Is(err, lock.ErrClosed):
+		return "closed"
+	}
+	return "other"
+}
+
+var runSeq atomic.Int64
+
+// runWorkload runs workload w on conn for d and, when r is not nil, records
+// into it (its CDF histogram and error counts) and returns the round.
+func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d time.Duration, r *Run) (roundResult, error) {
+	rc := &recorder{hist: newHist(), kinds: map[string]int64{}}
+	clients := conn.Clients[:clientsOf(w, len(conn.Clients))]
+	prefix := fmt.Sprintf("bench/%s/%d/%d", w, time.Now().UnixNano(), runSeq.Add(1))
+	opts := lock.AcquireOptions{TTL: cfg.TTL}
+
+	runCtx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
+	// lastRelease is when the last holder of the contended key began its
+	// release, in ns since start (handoff).
+	var lastRelease atomic.Int64
+	lastRelease.Store(-1)
+
+	var wg sync.WaitGroup
+	for i, l := range clients {
+		key := prefix
+		if w == Parallel {
+			key = fmt.Sprintf("%s/%d", prefix, i)
+		}
+		var interval time.Duration
+		if cfg.Rate > 0 {
+			interval = time.Duration(float64(time.Second) * float64(len(clients)) / cfg.Rate)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Open loop: client i's k-th operation is due at start +
+			// offset + k·interval; the offset spreads the clients.
+			next := start
+			if interval > 0 {
+				next = start.Add(time.Duration(rand.Int64N(int64(interval))))
+			}
+			for runCtx.Err() == nil {
+				opStart := time.Now()
+				if interval > 0 {
+					if wait := time.Until(next); wait > 0 {
+						select {
+						case <-time.After(wait):
+						case <-runCtx.Done():
+							return
+						}
+					}
+					opStart = next // latency counts from the schedule
+					next = next.Add(interval)
+				}
+				acqStart := time.Since(start)
+				lease, err := l.Acquire(runCtx, key, opts)
+				if err != nil {
+					if runCtx.Err() != nil {
+						return // the round ended while waiting
+					}
+					rc.fail(err)
+					continue
+				}
+				granted := time.Since(start)
+				if w == Handoff {
+					if rel := lastRelease.Load(); rel >= 0 && int64(acqStart) < rel {
+						rc.latency(granted - time.Duration(rel))
+						rc.ops.Add(1)
+					}
+				}
+				if w == Handoff {
+					lastRelease.Store(int64(time.Since(start)))
+				}
+				// The release is not bounded by the round: a lock left
+				// held would stall the next round's clients.
+				relCtx, relCancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				err = l.Release(relCtx, lease)
+				relCancel()
+				if err != nil {
+					rc.fail(err)
+					continue
+				}
+				if w != Handoff {
+					rc.latency(time.Since(opStart))
+					rc.ops.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return roundResult{}, err
+	}
+	rr := roundResult{ops: rc.ops.Load(), elapsed: elapsed, pct: percentiles(rc.hist)}
+	if r != nil {
+		r.hist.Merge(rc.hist)
+		for k, n := range rc.kinds {
+			if r.ErrorKinds == nil {
+				r.ErrorKinds = map[string]int64{}
+			}
+			r.ErrorKinds[k] += n
+			r.Errors += n
+		}
+	}
+	return rr, nil
+}

@@ -1,0 +1,213 @@
+package bench
+
+import (
+	"bytes"
+	"compress/gzip"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/go-echarts/go-echarts/v2/charts"
+	"github.com/go-echarts/go-echarts/v2/components"
+	"github.com/go-echarts/go-echarts/v2/opts"
+)
+
+// WriteTable writes the runs as a table for a terminal.
+func (rep *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "BACKEND\tVIA\tWORKLOAD\tCLIENTS\tOPS\tOPS/S\tP50 µs\tP90 µs\tP99 µs\tP99.9 µs\tMAX µs\tERRORS\t")
+	for _, r := range rep.Runs {
+		l := r.LatencyUS
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n",
+			r.Backend, r.Via, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText())
+	}
+	return tw.Flush()
+}
+
+// errorText is the error count with its kinds, e.g. "3 (timeout 2, other 1)".
+func (r *Run) errorText() string {
+	if r.Errors == 0 {
+		return "0"
+	}
+	kinds := make([]string, 0, len(r.ErrorKinds))
+	for k, n := range r.ErrorKinds {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("%d (%s)", r.Errors, strings.Join(kinds, ", "))
+}
+
+// WriteJSON writes the report as indented JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteFile writes the report to path with write (WriteJSON or WriteHTML).
+func WriteFile(path string, write func(io.Writer) error) error {
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// echartsJS is Apache ECharts 5.6.0 (assets/ECHARTS-LICENSE), gzipped: it is
+// inlined into the HTML report so that the report is one self-contained
+// file that renders without a network.
+//
+//go:embed assets/echarts.min.js.gz
+var echartsJSgz []byte
+
+const (
+	echartsAsset = "echarts.min.js"
+	// inlineHost is the asset host the page is rendered with: a name that
+	// never resolves (RFC 2606), replaced by the inlined library.
+	inlineHost = "https://inline.invalid/"
+)
+
+// WriteHTML writes a self-contained HTML report: for each workload a
+// latency CDF per backend and path, the throughput of every run, the table
+// and the machine it ran on.
+func (rep *Report) WriteHTML(w io.Writer) error {
+	page := components.NewPage()
+	page.SetPageTitle("lockgate bench latency")
+	page.SetAssetsHost(inlineHost)
+	for _, wl := range Workloads {
+		runs := rep.runsOf(wl)
+		if len(runs) == 0 {
+			continue
+		}
+		page.AddCharts(cdfChart(wl, runs), throughputChart(wl, runs))
+	}
+	var buf bytes.Buffer
+	if err := page.Render(&buf); err != nil {
+		return err
+	}
+	js, err := gunzip(echartsJSgz)
+	if err != nil {
+		return err
+	}
+	out := buf.String()
+	tag := `<script src="` + inlineHost + echartsAsset + `"></script>`
+	if !strings.Contains(out, tag) {
+		return fmt.Errorf("bench: report template changed: no %s script tag to inline", echartsAsset)
+	}
+	// Functions as replacements: the library's text is not a pattern.
+	out = strings.Replace(out, tag, "<script>"+strings.ReplaceAll(string(js), "</script", `<\/script`)+"</script>", 1)
+	out = strings.Replace(out, "<body>", "<body>\n"+rep.htmlHeader(), 1)
+	_, err = io.WriteString(w, out)
+	return err
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
+}
+
+func (rep *Report) runsOf(workload string) []*Run {
+	var rs []*Run
+	for _, r := range rep.Runs {
+		if r.Workload == workload {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (r *Run) label() string { return r.Backend + " (" + r.Via + ")" }
+
+func cdfChart(workload string, runs []*Run) *charts.Line {
+	c := charts.NewLine()
+	c.SetGlobalOptions(
+		charts.WithInitializationOpts(opts.Initialization{Width: "1000px", Height: "420px"}),
+		charts.WithAnimation(false),
+		charts.WithTitleOpts(opts.Title{Title: workload + ": latency CDF", Subtitle: "fraction of operations at or below a latency (log scale)"}),
+		charts.WithXAxisOpts(opts.XAxis{Type: "log", Name: "µs"}),
+		charts.WithYAxisOpts(opts.YAxis{Type: "value", Name: "%", Max: 100}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30px"}),
+	)
+	for _, r := range runs {
+		data := make([]opts.LineData, 0, len(r.CDF))
+		for _, p := range r.CDF {
+			data = append(data, opts.LineData{Value: []float64{max(p.LatencyUS, 1), p.Quantile}})
+		}
+		c.AddSeries(r.label(), data)
+	}
+	return c
+}
+
+func throughputChart(workload string, runs []*Run) *charts.Bar {
+	c := charts.NewBar()
+	c.SetGlobalOptions(
+		charts.WithInitializationOpts(opts.Initialization{Width: "1000px", Height: "300px"}),
+		charts.WithAnimation(false),
+		charts.WithTitleOpts(opts.Title{Title: workload + ": throughput", Subtitle: "operations per second, median of the rounds"}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true)}),
+	)
+	names := make([]string, len(runs))
+	data := make([]opts.BarData, len(runs))
+	for i, r := range runs {
+		names[i] = r.label()
+		data[i] = opts.BarData{Value: int64(r.OpsPerSec)}
+	}
+	c.SetXAxis(names).AddSeries("ops/s", data)
+	return c
+}
+
+// htmlHeader is the report's heading, machine and table, as HTML.
+func (rep *Report) htmlHeader() string {
+	var b strings.Builder
+	esc := html.EscapeString
+	b.WriteString(`<div style="font-family:sans-serif;max-width:1000px;margin:1em auto">`)
+	b.WriteString("<h1>lockgate bench latency</h1>\n")
+	if rep.Command != "" {
+		fmt.Fprintf(&b, "<p><code>%s</code></p>\n", esc(rep.Command))
+	}
+	m := rep.Machine
+	fmt.Fprintf(&b, "<p>%s · %s/%s · kernel %s · %s × %d cores · %s · lockgate %s · %s</p>\n",
+		esc(m.Host), esc(m.OS), esc(m.Arch), esc(m.Kernel), esc(m.CPU), m.Cores, esc(m.GoVersion), esc(m.Lockgate),
+		m.Time.Format("2006-01-02 15:04 UTC"))
+	if len(m.Versions) > 0 {
+		names := make([]string, 0, len(m.Versions))
+		for k := range m.Versions {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		b.WriteString("<p>")
+		for i, k := range names {
+			if i > 0 {
+				b.WriteString(" · ")
+			}
+			fmt.Fprintf(&b, "%s: %s", esc(k), esc(m.Versions[k]))
+		}
+		b.WriteString("</p>\n")
+	}
+	fmt.Fprintf(&b, "<p>%d round(s), %s measured per run", rep.Rounds, esc(rep.Duration))
+	if rep.Rate > 0 {
+		fmt.Fprintf(&b, ", open loop at %.0f ops/s", rep.Rate)
+	} else {
+		b.WriteString(", closed loop")
+	}
+	b.WriteString("; latencies are medians of the rounds' percentiles.</p>\n")
+	b.WriteString(`<table style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
+	b.WriteString("<tr><th>backend</th><th>via</th><th>workload</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>errors</th></tr>\n")
+	for _, r := range rep.Runs {
+		l := r.LatencyUS
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td></tr>\n",
+			esc(r.Backend), esc(r.Via), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()))
+	}
+	b.WriteString("</table></div>\n")
+	return b.String()
+}

@@ -1,0 +1,193 @@
+// Package bench measures lockgate's backends side by side: latency
+// workloads (`lockgate bench latency`) and, sharing the same provisioning,
+// fault campaigns (`lockgate bench chaos`).
+//
+// The servers every backend needs are started here, as real processes on
+// free 127.0.0.1 ports, through internal/testenv — the same code the tests
+// trust — and stopped by PID when the run ends: five redis-server, one
+// PostgreSQL, a three-node etcd and a three-node raftlock cluster of
+// `lockgate node` processes. A Spec may point at existing servers instead.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lockgate/lockgate/internal/testenv"
+)
+
+// Backend names, as `--backend` spells them.
+const (
+	Raft     = "raft"
+	Redlock  = "redlock"
+	Postgres = "postgres"
+	Etcd     = "etcd"
+)
+
+// Backends lists every backend in report order.
+var Backends = []string{Raft, Redlock, Postgres, Etcd}
+
+// Sizes of the clusters Provision starts.
+const (
+	RedisMasters = 5
+	EtcdMembers  = 3
+	RaftNodes    = 3
+)
+
+// Spec names existing servers per backend; a backend without an entry is
+// provisioned. Its text form (ParseSpec) is
+// "raft=h:p,h:p;redlock=h:p,...;postgres=URL;etcd=URL,URL".
+type Spec struct {
+	Raft     []string // raftlock nodes' API addresses
+	Redlock  []string // independent Redis masters
+	Postgres string   // connection URL
+	Etcd     []string // client URLs
+}
+
+// ParseSpec parses the text form of a Spec; "" is the empty Spec.
+func ParseSpec(s string) (Spec, error) {
+	var sp Spec
+	for _, part := range strings.Split(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		if !ok || strings.TrimSpace(val) == "" {
+			return Spec{}, fmt.Errorf("servers %q: want backend=address[,address...]", part)
+		}
+		list := strings.Split(val, ",")
+		for i := range list {
+			list[i] = strings.TrimSpace(list[i])
+		}
+		switch strings.TrimSpace(name) {
+		case Raft:
+			sp.Raft = list
+		case Redlock:
+			sp.Redlock = list
+		case Postgres:
+			sp.Postgres = val
+		case Etcd:
+			sp.Etcd = list
+		default:
+			return Spec{}, fmt.Errorf("servers %q: unknown backend %q (want %s)", part, name, strings.Join(Backends, ", "))
+		}
+	}
+	return sp, nil
+}
+
+// has reports whether the Spec names servers for backend.
+func (sp Spec) has(backend string) bool {
+	switch backend {
+	case Raft:
+		return len(sp.Raft) > 0
+	case Redlock:
+		return len(sp.Redlock) > 0
+	case Postgres:
+		return sp.Postgres != ""
+	case Etcd:
+		return len(sp.Etcd) > 0
+	}
+	return false
+}
+
+// CheckBackends returns an error naming the first unknown backend.
+func CheckBackends(names []string) error {
+	for _, b := range names {
+		if !slices.Contains(Backends, b) {
+			return fmt.Errorf("unknown backend %q (want %s)", b, strings.Join(Backends, ", "))
+		}
+	}
+	return nil
+}
+
+// ProvisionOptions configures Provision.
+type ProvisionOptions struct {
+	// Existing servers to use instead of starting them.
+	Existing Spec
+	// Lockgate is the lockgate binary that raftlock nodes run as
+	// (`lockgate node`); needed when raft is provisioned.
+	Lockgate string
+	// Log receives the servers' output; nil discards it.
+	Log io.Writer
+}
+
+// Servers are the running servers of a set of backends. The provisioned
+// ones are exposed for fault injection; Close stops them.
+type Servers struct {
+	Spec // the addresses, provisioned or existing
+
+	Redis     []*testenv.Redis  // nil when existing or not asked for
+	PG        *testenv.Postgres // ditto
+	EtcdProcs *testenv.Etcd     // ditto
+	RaftProcs *testenv.Raftlock // ditto
+
+	tb *testenv.ProcessTB
+}
+
+// Provision starts the servers of backends that opts.Existing does not
+// name, concurrently, and returns once all are ready. On error nothing it
+// started is left running.
+func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*Servers, error) {
+	if err := CheckBackends(backends); err != nil {
+		return nil, err
+	}
+	s := &Servers{Spec: opts.Existing, tb: testenv.NewProcessTB("bench")}
+	s.tb.Out = opts.Log
+	var wg sync.WaitGroup
+	start := func(f func(tb testing.TB)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.tb.Do(f)
+		}()
+	}
+	for _, b := range backends {
+		if opts.Existing.has(b) {
+			continue
+		}
+		switch b {
+		case Raft:
+			if opts.Lockgate == "" {
+				s.Close()
+				return nil, errors.New("bench: provisioning raft needs the lockgate binary")
+			}
+			start(func(tb testing.TB) {
+				s.RaftProcs = testenv.StartRaftlock(tb, opts.Lockgate, RaftNodes)
+				s.Spec.Raft = s.RaftProcs.APIAddrs
+			})
+		case Redlock:
+			start(func(tb testing.TB) {
+				s.Redis = testenv.StartRedisN(tb, RedisMasters)
+				for _, r := range s.Redis {
+					s.Spec.Redlock = append(s.Spec.Redlock, r.Addr)
+				}
+			})
+		case Postgres:
+			start(func(tb testing.TB) {
+				s.PG = testenv.StartPostgres(tb)
+				s.Spec.Postgres = s.PG.URL
+			})
+		case Etcd:
+			start(func(tb testing.TB) {
+				s.EtcdProcs = testenv.StartEtcd(tb, EtcdMembers)
+				s.Spec.Etcd = s.EtcdProcs.Endpoints
+			})
+		}
+	}
+	wg.Wait()
+	if s.tb.Failed() {
+		s.Close()
+		return nil, fmt.Errorf("bench: starting servers failed: %s", s.tb.Errors())
+	}
+	return s, ctx.Err()
+}
+
+// Close stops every provisioned server, by PID, and removes its data.
+func (s *Servers) Close() { s.tb.Close() }
