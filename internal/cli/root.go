@@ -55,7 +55,7 @@ Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (flags given on the command line win)")
-	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newDemoCmd(), newStoreCmd())
+	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newDemoCmd(), newStoreCmd(), newBenchCmd())
 	return root
 }
 
