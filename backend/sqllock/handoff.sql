@@ -1,0 +1,19 @@
+-- Release and re-grant in one statement: the lease ($3, $4) passes to a new
+-- handle of this Locker's next waiter, with a fresh token drawn under the
+-- key's advisory lock (see acquire.sql). No row: the old lease no longer
+-- holds the key.
+--
+-- $1 advisory class  $2 key  $3 old handle  $4 old token  $5 owner
+-- $6 new handle  $7 value  $8 ttl in microseconds
+WITH fence AS (SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text)))
+UPDATE {{table}} AS l
+   SET owner       = $5::text,
+       handle      = $6::text,
+       token       = nextval({{seqlit}}),
+       value       = $7::bytea,
+       acquired_at = clock_timestamp(),
+       expires_at  = clock_timestamp() + $8::bigint * interval '1 microsecond'
+  FROM fence
+ WHERE l.key = $2::text AND l.handle = $3::text AND l.token = $4::bigint
+   AND l.expires_at > clock_timestamp()
+RETURNING l.token

@@ -1,0 +1,19 @@
+-- The lock table and its token sequence. Run on every start, inside a
+-- transaction that holds an advisory lock, so that Lockers starting together
+-- do not race on the catalog. {{table}} and {{seq}} are quoted identifiers.
+
+-- Fencing tokens: one sequence for all keys. nextval is never rolled back
+-- and survives restarts, so tokens only grow.
+CREATE SEQUENCE IF NOT EXISTS {{seq}} AS bigint MINVALUE 1;
+
+CREATE TABLE IF NOT EXISTS {{table}} (
+    key         text        PRIMARY KEY,
+    owner       text        NOT NULL,
+    -- the lease's secret handle: renew and release must present it
+    handle      text        NOT NULL,
+    token       bigint      NOT NULL,
+    value       bytea,
+    acquired_at timestamptz NOT NULL,
+    -- the database's clock decides expiry; a row past expires_at is free
+    expires_at  timestamptz NOT NULL
+);
