@@ -1,0 +1,582 @@
+package zklike
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// errLost: a contender's key or lease vanished while it waited (its lease
+// expired: a pause, a partition). The attempt starts over with a new key;
+// etcd issue 11456 was a waiter that reported a grant in this state.
+var errLost = errors.New("zklike: the contender's key or lease was lost while waiting")
+
+// maxTryRestarts bounds TryAcquire's fresh starts after a lost session.
+const maxTryRestarts = 3
+
+// contender is one Acquire or TryAcquire call's place in a key's queue:
+// the etcd key <prefix>/<key>/<handle> under a lease.
+type contender struct {
+	key, dir, name, handle string
+	opts                   lock.AcquireOptions
+
+	lease clientv3.LeaseID
+	sess  *session // the Locker's session lease the key is under, or nil
+	own   bool     // the lease was granted for this contender alone
+	// created: the key may exist in etcd (its create was sent), so giving
+	// up must delete it.
+	created bool
+	rev     int64 // the key's create revision: its place and fencing token
+
+	mu   sync.Mutex
+	ttl  time.Duration // the lease's TTL as etcd granted it; 0 if unknown
+	sent time.Time     // send time of the last confirmed grant or keep-alive of a lease that is not a session's
+}
+
+func (c *contender) refreshed(sent time.Time, ttlSecs int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sent.After(c.sent) {
+		c.sent = sent
+	}
+	if ttlSecs > 0 {
+		c.ttl = time.Duration(ttlSecs) * time.Second
+	}
+}
+
+func (c *contender) lastSent() (time.Time, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent, c.ttl
+}
+
+func (c *contender) value() string {
+	return encode(record{Owner: c.opts.Owner, Value: c.opts.Value, Own: c.own})
+}
+
+// Acquire implements lock.Locker. The caller's key joins the queue of
+// contenders ordered by create revision; if it is not the oldest, the
+// caller watches only the key just before its own, and when that one goes
+// checks again (the one before may have been a waiter that gave up). FIFO
+// across all Lockers.
+func (l *Locker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, false)
+}
+
+// TryAcquire implements lock.Locker: one Txn that creates the caller's key
+// only if the key has no contender at all. Otherwise a *lock.HeldError
+// names the oldest contender (the holder) with its owner and token.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, true)
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	zero := opts.TTL == 0
+	opts, err := opts.Normalize(key, l.cfg.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if zero {
+		opts.TTL = l.cfg.SessionTTL
+	}
+	op := "acquire"
+	if try {
+		op = "try-acquire"
+	}
+	if ctx.Err() != nil {
+		return nil, l.fail(ctx, op, key, nil)
+	}
+	// wctx ends with the caller's ctx or at Close.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
+	for restarts := 0; ; restarts++ {
+		c, err := l.enter(wctx, key, opts)
+		if err != nil {
+			return nil, l.fail(ctx, op, key, err)
+		}
+		var lease *lock.Lease
+		if try {
+			lease, err = l.try(wctx, c)
+		} else {
+			lease, err = l.queue(wctx, c)
+		}
+		if err == nil && wctx.Err() != nil {
+			// The grant raced the cancellation: never leave it behind.
+			lease.End(lock.ErrReleased)
+			lease, err = nil, wctx.Err()
+		}
+		if err != nil {
+			l.abandon(c)
+			var held *lock.HeldError
+			switch {
+			case errors.As(err, &held):
+				return nil, err
+			case errors.Is(err, errLost) && wctx.Err() == nil && (!try || restarts < maxTryRestarts):
+				l.cfg.Logger.Warn("zklike: contender lost its lease while waiting; queueing again", "key", key, "token", c.rev)
+				continue
+			}
+			return nil, l.fail(ctx, op, key, err)
+		}
+		l.hold(c, lease)
+		return lease, nil
+	}
+}
+
+// enter prepares a contender: its lease (the session lease for
+// auto-renewed locks, a lease of its own otherwise) and its key name.
+func (l *Locker) enter(ctx context.Context, key string, opts lock.AcquireOptions) (*contender, error) {
+	c := &contender{key: key, dir: l.dir(key), opts: opts}
+	secs := ttlSeconds(opts.TTL)
+	if opts.AutoRenew {
+		s, err := l.session(ctx, secs)
+		if err != nil {
+			return nil, err
+		}
+		c.sess, c.lease, c.ttl = s, s.id, s.ttl
+	} else {
+		var resp *clientv3.LeaseGrantResponse
+		var sent time.Time
+		err := l.do(ctx, func(rc context.Context) (err error) {
+			sent = time.Now()
+			resp, err = l.cli.Grant(rc, secs)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.lease, c.own = resp.ID, true
+		c.refreshed(sent, resp.TTL)
+	}
+	// The lease id in the name, as in concurrency.Mutex, plus 64 random
+	// bits so that two calls under one session lease never share a key.
+	c.handle = opts.Handle
+	if c.handle == "" {
+		c.handle = fmt.Sprintf("%016x", uint64(c.lease)) + lock.NewHandle()[:16]
+	}
+	c.name = c.dir + c.handle
+	return c, nil
+}
+
+// try creates c's key only if nobody contends for the lock.
+func (l *Locker) try(ctx context.Context, c *contender) (*lock.Lease, error) {
+	var resp *clientv3.TxnResponse
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		c.created = true
+		resp, err = l.cli.Txn(rc).
+			If(clientv3.Compare(clientv3.CreateRevision(c.dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(c.name, c.value(), clientv3.WithLease(c.lease))).
+			Else(clientv3.OpGet(c.dir, clientv3.WithFirstCreate()...)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, l.lostSession(c, err)
+	}
+	if resp.Succeeded {
+		c.rev = resp.Header.Revision
+		return l.grant(ctx, c)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, fmt.Errorf("zklike: try-acquire %q: contenders seen and gone in one Txn", c.key)
+	}
+	first := kvs[0]
+	if string(first.Key) == c.name {
+		// An earlier attempt of this call, whose reply was lost, won.
+		c.rev = first.CreateRevision
+		c.adopt(l, first)
+		return l.grant(ctx, c)
+	}
+	c.created = false // the Txn took the Else branch on every attempt
+	rec := decode(first.Value)
+	return nil, &lock.HeldError{Key: c.key, Owner: rec.Owner, Token: lock.Token(first.CreateRevision)}
+}
+
+// queue creates c's key (or finds it, if an earlier attempt whose reply
+// was lost created it: the ZOOKEEPER-1262 lesson), then waits for its turn.
+func (l *Locker) queue(ctx context.Context, c *contender) (*lock.Lease, error) {
+	var resp *clientv3.TxnResponse
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		c.created = true
+		resp, err = l.cli.Txn(rc).
+			If(clientv3.Compare(clientv3.CreateRevision(c.name), "=", 0)).
+			Then(
+				clientv3.OpPut(c.name, c.value(), clientv3.WithLease(c.lease)),
+				// The two newest contenders: the new key and the one
+				// before it; Count says whether anyone else is there.
+				clientv3.OpGet(c.dir, clientv3.WithPrefix(),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Else(clientv3.OpGet(c.name)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, l.lostSession(c, err)
+	}
+	rev := resp.Header.Revision
+	var pred *mvccpb.KeyValue
+	if resp.Succeeded {
+		c.rev = rev
+		rr := resp.Responses[1].GetResponseRange()
+		if len(rr.Kvs) > 1 && rr.Count > 1 {
+			pred = rr.Kvs[1]
+		}
+	} else {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, errLost
+		}
+		c.rev = kvs[0].CreateRevision
+		c.adopt(l, kvs[0])
+		var mine bool
+		if mine, pred, rev, err = l.check(ctx, c); err != nil {
+			return nil, err
+		}
+		if !mine {
+			return nil, errLost
+		}
+	}
+	if pred != nil {
+		if err := l.wait(ctx, c, pred, rev); err != nil {
+			return nil, err
+		}
+	}
+	return l.grant(ctx, c)
+}
+
+// lostSession maps a create that failed because the session lease is gone
+// to errLost (the session is replaced); other errors pass through.
+func (l *Locker) lostSession(c *contender, err error) error {
+	if leaseNotFound(err) {
+		if c.sess != nil {
+			c.sess.die()
+			l.forget(c.sess)
+		}
+		return errLost
+	}
+	return err
+}
+
+// adopt takes over the lease of c's key as found in etcd, when it is not
+// the one c brought (a re-sent acquire with the caller's own handle).
+func (c *contender) adopt(l *Locker, kv *mvccpb.KeyValue) {
+	id := clientv3.LeaseID(kv.Lease)
+	if id == c.lease {
+		return
+	}
+	if c.own {
+		l.revokeLater(c.lease)
+	}
+	if c.sess != nil && c.sess.id != id {
+		c.sess.unuse()
+		c.sess = nil
+	}
+	c.lease, c.own = id, decode(kv.Value).Own
+	c.mu.Lock()
+	c.ttl, c.sent = 0, time.Time{} // unknown: grant renews it to learn them
+	c.mu.Unlock()
+}
+
+// wait blocks until c's key is the oldest of its lock, given that at
+// revision rev the contender just before it was pred.
+func (l *Locker) wait(ctx context.Context, c *contender, pred *mvccpb.KeyValue, rev int64) error {
+	lost, stop := l.keepWaiting(c)
+	defer stop()
+	for pred != nil {
+		if err := l.awaitDelete(ctx, string(pred.Key), rev, lost); err != nil {
+			return err
+		}
+		// A lease of its own is renewed beside the check, so that the
+		// holder's deadline counts from now, at no extra latency.
+		var refreshed func() error
+		if c.own {
+			refreshed = l.refresh(c)
+		}
+		mine, p, r, err := l.check(ctx, c)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			return errLost
+		}
+		pred, rev = p, r
+		if pred == nil && refreshed != nil && leaseNotFound(refreshed()) {
+			return errLost
+		}
+	}
+	return nil
+}
+
+// awaitDelete returns when key (the predecessor) may be gone: its delete
+// was seen, or the watch failed and the caller must look again.
+//
+// The watch starts at etcd's current revision, not at rev: a watch whose
+// start revision is not in the future joins etcd's "unsynced" watcher
+// group, which the server catches up only every 100 ms
+// (syncWatchersLoop); that wait is concurrency.Mutex's ~100 ms handoff.
+// A watch from "now" is synced at once and hears the delete as soon as it
+// is applied. Its created response carries the revision it starts after;
+// if that is later than rev, the delete may have happened in between, so
+// the key is read once more.
+func (l *Locker) awaitDelete(ctx context.Context, key string, rev int64, lost <-chan struct{}) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := l.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-lost:
+			return errLost
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-wch:
+			if !ok {
+				return ctx.Err() // nil: the watch ended; look again
+			}
+			if err := wr.Err(); err != nil {
+				// No leader on that member, or the stream broke: look
+				// again after a pause rather than spin.
+				sleepCtx(ctx, 50*time.Millisecond)
+				return ctx.Err()
+			}
+			if wr.Created {
+				if wr.Header.Revision > rev {
+					gone, err := l.absent(ctx, key)
+					if err != nil || gone {
+						return ctx.Err()
+					}
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// absent reports whether key does not exist (a linearizable read).
+func (l *Locker) absent(ctx context.Context, key string) (bool, error) {
+	var n int64
+	err := l.do(ctx, func(rc context.Context) error {
+		resp, err := l.cli.Get(rc, key, clientv3.WithCountOnly())
+		if err == nil {
+			n = resp.Count
+		}
+		return err
+	})
+	return n == 0, err
+}
+
+// check reads, in one linearizable Txn, whether c's key still exists and
+// which contender is now just before it (nil: c holds the lock).
+func (l *Locker) check(ctx context.Context, c *contender) (mine bool, pred *mvccpb.KeyValue, rev int64, err error) {
+	err = l.do(ctx, func(rc context.Context) error {
+		resp, err := l.cli.Txn(rc).Then(
+			clientv3.OpGet(c.name, clientv3.WithCountOnly()),
+			clientv3.OpGet(c.dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1))...),
+		).Commit()
+		if err != nil {
+			return err
+		}
+		mine = resp.Responses[0].GetResponseRange().Count > 0
+		pred = nil
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			pred = kvs[0]
+		}
+		rev = resp.Header.Revision
+		return nil
+	})
+	return mine, pred, rev, err
+}
+
+// keepWaiting keeps a waiter's own lease alive (TTL/3) while it waits; a
+// session lease has its keeper already. lost closes when the lease is
+// found gone.
+func (l *Locker) keepWaiting(c *contender) (lost <-chan struct{}, stop func()) {
+	if c.sess != nil {
+		return c.sess.dead, func() {}
+	}
+	if !c.own {
+		return nil, func() {}
+	}
+	ch := make(chan struct{})
+	ctx, cancel := context.WithCancel(l.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, ttl := c.lastSent()
+		pause := ttl / 3
+		for sleepCtx(ctx, pause) {
+			sent := time.Now()
+			rc, rcancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+			resp, err := l.keepAliveOnce(rc, c.lease)
+			rcancel()
+			switch {
+			case err == nil:
+				c.refreshed(sent, resp.TTL)
+				pause = ttl / 3
+			case leaseNotFound(err):
+				close(ch)
+				return
+			default:
+				pause = min(ttl/3, 250*time.Millisecond)
+			}
+		}
+	}()
+	return ch, func() { cancel(); <-done }
+}
+
+// refresh starts one keep-alive of c's own lease; the returned function
+// waits for its outcome.
+func (l *Locker) refresh(c *contender) func() error {
+	ch := make(chan error, 1)
+	go func() {
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.RequestTimeout)
+		resp, err := l.keepAliveOnce(ctx, c.lease)
+		cancel()
+		if err == nil {
+			c.refreshed(sent, resp.TTL)
+		}
+		ch <- err
+	}()
+	return func() error { return <-ch }
+}
+
+// grant turns c, now the oldest contender, into a Lease. Its deadline
+// counts from the send time of the last confirmed grant or keep-alive of
+// the key's lease: etcd keeps the lease at least TTL past that.
+func (l *Locker) grant(ctx context.Context, c *contender) (*lock.Lease, error) {
+	var sent time.Time
+	var ttl time.Duration
+	if c.sess != nil {
+		sent, ttl = c.sess.lastSent(), c.sess.ttl
+	} else {
+		sent, ttl = c.lastSent()
+	}
+	if ttl == 0 || time.Since(sent) > ttl/2 {
+		// Unknown, or the keeper is behind: renew now, so that the holder
+		// gets its TTL and a lost lease is found before the grant.
+		var resp *clientv3.LeaseKeepAliveResponse
+		err := l.do(ctx, func(rc context.Context) (err error) {
+			sent = time.Now()
+			resp, err = l.keepAliveOnce(rc, c.lease)
+			return err
+		})
+		switch {
+		case leaseNotFound(err):
+			return nil, errLost
+		case err != nil:
+			return nil, err
+		}
+		ttl = time.Duration(resp.TTL) * time.Second
+		if c.sess != nil {
+			c.sess.refreshed(sent)
+		} else {
+			c.refreshed(sent, resp.TTL)
+		}
+	}
+	lease := lock.NewLease(lock.Grant{
+		Key: c.key, Owner: c.opts.Owner, Token: lock.Token(c.rev), Handle: c.handle, Value: c.opts.Value,
+		TTL: ttl, Sent: sent, DriftFactor: l.cfg.DriftFactor,
+	})
+	if lease.Err() != nil {
+		return nil, errLost // over before it began: the lease may be gone
+	}
+	return lease, nil
+}
+
+// hold starts the auto-renewal of a granted lease and keeps its session in
+// use until the lease ends.
+func (l *Locker) hold(c *contender, lease *lock.Lease) {
+	switch {
+	case c.opts.AutoRenew:
+		go func() {
+			lock.KeepAlive(l.ctx, l, lease)
+			if c.sess != nil {
+				c.sess.unuse()
+			}
+		}()
+	case c.sess != nil:
+		go func() {
+			select {
+			case <-lease.Done():
+			case <-l.ctx.Done():
+			}
+			c.sess.unuse()
+		}()
+	}
+}
+
+// abandon removes a contender that gave up (cancelled, failed, or a grant
+// that raced a cancellation): revoking its own lease deletes its key with
+// it; a key under a session lease is deleted. Either way the next
+// contender's watch fires at once. If etcd cannot be reached, the cleanup
+// is retried in the background (and the lease runs out in any case).
+func (l *Locker) abandon(c *contender) {
+	if c.sess != nil {
+		defer c.sess.unuse()
+	}
+	if !c.own && !c.created {
+		return
+	}
+	own, id, name := c.own, c.lease, c.name
+	clean := func(ctx context.Context) error {
+		var err error
+		if own {
+			_, err = l.cli.Revoke(ctx, id)
+			if leaseNotFound(err) {
+				err = nil
+			}
+		} else {
+			_, err = l.cli.Delete(ctx, name)
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestTimeout)
+	err := clean(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	l.cfg.Logger.Warn("zklike: could not remove an abandoned contender; retrying in the background", "key", c.key, "err", err)
+	l.goBackground(func() {
+		backoff := lock.ExponentialBackoff{Base: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 1}
+		for attempt := 1; ; attempt++ {
+			pause, _ := backoff.Backoff(attempt)
+			if !sleepCtx(l.ctx, pause) {
+				return // closing: an own lease runs out; a session lease too, unrenewed
+			}
+			ctx, cancel := context.WithTimeout(l.ctx, l.cfg.RequestTimeout)
+			err := clean(ctx)
+			cancel()
+			if err == nil || !transient(err) {
+				return
+			}
+		}
+	})
+}
+
+// revokeLater revokes a lease in the background (best effort: it runs out
+// at its TTL anyway).
+func (l *Locker) revokeLater(id clientv3.LeaseID) {
+	l.goBackground(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestTimeout)
+		defer cancel()
+		l.cli.Revoke(ctx, id)
+	})
+}

@@ -1,0 +1,216 @@
+package zklike
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// nameOf is the etcd key of a lease's grant; false when the lease cannot
+// be one of ours (then it holds nothing).
+func (l *Locker) nameOf(lease *lock.Lease) (string, bool) {
+	h := lease.Handle
+	if lease.Token == 0 || len(h) < 32 || len(h) > 64 {
+		return "", false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return l.dir(lease.Key) + h, true
+}
+
+// isHolder compares the grant's key with its create revision: the key of
+// this very grant, not a later one of the same name.
+func isHolder(name string, token lock.Token) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(name), "=", int64(token))
+}
+
+// Release implements lock.Locker: one Txn deletes the grant's key if its
+// create revision is still the lease's token (else ErrNotHeld, changing
+// nothing). The next contender's watch fires on that delete. A lease of
+// the grant's own is then revoked in the background.
+func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	name, ok := l.nameOf(lease)
+	if !ok {
+		return lease.Released(false)
+	}
+	var resp *clientv3.TxnResponse
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		resp, err = l.cli.Txn(rc).If(isHolder(name, lease.Token)).
+			Then(clientv3.OpDelete(name, clientv3.WithPrevKV())).Commit()
+		return err
+	})
+	if err != nil {
+		return l.fail(ctx, "release", lease.Key, err)
+	}
+	if !resp.Succeeded {
+		return lease.Released(false)
+	}
+	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+		if kv := prev[0]; kv.Lease != 0 && decode(kv.Value).Own {
+			l.revokeLater(clientv3.LeaseID(kv.Lease))
+		}
+	}
+	return lease.Released(true)
+}
+
+// Renew implements lock.Locker: it reads the grant's key (ErrNotHeld if it
+// is gone or re-created) to learn its lease, and keeps that lease alive
+// once. etcd cannot change a lease's TTL: when ttl asks for more than the
+// lease has, the key moves to a new lease of ttl (a Put keeps its create
+// revision, so the token stays); when it asks for less, the lease keeps
+// its longer TTL and the Lease reports that TTL.
+func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	ttl, err := lock.ValidateRenew(lease, ttl)
+	if err != nil {
+		return err
+	}
+	name, ok := l.nameOf(lease)
+	if !ok {
+		return lease.Renewed(time.Now(), ttl, false)
+	}
+	var kv *mvccpb.KeyValue
+	err = l.do(ctx, func(rc context.Context) error {
+		resp, err := l.cli.Txn(rc).If(isHolder(name, lease.Token)).Then(clientv3.OpGet(name)).Commit()
+		if err == nil && resp.Succeeded {
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				kv = kvs[0]
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return l.fail(ctx, "renew", lease.Key, err)
+	}
+	if kv == nil || kv.Lease == 0 {
+		return lease.Renewed(time.Now(), ttl, false)
+	}
+	id := clientv3.LeaseID(kv.Lease)
+	var ka *clientv3.LeaseKeepAliveResponse
+	var sent time.Time
+	err = l.do(ctx, func(rc context.Context) (err error) {
+		sent = time.Now()
+		ka, err = l.keepAliveOnce(rc, id)
+		return err
+	})
+	switch {
+	case leaseNotFound(err):
+		return lease.Renewed(sent, ttl, false)
+	case err != nil:
+		return l.fail(ctx, "renew", lease.Key, err)
+	}
+	l.sessionRefreshed(id, sent)
+	if want := ttlSeconds(ttl); want > ka.TTL {
+		return l.migrate(ctx, lease, name, kv, want)
+	}
+	return lease.Renewed(sent, time.Duration(ka.TTL)*time.Second, true)
+}
+
+// migrate moves a grant's key to a new lease of its own with a longer TTL.
+func (l *Locker) migrate(ctx context.Context, lease *lock.Lease, name string, kv *mvccpb.KeyValue, secs int64) error {
+	var g *clientv3.LeaseGrantResponse
+	var sent time.Time
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		sent = time.Now()
+		g, err = l.cli.Grant(rc, secs)
+		return err
+	})
+	if err != nil {
+		return l.fail(ctx, "renew", lease.Key, err)
+	}
+	old := decode(kv.Value)
+	rec := old
+	rec.Own = true
+	var resp *clientv3.TxnResponse
+	err = l.do(ctx, func(rc context.Context) (err error) {
+		resp, err = l.cli.Txn(rc).If(isHolder(name, lease.Token)).
+			Then(clientv3.OpPut(name, encode(rec), clientv3.WithLease(g.ID))).Commit()
+		return err
+	})
+	if err != nil || !resp.Succeeded {
+		l.revokeLater(g.ID)
+		if err != nil {
+			return l.fail(ctx, "renew", lease.Key, err)
+		}
+		return lease.Renewed(sent, time.Duration(g.TTL)*time.Second, false)
+	}
+	if old.Own {
+		l.revokeLater(clientv3.LeaseID(kv.Lease))
+	}
+	return lease.Renewed(sent, time.Duration(g.TTL)*time.Second, true)
+}
+
+// sessionRefreshed tells the session with lease id, if it is one of this
+// Locker's, that a keep-alive sent at sent succeeded.
+func (l *Locker) sessionRefreshed(id clientv3.LeaseID, sent time.Time) {
+	l.mu.Lock()
+	var s *session
+	for _, x := range l.sessions {
+		if x.id == id {
+			s = x
+		}
+	}
+	l.mu.Unlock()
+	if s != nil {
+		s.refreshed(sent)
+	}
+}
+
+// Inspect implements lock.Locker: the oldest contender is the holder; its
+// record gives the owner and value, its create revision the token, its
+// lease's remaining TTL the expiry, and the other contenders are the
+// waiters.
+func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	var resp *clientv3.GetResponse
+	now := time.Now()
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		resp, err = l.cli.Get(rc, l.dir(key), clientv3.WithFirstCreate()...)
+		return err
+	})
+	if err != nil {
+		return nil, l.fail(ctx, "inspect", key, err)
+	}
+	if resp.Count == 0 || len(resp.Kvs) == 0 {
+		return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
+	}
+	kv := resp.Kvs[0]
+	rec := decode(kv.Value)
+	info := &lock.LockInfo{
+		Key: key, Owner: rec.Owner, Token: lock.Token(kv.CreateRevision),
+		Value: rec.Value, Waiters: int(resp.Count - 1),
+	}
+	if kv.Lease != 0 {
+		rc, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+		ttl, err := l.cli.TimeToLive(rc, clientv3.LeaseID(kv.Lease))
+		cancel()
+		if err == nil && ttl.TTL >= 0 {
+			info.Expires = now.Add(time.Duration(ttl.TTL) * time.Second)
+		}
+	}
+	return info, nil
+}
