@@ -20,6 +20,9 @@ ON CONFLICT (key) DO UPDATE
        token       = CASE WHEN l.handle = EXCLUDED.handle THEN l.token ELSE EXCLUDED.token END,
        value       = EXCLUDED.value,
        acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at
+       expires_at  = EXCLUDED.expires_at,
+       -- a takeover starts afresh: waiters that still want the key find
+       -- it held again and mark it again
+       contended   = l.contended AND l.handle = EXCLUDED.handle
  WHERE l.expires_at <= clock_timestamp() OR l.handle = EXCLUDED.handle
 RETURNING token

@@ -15,5 +15,8 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     value       bytea,
     acquired_at timestamptz NOT NULL,
     -- the database's clock decides expiry; a row past expires_at is free
-    expires_at  timestamptz NOT NULL
+    expires_at  timestamptz NOT NULL,
+    -- set by a waiter that found the key held (waiters.sql): the release
+    -- then notifies; an uncontended release skips the notification
+    contended   boolean     NOT NULL DEFAULT false
 );

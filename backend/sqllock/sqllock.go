@@ -32,6 +32,8 @@ var (
 	renewSQL string
 	//go:embed inspect.sql
 	inspectSQL string
+	//go:embed waiters.sql
+	waitersSQL string
 	//go:embed abandon.sql
 	abandonSQL string
 	//go:embed sweep.sql
@@ -40,7 +42,7 @@ var (
 
 // queries are the statements of one table, with its names filled in.
 type queries struct {
-	schema, acquire, release, handoff, renew, inspect, abandon, sweep string
+	schema, acquire, release, handoff, renew, inspect, waiters, abandon, sweep string
 }
 
 func newQueries(n names) queries {
@@ -53,6 +55,7 @@ func newQueries(n names) queries {
 		handoff: r.Replace(handoffSQL),
 		renew:   r.Replace(renewSQL),
 		inspect: r.Replace(inspectSQL),
+		waiters: r.Replace(waitersSQL),
 		abandon: r.Replace(abandonSQL),
 		sweep:   r.Replace(sweepSQL),
 	}
@@ -295,7 +298,7 @@ func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions,
 		if w != nil {
 			w.drain()
 		}
-		o := l.attempt(key, opts)
+		o := l.attempt(key, opts, try)
 		if o.lease != nil {
 			if err := l.gaveUp(ctx, key); err != nil {
 				// The grant raced the cancellation: never leave it behind.
@@ -360,7 +363,7 @@ type outcome struct {
 // cancellation, so that a grant is always learned and can be undone; when
 // the outcome cannot be learned (the connection broke after the statement
 // was sent) the grant, if any, is abandoned.
-func (l *Locker) attempt(key string, opts lock.AcquireOptions) outcome {
+func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome {
 	l.stats.attempts.Add(1)
 	handle := opts.Handle
 	if handle == "" {
@@ -379,7 +382,13 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions) outcome {
 		})}
 	case errors.Is(err, pgx.ErrNoRows):
 		l.stats.held.Add(1)
-		info, remaining, err := l.inspect(c, key)
+		// A waiter marks the row so that its release notifies; a
+		// TryAcquire only reads it.
+		q := l.q.waiters
+		if try {
+			q = l.q.inspect
+		}
+		info, remaining, err := l.inspect(c, q, key)
 		switch {
 		case errors.Is(err, lock.ErrNotFound):
 			// Released or expired since: try again at once.
@@ -444,8 +453,9 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	c, cancel := l.roundTrip(ctx)
 	defer cancel()
-	var held, ignored bool
-	err := l.pool.QueryRow(c, l.q.release, lease.Key, lease.Handle, int64(lease.Token), l.names.channel).Scan(&held, &ignored)
+	var held bool
+	var notified *bool
+	err := l.pool.QueryRow(c, l.q.release, lease.Key, lease.Handle, int64(lease.Token), l.names.channel).Scan(&held, &notified)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w (outcome unknown)", l.fail("release", lease.Key, err))
 	}
@@ -512,11 +522,12 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	}
 	c, cancel := l.roundTrip(ctx)
 	defer cancel()
-	info, _, err := l.inspect(c, key)
+	info, _, err := l.inspect(c, l.q.inspect, key)
 	return info, err
 }
 
-func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, time.Duration, error) {
+// inspect runs inspect.sql or waiters.sql.
+func (l *Locker) inspect(ctx context.Context, query, key string) (*lock.LockInfo, time.Duration, error) {
 	now := time.Now()
 	var (
 		owner  string
@@ -524,7 +535,7 @@ func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, time.
 		value  []byte
 		micros int64
 	)
-	err := l.pool.QueryRow(ctx, l.q.inspect, key).Scan(&owner, &token, &value, &micros)
+	err := l.pool.QueryRow(ctx, query, key).Scan(&owner, &token, &value, &micros)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, 0, fmt.Errorf("%w: %q", lock.ErrNotFound, key)

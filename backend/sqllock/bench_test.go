@@ -1,0 +1,236 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockgate/lockgate/internal/testenv"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// benchServer is the PostgreSQL server shared by every benchmark (ours and
+// the raw SQL baseline, in the same run). TestMain starts it when
+// benchmarks run.
+var benchServer *testenv.Postgres
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	tb := testenv.NewProcessTB("BenchmarkServers")
+	if !tb.Do(func(tb testing.TB) { benchServer = testenv.StartPostgres(tb) }) {
+		fmt.Fprintln(os.Stderr, "sqllock benchmarks: starting PostgreSQL failed")
+		os.Exit(1)
+	}
+	code := m.Run()
+	tb.Close()
+	os.Exit(code)
+}
+
+const benchTTL = 8 * time.Second
+
+// The raw baseline: the hand-written lock of seed 001 with a fencing token,
+// two prepared statements, no waiting support.
+const (
+	rawSchema = `
+CREATE SEQUENCE IF NOT EXISTS raw_token_seq;
+CREATE TABLE IF NOT EXISTS raw_locks (
+    key text PRIMARY KEY, owner text NOT NULL, token bigint NOT NULL,
+    expires_at timestamptz NOT NULL)`
+	rawAcquire = `
+INSERT INTO raw_locks AS l (key, owner, token, expires_at)
+VALUES ($1, $2, nextval('raw_token_seq'), now() + $3::bigint * interval '1 microsecond')
+ON CONFLICT (key) DO UPDATE
+   SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+ WHERE l.expires_at < now()
+RETURNING token`
+	rawRelease = `DELETE FROM raw_locks WHERE key = $1 AND token = $2`
+)
+
+// rawLock is the baseline client.
+type rawLock struct{ pool *pgxpool.Pool }
+
+// try makes one attempt; false when the key is held.
+func (r rawLock) try(ctx context.Context, key string) (int64, bool, error) {
+	var token int64
+	err := r.pool.QueryRow(ctx, rawAcquire, key, "raw", benchTTL.Microseconds()).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return token, err == nil, err
+}
+
+// acquire retries every 1–10 ms (uniform jitter) until the key is free:
+// the retry loop of a typical hand-written lock.
+func (r rawLock) acquire(ctx context.Context, key string) (int64, error) {
+	for {
+		token, ok, err := r.try(ctx, key)
+		if ok || err != nil {
+			return token, err
+		}
+		time.Sleep(time.Millisecond + rand.N(9*time.Millisecond))
+	}
+}
+
+func (r rawLock) release(ctx context.Context, key string, token int64) error {
+	_, err := r.pool.Exec(ctx, rawRelease, key, token)
+	return err
+}
+
+func benchSetup(b *testing.B) (*Locker, rawLock) {
+	b.Helper()
+	if benchServer == nil {
+		b.Skip("PostgreSQL not available")
+	}
+	l := newLocker(b, benchServer, nil)
+	cfg, err := pgxpool.ParseConfig(benchServer.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = 32 // one connection per client: the baseline's best case
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := pool.Exec(context.Background(), rawSchema); err != nil {
+		b.Fatal(err)
+	}
+	return l, rawLock{pool}
+}
+
+var benchSeq atomic.Int64
+
+func benchKey(name string) string {
+	return fmt.Sprintf("bench.%s.%d.%d", name, time.Now().UnixNano(), benchSeq.Add(1))
+}
+
+// BenchmarkSequential: one client, acquire + release of a free key; the
+// p50-µs metric is the median cycle, acquire-p50-µs and release-p50-µs its
+// halves.
+func BenchmarkSequential(b *testing.B) {
+	l, raw := benchSetup(b)
+	ctx := context.Background()
+	p50 := func(d []time.Duration) float64 {
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds())
+	}
+	run := func(b *testing.B, acquire, release func() error) {
+		var cyc, acq, rel []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := acquire(); err != nil {
+				b.Fatal(err)
+			}
+			mid := time.Now()
+			if err := release(); err != nil {
+				b.Fatal(err)
+			}
+			end := time.Now()
+			cyc, acq, rel = append(cyc, end.Sub(start)), append(acq, mid.Sub(start)), append(rel, end.Sub(mid))
+		}
+		b.ReportMetric(p50(cyc), "p50-µs")
+		b.ReportMetric(p50(acq), "acquire-p50-µs")
+		b.ReportMetric(p50(rel), "release-p50-µs")
+	}
+	b.Run("ours", func(b *testing.B) {
+		key := benchKey("seq")
+		var lease *lock.Lease
+		run(b, func() (err error) {
+			lease, err = l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
+			return err
+		}, func() error {
+			return l.Release(ctx, lease)
+		})
+	})
+	b.Run("raw", func(b *testing.B) {
+		key := benchKey("seq")
+		var token int64
+		run(b, func() (err error) {
+			var ok bool
+			token, ok, err = raw.try(ctx, key)
+			if err == nil && !ok {
+				err = fmt.Errorf("%q held", key)
+			}
+			return err
+		}, func() error {
+			return raw.release(ctx, key, token)
+		})
+	})
+}
+
+// parallel runs 32 clients until b.N cycles are done and reports rate.
+func parallel(b *testing.B, unit string, cycle func(g int)) {
+	const clients = 32
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				cycle(g)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit)
+}
+
+// BenchmarkContended: 32 clients on one key, each cycle an acquisition and
+// a release; acquisitions/s. Ours: the 32 clients share one Locker (one
+// gateway). Raw: 32 clients on a 32-connection pool, retrying every
+// 1–10 ms.
+func BenchmarkContended(b *testing.B) {
+	l, raw := benchSetup(b)
+	ctx := context.Background()
+	b.Run("ours", func(b *testing.B) {
+		key := benchKey("contended")
+		h0, a0 := l.stats.handoffs.Load(), l.stats.attempts.Load()
+		defer func() {
+			h, a := l.stats.handoffs.Load()-h0, l.stats.attempts.Load()-a0
+			b.ReportMetric(float64(h)/float64(h+a), "handoff-ratio")
+			b.ReportMetric(float64(a)/float64(b.N), "attempts/op")
+		}()
+		parallel(b, "acquisitions/s", func(int) {
+			lease, err := l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Release(ctx, lease); err != nil {
+				b.Error(err)
+			}
+		})
+	})
+	b.Run("raw", func(b *testing.B) {
+		key := benchKey("contended")
+		parallel(b, "acquisitions/s", func(int) {
+			token, err := raw.acquire(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := raw.release(ctx, key, token); err != nil {
+				b.Error(err)
+			}
+		})
+	})
+}
