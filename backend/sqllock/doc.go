@@ -1,0 +1,139 @@
+// Package sqllock is lockgate's PostgreSQL backend: seed 001's database
+// lock (a table with one row per held key and an expiry column), for teams
+// that have PostgreSQL and no other infrastructure, with real fencing
+// tokens and waiting without polling. It uses github.com/jackc/pgx/v5.
+//
+//	l, err := sqllock.New(ctx, sqllock.DefaultConfig("postgres://user@host/db"))
+//	defer l.Close()
+//
+// # Schema
+//
+// New creates, if missing, the table (Config.Table, default
+// "lockgate_locks"; "schema.table" creates the schema too) and its token
+// sequence "<table>_token_seq", from the embedded schema.sql, inside a
+// transaction holding an advisory lock so that Lockers starting together
+// do not race on the catalog. Names are quoted with pgx.Identifier; names
+// PostgreSQL would truncate or cannot store are rejected.
+//
+//	key text PRIMARY KEY, owner text, handle text, token bigint,
+//	value bytea, acquired_at timestamptz, expires_at timestamptz,
+//	contended boolean
+//
+// # Statements
+//
+// Each operation is one statement, one round trip (the *.sql files beside
+// this package, prepared and cached by pgx):
+//
+//   - acquire.sql: INSERT … ON CONFLICT (key) DO UPDATE … WHERE the existing
+//     row has expired, RETURNING the token. Taking over an expired lock is
+//     atomic. No row back means the key is held; only then a second
+//     statement reads the holder (owner, token, remaining TTL) for the
+//     *lock.HeldError or the wait.
+//   - renew.sql: UPDATE … WHERE key, handle and token match and the row has
+//     not expired.
+//   - release.sql: DELETE … WHERE key, handle and token match, and
+//     pg_notify to waiters in the same statement when a waiter marked the
+//     row (below). A stale lease (expired, released, re-granted) matches no
+//     row or an expired one: lock.ErrNotHeld, and the current holder is
+//     untouched.
+//   - handoff.sql: release and re-grant to the next caller of the same
+//     Locker in one UPDATE (see Waiting).
+//   - inspect.sql: the live row and its remaining TTL.
+//
+// Every expiry is decided by the database's clock (clock_timestamp()); the
+// client's wall clock is never used. The holder's lease deadline is computed
+// by lock.NewLease on the client's monotonic clock from the instant just
+// before the acquire was sent, minus the drift allowance, so the client stops
+// believing it holds the lock before the database lets anyone else in, as
+// long as the two clocks run at about the same rate (Config.DriftFactor).
+//
+// # Fencing tokens
+//
+// Tokens come from the sequence: nextval is durable, never rolled back and
+// never reused, so tokens grow across restarts and across keys. Sequence
+// values are drawn before a row is written, so two grants of one key could
+// otherwise commit in the opposite order of their tokens (an INSERT draws
+// 10, stalls, and lands after a grant with 11 came and went). The acquire
+// and handoff statements therefore draw the token while holding a
+// transaction-scoped advisory lock on (table, hashtext(key)): grants of a
+// key draw tokens in commit order, and tokens strictly increase per key,
+// through releases, handoffs and expiry takeovers alike. (Keys whose hashes
+// collide merely serialize their acquires.)
+//
+// # Waiting
+//
+// Waiters do not poll. Each Locker keeps one dedicated connection that
+// LISTENs on the table's channel and fans notifications out, in process, to
+// the waiters of the released key only. Within a Locker, callers of Acquire
+// queue per key (the local gate, FIFO in process): only the first goes to
+// the database, and when a holder releases while a local caller waits, the
+// lease is handed over in one UPDATE with a new handle and token, at most
+// MaxLocalHandoffs times in a row before the key is really released so that
+// other Lockers get their chance. Across Lockers there is no order: the
+// backend is not FIFO.
+//
+// The caller at the database subscribes to the key in process before it
+// attempts, so a release committed between its attempt and its sleep is not
+// missed. When its attempt finds the key held, it marks the live row
+// contended (waiters.sql) and learns the holder's remaining TTL from the
+// database; it then sleeps until that TTL has run out, or until a
+// notification for the key arrives, whichever is first. A release notifies
+// only if the row was marked: an uncontended acquire/release pays nothing
+// for waiting support. If the listening connection breaks, it is replaced
+// (and checked with a ping after Config.ListenPing of silence), and every
+// waiter is woken to try again, since notifications sent meanwhile are
+// lost.
+//
+// # Expired rows
+//
+// An expired row holds nothing: the next acquire of the key overwrites it,
+// Inspect ignores it, and a background sweeper in every Locker deletes
+// expired rows (up to 1000 per run, skipping locked rows) every
+// Config.SweepInterval (one minute by default; negative disables it). The
+// sweep is a sequential scan: the table holds only live and recently
+// expired rows.
+//
+// # Failures
+//
+// Connection failures, timeouts and transient server states (SQLSTATE
+// classes 08, 40, 53, 57, 58) give errors matching lock.ErrUnavailable with
+// the cause wrapped; Acquire retries them (Config.Retry) until its context
+// ends. An acquire is never cut short by its caller's cancellation (its
+// statement is bounded by Config.QueryTimeout instead), so a grant that
+// raced the cancellation is learned and released. If the connection breaks
+// after an acquire or handoff was sent and before its answer arrived, the
+// grant may exist under a handle nobody knows: the Locker deletes it by
+// handle in the background, retrying until the grant's TTL ends. A backend
+// terminated mid-statement aborts its transaction: no ghost row. A Release
+// whose answer is lost reports ErrUnavailable (outcome unknown).
+//
+// # Guarantees and caveats
+//
+//   - Mutual exclusion holds as judged by the primary's clock. A step of
+//     the database server's wall clock (NTP, a VM migration) moves every
+//     expiry with it: a forward jump expires leases early, while their
+//     holders still believe they hold them. Fencing tokens are the guard.
+//   - A holder paused longer than its TTL (GC, SIGSTOP, a slow disk) wakes
+//     up past its deadline believing nothing happened; the next holder's
+//     larger token lets a fenced resource reject the stale writer.
+//   - Tokens need synchronous_commit = on (the default): with it off, a
+//     crash can lose a committed grant and the sequence's advance together
+//     and issue the same token again.
+//   - Failover to an asynchronously replicated standby can lose the last
+//     commits: a lock row (two holders then believe they hold the key) and
+//     the sequence's advance (a later grant can reuse a token already
+//     given out, so fencing fails too). PostgreSQL pre-logs sequences 32
+//     values ahead, which hides small losses, but promises nothing. Use
+//     synchronous replication (synchronous_commit = remote_apply or on with
+//     a synchronous standby) if the lock must survive failover.
+//   - A connection pooler in transaction mode (PgBouncer) works only with
+//     pgx's simple or exec protocol (default_query_exec_mode in the URL),
+//     and LISTEN needs a session: point the Locker at the database directly.
+//   - Throughput is bounded by one round trip per grant to a single
+//     primary, and every grant is a committed write: WAL, fsync. Measured
+//     on a 2-core VM (fsync off, loopback), one client's acquire+release of
+//     a free key has a p50 of about 300 µs, the same as two hand-written
+//     statements; 32 clients of one Locker on one key reach about 4,000
+//     acquisitions/s, 1.5–2× hand-written statements retried every
+//     1–10 ms (BenchmarkSequential, BenchmarkContended).
+package sqllock
