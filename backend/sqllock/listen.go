@@ -11,13 +11,14 @@ import (
 )
 
 // Waiting without polling. Each Locker holds one dedicated connection that
-// LISTENs on the table's channel; release.sql (and abandon.sql) NOTIFY it
-// with the released key inside the releasing statement, so the
-// notification is sent exactly when the release commits. The listener fans
-// notifications out in process to the waiters of that key only. The local
-// gate (gate.go) leaves at most one waiter per key and Locker at the
-// database, so a release wakes one attempt per Locker that waits for the
-// key, not one per blocked caller.
+// LISTENs on the table's channel. A waiter whose attempt found the key held
+// marks the row contended (waiters.sql); release.sql then NOTIFYs the
+// channel with the key inside the releasing statement, so the notification
+// is sent exactly when the release commits (abandon.sql always notifies).
+// The listener fans notifications out in process to the waiters of that
+// key only. The local gate (gate.go) leaves at most one waiter per key and
+// Locker at the database, so a release wakes one attempt per Locker that
+// waits for the key, not one per blocked caller.
 //
 // A waiter subscribes before its first attempt, so a release that commits
 // after the attempt read the row is never missed. If the listening

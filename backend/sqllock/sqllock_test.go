@@ -24,7 +24,9 @@ import (
 // token regression.
 func TestTwoGateways(t *testing.T) {
 	p := testenv.StartPostgres(t)
-	ls := []*Locker{newLocker(t, p, nil), newLocker(t, p, nil)}
+	// The second Locker pings its listening connection after 20 ms of
+	// silence: the timed waits must not break the connection.
+	ls := []*Locker{newLocker(t, p, nil), newLocker(t, p, func(c *Config) { c.ListenPing = 20 * time.Millisecond })}
 	const goroutines, cycles = 12, 40
 	key := "two-gateways"
 	var counter, grants atomic.Int64
@@ -84,6 +86,9 @@ func TestTwoGateways(t *testing.T) {
 	}
 	for _, v := range locktest.CheckHistory(rec.Holds()) {
 		t.Errorf("history: %v", v)
+	}
+	if n := ls[1].stats.reconnects.Load(); n != 0 {
+		t.Errorf("the listening connection was replaced %d times without a fault", n)
 	}
 	t.Logf("handoffs %d, attempts %d (held %d)", ls[0].stats.handoffs.Load()+ls[1].stats.handoffs.Load(),
 		ls[0].stats.attempts.Load()+ls[1].stats.attempts.Load(), ls[0].stats.held.Load()+ls[1].stats.held.Load())
@@ -427,5 +432,49 @@ func TestValidate(t *testing.T) {
 	}
 	if err := DefaultConfig("postgres://localhost/db").Validate(); err != nil {
 		t.Errorf("DefaultConfig: %v", err)
+	}
+}
+
+// TestServerPaused: a server that stops answering (SIGSTOP) without closing
+// connections is noticed by the listener's ping; after it resumes, the
+// listening connection is replaced and a waiter that waited through the
+// pause is woken by the holder's release.
+func TestServerPaused(t *testing.T) {
+	p := testenv.StartPostgres(t)
+	a := newLocker(t, p, nil)
+	b := newLocker(t, p, func(c *Config) {
+		c.ListenPing = 100 * time.Millisecond
+		c.QueryTimeout = 500 * time.Millisecond
+	})
+	held, err := a.Acquire(bg(t, time.Minute), "paused", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := make(chan error, 1)
+	go func() {
+		lease, err := b.Acquire(bg(t, time.Minute), "paused", lock.AcquireOptions{TTL: time.Minute})
+		if err == nil {
+			err = b.Release(bg(t, time.Minute), lease)
+		}
+		waiter <- err
+	}()
+	eventually(t, 30*time.Second, "waiter blocked at the database", func() bool { return b.stats.held.Load() > 0 })
+	p.Pause()
+	// The ping times out after ListenPing + QueryTimeout; reconnecting
+	// fails until the server resumes. Give it several ping rounds.
+	time.Sleep(2 * time.Second) // the fault's duration, not a synchronisation
+	p.Resume()
+	eventually(t, 30*time.Second, "listening connection replaced", func() bool { return b.stats.reconnects.Load() > 0 })
+	recovered(t, a, "paused")
+	if err := a.Release(bg(t, time.Minute), held); err != nil {
+		t.Fatalf("Release after the pause: %v", err)
+	}
+	select {
+	case err := <-waiter:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("waiter not granted within 20s of the release (holder TTL 1 min)")
 	}
 }
