@@ -55,3 +55,5 @@ func bg(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+func clientWithPrefix() []clientv3.OpOption { return []clientv3.OpOption{clientv3.WithPrefix()} }
