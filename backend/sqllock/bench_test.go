@@ -20,24 +20,35 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// benchServer is the PostgreSQL server shared by every benchmark (ours and
-// the raw SQL baseline, in the same run). TestMain starts it when
-// benchmarks run.
-var benchServer *testenv.Postgres
+// sharedServer is the PostgreSQL server shared by every benchmark (ours and
+// the raw SQL baseline, in the same run) and by the tests that do not
+// inject faults into it (each uses keys or tables of its own). TestMain
+// starts it.
+var sharedServer *testenv.Postgres
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	tb := testenv.NewProcessTB("BenchmarkServers")
-	if !tb.Do(func(tb testing.TB) { benchServer = testenv.StartPostgres(tb) }) {
-		fmt.Fprintln(os.Stderr, "sqllock benchmarks: starting PostgreSQL failed")
-		os.Exit(1)
+	tb := testenv.NewProcessTB("SharedServer")
+	if !tb.Do(func(tb testing.TB) { sharedServer = testenv.StartPostgres(tb) }) {
+		sharedServer = nil
+		if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
+			fmt.Fprintln(os.Stderr, "sqllock benchmarks: starting PostgreSQL failed")
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	tb.Close()
 	os.Exit(code)
+}
+
+// shared returns the shared server, or, if it could not be started, starts
+// one for t, which skips or (under CI=true) fails the test as testenv does.
+func shared(t testing.TB) *testenv.Postgres {
+	t.Helper()
+	if sharedServer != nil {
+		return sharedServer
+	}
+	return testenv.StartPostgres(t)
 }
 
 const benchTTL = 8 * time.Second
@@ -92,11 +103,9 @@ func (r rawLock) release(ctx context.Context, key string, token int64) error {
 
 func benchSetup(b *testing.B) (*Locker, rawLock) {
 	b.Helper()
-	if benchServer == nil {
-		b.Skip("PostgreSQL not available")
-	}
-	l := newLocker(b, benchServer, nil)
-	cfg, err := pgxpool.ParseConfig(benchServer.URL)
+	srv := shared(b)
+	l := newLocker(b, srv, nil)
+	cfg, err := pgxpool.ParseConfig(srv.URL)
 	if err != nil {
 		b.Fatal(err)
 	}

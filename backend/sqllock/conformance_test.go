@@ -3,7 +3,6 @@ package sqllock
 import (
 	"testing"
 
-	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
@@ -11,7 +10,8 @@ import (
 var caps = locktest.Capabilities{FIFO: false, InspectOwner: true, InspectValue: true, InspectWaiters: false}
 
 func TestConformance(t *testing.T) {
-	p := testenv.StartPostgres(t)
+	t.Parallel()
+	p := shared(t)
 	locktest.Run(t, locktest.Factory{
 		New:  func(t *testing.T) lock.Locker { return newLocker(t, p, nil) },
 		Caps: caps,
@@ -21,7 +21,8 @@ func TestConformance(t *testing.T) {
 // TestConformanceSchemaTable runs the suite against a schema-qualified
 // table whose names need quoting.
 func TestConformanceSchemaTable(t *testing.T) {
-	p := testenv.StartPostgres(t)
+	t.Parallel()
+	p := shared(t)
 	locktest.Run(t, locktest.Factory{
 		New: func(t *testing.T) lock.Locker {
 			return newLocker(t, p, func(c *Config) { c.Table = `Lock Space.Locks "v2"` })

@@ -23,7 +23,8 @@ import (
 // number of grants, and the history checker must find no overlap and no
 // token regression.
 func TestTwoGateways(t *testing.T) {
-	p := testenv.StartPostgres(t)
+	t.Parallel()
+	p := shared(t)
 	// The second Locker pings its listening connection after 20 ms of
 	// silence: the timed waits must not break the connection.
 	ls := []*Locker{newLocker(t, p, nil), newLocker(t, p, func(c *Config) { c.ListenPing = 20 * time.Millisecond })}
@@ -97,7 +98,8 @@ func TestTwoGateways(t *testing.T) {
 // TestLocalHandoffsAreBounded: a Locker whose callers keep handing a key to
 // each other must still let another Locker's waiter in.
 func TestLocalHandoffsAreBounded(t *testing.T) {
-	p := testenv.StartPostgres(t)
+	t.Parallel()
+	p := shared(t)
 	busy, other := newLocker(t, p, nil), newLocker(t, p, nil)
 	key := "bounded"
 	ctx, stop := context.WithCancel(context.Background())
@@ -133,6 +135,7 @@ func TestLocalHandoffsAreBounded(t *testing.T) {
 // connection), and a waiter blocked across the restart is granted, through
 // the release notification, once the holder releases.
 func TestServerRestart(t *testing.T) {
+	t.Parallel()
 	p := testenv.StartPostgres(t)
 	for _, tc := range []struct {
 		name  string
@@ -221,6 +224,7 @@ func TestServerRestart(t *testing.T) {
 // lock.ErrUnavailable (not hang); Acquire keeps retrying until the server
 // is back.
 func TestServerDown(t *testing.T) {
+	t.Parallel()
 	p := testenv.StartPostgres(t)
 	l := newLocker(t, p, func(c *Config) { c.QueryTimeout = 2 * time.Second })
 	p.Stop()
@@ -253,8 +257,9 @@ func TestServerDown(t *testing.T) {
 // (pg_terminate_backend) while the statement waits on a row lock. The
 // caller gets a clear error, and no ghost lock is left.
 func TestKilledMidAcquire(t *testing.T) {
-	p := testenv.StartPostgres(t)
-	l := newLocker(t, p, func(c *Config) { c.Retry = lock.NoRetry() })
+	t.Parallel()
+	p := shared(t)
+	l := newLocker(t, p, func(c *Config) { c.Retry = lock.NoRetry(); c.Table = "killed_locks" })
 	blocker, killer := admin(t, p), admin(t, p)
 	for _, tc := range []struct {
 		name    string
@@ -287,7 +292,7 @@ func TestKilledMidAcquire(t *testing.T) {
 			var pid int32
 			eventually(t, 30*time.Second, "acquire waiting on the row lock", func() bool {
 				err := killer.QueryRow(bg(t, time.Minute), `SELECT pid FROM pg_stat_activity
-					WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%' AND pid <> $1`, blocker.PgConn().PID()).Scan(&pid)
+					WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "killed_locks"%' AND pid <> $1`, blocker.PgConn().PID()).Scan(&pid)
 				return err == nil
 			})
 			var ok bool
@@ -323,7 +328,8 @@ func TestKilledMidAcquire(t *testing.T) {
 // PostgreSQL cannot hold faithfully are rejected with a message naming
 // Config.Table.
 func TestSchema(t *testing.T) {
-	p := testenv.StartPostgres(t)
+	t.Parallel()
+	p := shared(t)
 	adm := admin(t, p)
 	if _, err := adm.Exec(bg(t, time.Minute), `CREATE TABLE canary (x int)`); err != nil {
 		t.Fatal(err)
@@ -391,8 +397,9 @@ func TestSchema(t *testing.T) {
 
 // TestSweeper: expired rows are deleted in the background.
 func TestSweeper(t *testing.T) {
-	p := testenv.StartPostgres(t)
-	l := newLocker(t, p, func(c *Config) { c.SweepInterval = 50 * time.Millisecond })
+	t.Parallel()
+	p := shared(t)
+	l := newLocker(t, p, func(c *Config) { c.SweepInterval = 50 * time.Millisecond; c.Table = "sweep_locks" })
 	adm := admin(t, p)
 	for i := range 3 {
 		if _, err := l.TryAcquire(bg(t, time.Minute), fmt.Sprintf("swept.%d", i), lock.AcquireOptions{TTL: 20 * time.Millisecond}); err != nil {
@@ -440,6 +447,7 @@ func TestValidate(t *testing.T) {
 // listening connection is replaced and a waiter that waited through the
 // pause is woken by the holder's release.
 func TestServerPaused(t *testing.T) {
+	t.Parallel()
 	p := testenv.StartPostgres(t)
 	a := newLocker(t, p, nil)
 	b := newLocker(t, p, func(c *Config) {
