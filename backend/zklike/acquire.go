@@ -298,12 +298,6 @@ func (l *Locker) wait(ctx context.Context, c *contender, pred *mvccpb.KeyValue, 
 		if err := l.awaitDelete(ctx, string(pred.Key), rev, lost); err != nil {
 			return err
 		}
-		// A lease of its own is renewed beside the check, so that the
-		// holder's deadline counts from now, at no extra latency.
-		var refreshed func() error
-		if c.own {
-			refreshed = l.refresh(c)
-		}
 		mine, p, r, err := l.check(ctx, c)
 		if err != nil {
 			return err
@@ -312,9 +306,6 @@ func (l *Locker) wait(ctx context.Context, c *contender, pred *mvccpb.KeyValue, 
 			return errLost
 		}
 		pred, rev = p, r
-		if pred == nil && refreshed != nil && leaseNotFound(refreshed()) {
-			return errLost
-		}
 	}
 	return nil
 }
@@ -403,8 +394,8 @@ func (l *Locker) check(ctx context.Context, c *contender) (mine bool, pred *mvcc
 	return mine, pred, rev, err
 }
 
-// keepWaiting keeps a waiter's own lease alive (TTL/3) while it waits; a
-// session lease has its keeper already. lost closes when the lease is
+// keepWaiting keeps a waiter's own lease alive (every TTL/4) while it
+// waits; a session lease has its keeper already. lost closes when the lease is
 // found gone.
 func (l *Locker) keepWaiting(c *contender) (lost <-chan struct{}, stop func()) {
 	if c.sess != nil {
@@ -419,7 +410,7 @@ func (l *Locker) keepWaiting(c *contender) (lost <-chan struct{}, stop func()) {
 	go func() {
 		defer close(done)
 		_, ttl := c.lastSent()
-		pause := ttl / 3
+		pause := ttl / 4
 		for sleepCtx(ctx, pause) {
 			sent := time.Now()
 			rc, rcancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
@@ -428,38 +419,24 @@ func (l *Locker) keepWaiting(c *contender) (lost <-chan struct{}, stop func()) {
 			switch {
 			case err == nil:
 				c.refreshed(sent, resp.TTL)
-				pause = ttl / 3
+				pause = ttl / 4
 			case leaseNotFound(err):
 				close(ch)
 				return
 			default:
-				pause = min(ttl/3, 250*time.Millisecond)
+				pause = min(ttl/4, 250*time.Millisecond)
 			}
 		}
 	}()
 	return ch, func() { cancel(); <-done }
 }
 
-// refresh starts one keep-alive of c's own lease; the returned function
-// waits for its outcome.
-func (l *Locker) refresh(c *contender) func() error {
-	ch := make(chan error, 1)
-	go func() {
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.RequestTimeout)
-		resp, err := l.keepAliveOnce(ctx, c.lease)
-		cancel()
-		if err == nil {
-			c.refreshed(sent, resp.TTL)
-		}
-		ch <- err
-	}()
-	return func() error { return <-ch }
-}
-
 // grant turns c, now the oldest contender, into a Lease. Its deadline
 // counts from the send time of the last confirmed grant or keep-alive of
-// the key's lease: etcd keeps the lease at least TTL past that.
+// the key's lease (etcd keeps the lease at least TTL past that). The
+// keepers renew every TTL/4 (waiters' own leases) or TTL/3 (sessions); if
+// the last renewal is older than TTL/3 the lease is renewed here first, so
+// a holder starts with at least two thirds of its TTL.
 func (l *Locker) grant(ctx context.Context, c *contender) (*lock.Lease, error) {
 	var sent time.Time
 	var ttl time.Duration
@@ -468,7 +445,7 @@ func (l *Locker) grant(ctx context.Context, c *contender) (*lock.Lease, error) {
 	} else {
 		sent, ttl = c.lastSent()
 	}
-	if ttl == 0 || time.Since(sent) > ttl/2 {
+	if ttl == 0 || time.Since(sent) > ttl/3 {
 		// Unknown, or the keeper is behind: renew now, so that the holder
 		// gets its TTL and a lost lease is found before the grant.
 		var resp *clientv3.LeaseKeepAliveResponse

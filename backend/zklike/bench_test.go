@@ -211,4 +211,3 @@ func benchContended(b *testing.B, clients int) {
 		})
 	})
 }
-

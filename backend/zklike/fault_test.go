@@ -59,6 +59,7 @@ func wantErr(t *testing.T, what string, err, target error) {
 // than the instant the waiter is granted, and after it resumes its
 // renewals and releases are refused.
 func TestKeepAlivesPaused(t *testing.T) {
+	t.Parallel()
 	e := testenv.StartEtcd(t, 1)
 	holder, other := newLocker(t, e, nil), newLocker(t, e, nil)
 	const key = "paused"
@@ -132,6 +133,7 @@ func TestKeepAlivesPaused(t *testing.T) {
 // after its session had expired). It must not be granted on the dead key:
 // it queues again with a fresh lease and is granted on that one.
 func TestWaiterLeaseLost(t *testing.T) {
+	t.Parallel()
 	e := testenv.StartEtcd(t, 1)
 	a, b := newLocker(t, e, nil), newLocker(t, e, nil)
 	const key = "lost-waiter"
@@ -188,6 +190,7 @@ func leader(t *testing.T, e *testenv.Etcd) int {
 // watch may have been on the stopped member, is granted when the holder
 // releases.
 func TestLeaderStopped(t *testing.T) {
+	t.Parallel()
 	e := testenv.StartEtcd(t, 3)
 	a, b := newLocker(t, e, nil), newLocker(t, e, nil)
 	const key = "leader-stopped"
@@ -253,6 +256,7 @@ func TestLeaderStopped(t *testing.T) {
 // the one behind it, which was watching it, moves up and is granted as
 // soon as its new predecessor releases.
 func TestCancelledWaiterMidQueue(t *testing.T) {
+	t.Parallel()
 	e := testenv.StartEtcd(t, 1)
 	ls := make([]*Locker, 4)
 	for i := range ls {
