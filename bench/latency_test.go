@@ -104,7 +104,7 @@ func TestLatencySmoke(t *testing.T) {
 }
 
 // smokeBackends are the backends the smoke test runs.
-var smokeBackends = []string{Raft, Redlock}
+var smokeBackends = Backends
 
 // checkRenders opens the page in headless Chromium, takes a screenshot and
 // checks that the charts were drawn: a blank or unstyled page (a script

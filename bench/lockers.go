@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/redlock"
+	"github.com/lockgate/lockgate/backend/sqllock"
+	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/lock"
@@ -41,9 +43,9 @@ func (s *Servers) direct(ctx context.Context, backend string) (lock.Locker, erro
 	case Redlock:
 		return redlock.New(redlock.DefaultConfig(s.Spec.Redlock...))
 	case Postgres:
-		return nil, errors.New("bench: the postgres backend is not built yet")
+		return sqllock.New(ctx, sqllock.DefaultConfig(s.Spec.Postgres))
 	case Etcd:
-		return nil, errors.New("bench: the etcd backend is not built yet")
+		return zklike.New(zklike.DefaultConfig(s.Spec.Etcd...))
 	}
 	return nil, fmt.Errorf("bench: unknown backend %q", backend)
 }

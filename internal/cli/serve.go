@@ -14,7 +14,10 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/backend/redlock"
+	"github.com/lockgate/lockgate/backend/sqllock"
+	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/lock"
 )
 
 func newServeCmd() *cobra.Command {
@@ -24,6 +27,8 @@ func newServeCmd() *cobra.Command {
 		dataDir    string
 		nodes      int
 		redisAddrs []string
+		pgURL      string
+		etcdEPs    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -37,16 +42,39 @@ leads; no external servers are needed. Without --data-dir the cluster lives
 in a temporary directory that is removed at exit.
 
 --backend redlock serves it over Redlock on the independent Redis masters of
---redis-addrs (one address: plain single-Redis locking). The postgres and
-etcd backends arrive with their issues.`,
+--redis-addrs (one address: plain single-Redis locking).
+
+--backend postgres serves it over PostgreSQL row locks (INSERT … ON CONFLICT)
+in the database of --postgres-url; the lock table is created if missing.
+
+--backend etcd serves it over the ZooKeeper lock recipe on the etcd cluster of
+--etcd-endpoints.
+
+docs/backends.md compares what each backend guarantees.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch backend {
 			case "raft":
 			case "redlock":
-				return serveRedlock(cmd, listen, redisAddrs)
+				if len(redisAddrs) == 0 {
+					return errors.New("--backend redlock needs --redis-addrs host:port[,host:port...]")
+				}
+				return serveLocker(cmd, listen, fmt.Sprintf("backend redlock over %d Redis masters", len(redisAddrs)),
+					func(context.Context) (lock.Locker, error) { return redlock.New(redlock.DefaultConfig(redisAddrs...)) })
+			case "postgres":
+				if pgURL == "" {
+					return errors.New("--backend postgres needs --postgres-url postgres://user@host:port/db")
+				}
+				return serveLocker(cmd, listen, "backend postgres",
+					func(ctx context.Context) (lock.Locker, error) { return sqllock.New(ctx, sqllock.DefaultConfig(pgURL)) })
+			case "etcd":
+				if len(etcdEPs) == 0 {
+					return errors.New("--backend etcd needs --etcd-endpoints http://host:port[,...]")
+				}
+				return serveLocker(cmd, listen, fmt.Sprintf("backend etcd over %d endpoints", len(etcdEPs)),
+					func(context.Context) (lock.Locker, error) { return zklike.New(zklike.DefaultConfig(etcdEPs...)) })
 			default:
-				return fmt.Errorf("--backend %q: want raft or redlock (postgres and etcd arrive with their issues)", backend)
+				return fmt.Errorf("--backend %q: want raft, redlock, postgres or etcd", backend)
 			}
 			if nodes < 1 || nodes > 9 {
 				return fmt.Errorf("--nodes %d: want 1 to 9", nodes)
@@ -77,28 +105,28 @@ etcd backends arrive with their issues.`,
 				fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
 		},
 	}
-	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft or redlock (postgres, etcd arrive with their issues)")
+	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft, redlock, postgres or etcd")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:50050", "address of the gateway")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "raft: directory of the embedded cluster (default: a temporary one)")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "raft: servers in the embedded cluster")
 	cmd.Flags().StringSliceVar(&redisAddrs, "redis-addrs", nil, "redlock: addresses of the N independent Redis masters (N=1: single Redis)")
+	cmd.Flags().StringVar(&pgURL, "postgres-url", "", "postgres: connection URL of the database holding the lock table")
+	cmd.Flags().StringSliceVar(&etcdEPs, "etcd-endpoints", nil, "etcd: client URLs of the etcd cluster")
 	return cmd
 }
 
-// serveRedlock serves the gateway over Redlock on the given Redis masters.
-func serveRedlock(cmd *cobra.Command, listen string, addrs []string) error {
-	if len(addrs) == 0 {
-		return errors.New("--backend redlock needs --redis-addrs host:port[,host:port...]")
-	}
-	l, err := redlock.New(redlock.DefaultConfig(addrs...))
+// serveLocker serves the gateway over the Locker that open returns.
+func serveLocker(cmd *cobra.Command, listen, what string, open func(context.Context) (lock.Locker, error)) error {
+	ctx, stop := signalContext()
+	defer stop()
+	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := open(openCtx)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	ctx, stop := signalContext()
-	defer stop()
-	return serveGateway(ctx, cmd, listen, gateway.New(l, gateway.Options{Logger: slog.Default()}),
-		fmt.Sprintf("backend redlock over %d Redis masters", len(addrs)))
+	return serveGateway(ctx, cmd, listen, gateway.New(l, gateway.Options{Logger: slog.Default()}), what)
 }
 
 // serveGateway serves g on listen until ctx ends (SIGINT or SIGTERM).
