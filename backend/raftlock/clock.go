@@ -1,6 +1,8 @@
 package raftlock
 
 import (
+	"encoding/json"
+	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -51,3 +53,39 @@ func (c *SkewClock) Now() int64 { return c.Base.Now() + c.offset.Load() }
 
 // Skew sets the offset added to the base clock.
 func (c *SkewClock) Skew(d time.Duration) { c.offset.Store(int64(d)) }
+
+// PathDebugClock is the fault-injection endpoint that skews a node's clock
+// (mounted only with Config.FaultInjection).
+const PathDebugClock = "/v1/debug/clock"
+
+// ClockSkew is the body of POST /v1/debug/clock: the offset, in
+// milliseconds, added to the node's clock from now on (0 heals).
+type ClockSkew struct {
+	OffsetMs int64 `json:"offsetMs"`
+}
+
+// maxDebugSkew bounds an injected clock offset.
+const maxDebugSkew = 24 * time.Hour
+
+func (n *Node) handleDebugClock(w http.ResponseWriter, r *http.Request) {
+	sc, ok := n.cfg.Clock.(*SkewClock)
+	if !ok {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "this node's clock cannot be skewed"})
+		return
+	}
+	var req ClockSkew
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1024))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body: " + err.Error()})
+		return
+	}
+	d := time.Duration(req.OffsetMs) * time.Millisecond
+	if d > maxDebugSkew || d < -maxDebugSkew {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "offsetMs beyond ±24h"})
+		return
+	}
+	sc.Skew(d)
+	n.log.Warn("fault injection: clock skewed", "offset", d)
+	writeJSON(w, http.StatusOK, req)
+}

@@ -49,6 +49,17 @@ type Config struct {
 	// directory so that followers can redirect clients to the leader.
 	// Default 127.0.0.1:50050+ID when ID is a number.
 	APIAddr string
+	// APIListen is where the API listens when that differs from the
+	// address clients dial (APIAddr): behind a proxy or NAT. Empty: APIAddr.
+	APIListen string
+	// PeerDial maps a peer's Raft address to the address to dial instead
+	// (a proxy between the two nodes: the chaos bench cuts links there).
+	// Peers not in the map are dialled directly.
+	PeerDial map[string]string
+	// FaultInjection mounts POST /v1/debug/clock on the API, which shifts
+	// this node's leader clock (a SkewClock) by {"offsetMs": N}: the chaos
+	// bench's clock-jump fault. Never enable it in production.
+	FaultInjection bool
 	// Bootstrap makes this node form a new single-node cluster if it has no
 	// Raft state yet. Exactly one node of a new cluster bootstraps; the
 	// others join it.
@@ -103,6 +114,9 @@ func (c *Config) fill() {
 	}
 	if c.Clock == nil {
 		c.Clock = NewMonotonicClock()
+	}
+	if _, ok := c.Clock.(*SkewClock); c.FaultInjection && !ok {
+		c.Clock = NewSkewClock(c.Clock)
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {

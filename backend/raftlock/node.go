@@ -98,7 +98,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raftlock: snapshot store: %w", err)
 	}
-	if n.stream, err = newFaultStream(n.cfg.RaftAddr); err != nil {
+	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial); err != nil {
 		return err
 	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{

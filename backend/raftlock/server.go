@@ -23,17 +23,24 @@ type Server struct {
 	ln   net.Listener
 }
 
-// StartServer listens on cfg.APIAddr (port 0 picks a free port, which then
-// becomes the advertised API address), starts the node, serves its API, and,
+// StartServer listens on cfg.APIListen (default cfg.APIAddr; port 0 picks a
+// free port, which then becomes the advertised API address), starts the
+// node, serves its API, and,
 // when join lists seed API addresses, asks the cluster to add it, retrying
 // until ctx ends.
 func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error) {
 	cfg.fill()
-	ln, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		return nil, fmt.Errorf("raftlock: API listen on %s: %w", cfg.APIAddr, err)
+	listen := cfg.APIListen
+	if listen == "" {
+		listen = cfg.APIAddr
 	}
-	cfg.APIAddr = ln.Addr().String()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("raftlock: API listen on %s: %w", listen, err)
+	}
+	if cfg.APIListen == "" {
+		cfg.APIAddr = ln.Addr().String()
+	}
 	n, err := New(cfg)
 	if err != nil {
 		ln.Close()
@@ -41,6 +48,9 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	}
 	s := &Server{Node: n, Mux: http.NewServeMux(), ln: ln}
 	s.Mux.Handle("/v1/cluster/", n.Handler())
+	if cfg.FaultInjection {
+		s.Mux.HandleFunc("POST "+PathDebugClock, n.handleDebugClock)
+	}
 	s.http = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
 	go s.http.Serve(ln)
 	if len(join) > 0 {

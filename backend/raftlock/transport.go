@@ -22,13 +22,14 @@ var ErrPartitioned = errors.New("raftlock: peer cut off by an injected network f
 type faultStream struct {
 	net.Listener
 	advertise net.Addr
+	via       map[string]string // peer address → address to dial (Config.PeerDial)
 
 	mu      sync.Mutex
 	blocked map[raft.ServerAddress]bool
 	conns   map[net.Conn]raft.ServerAddress // open outbound connections
 }
 
-func newFaultStream(bind string) (*faultStream, error) {
+func newFaultStream(bind string, via map[string]string) (*faultStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("raftlock: raft transport listen on %s: %w", bind, err)
@@ -36,6 +37,7 @@ func newFaultStream(bind string) (*faultStream, error) {
 	return &faultStream{
 		Listener:  ln,
 		advertise: ln.Addr(),
+		via:       via,
 		blocked:   make(map[raft.ServerAddress]bool),
 		conns:     make(map[net.Conn]raft.ServerAddress),
 	}, nil
@@ -52,7 +54,11 @@ func (s *faultStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	if blocked {
 		return nil, fmt.Errorf("dial %s: %w", addr, ErrPartitioned)
 	}
-	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	dial := string(addr)
+	if v, ok := s.via[dial]; ok {
+		dial = v
+	}
+	c, err := net.DialTimeout("tcp", dial, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,9 @@ func newNodeCmd() *cobra.Command {
 		apiAddr   string
 		bootstrap bool
 		join      []string
+		apiListen string
+		raftDial  map[string]string
+		faults    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -76,6 +79,9 @@ neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 			if apiAddr != "" {
 				cfg.APIAddr = apiAddr
 			}
+			cfg.APIListen = apiListen
+			cfg.PeerDial = raftDial
+			cfg.FaultInjection = faults
 			cfg.Logger = slog.Default()
 			cfg.RaftLogOutput = cmd.ErrOrStderr()
 			ctx, stop := signalContext()
@@ -98,6 +104,9 @@ neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 	cmd.Flags().StringVar(&apiAddr, "api-addr", "", "API address, as clients and peers dial it (default 127.0.0.1:50050+id)")
 	cmd.Flags().BoolVar(&bootstrap, "bootstrap", false, "form a new cluster with this server as its first member")
 	cmd.Flags().StringSliceVar(&join, "join", nil, "API address(es) of existing members to join through")
+	cmd.Flags().StringVar(&apiListen, "api-listen", "", "address the API listens on, when clients reach it at --api-addr through a proxy (default --api-addr)")
+	cmd.Flags().StringToStringVar(&raftDial, "raft-dial", nil, "dial these peers' Raft addresses through other addresses (proxies): raftaddr=dialaddr,...")
+	cmd.Flags().BoolVar(&faults, "fault-injection", false, "serve POST /v1/debug/clock to skew this node's clock (chaos testing only; never in production)")
 	cmd.MarkFlagRequired("id")
 	return cmd
 }
