@@ -136,7 +136,9 @@
 // queue then takes longer than 100 ms to drain, so each Mutex waiter's
 // watch is synced before its turn comes, and both are bound by the Raft
 // commit of each release on this machine. An uncontended acquire and
-// release (BenchmarkSequential) costs two Txns on both sides, 2 to 3 ms
-// p50 here, within noise of each other; with an explicit TTL (a lease of
-// its own) one LeaseGrant more.
+// release (BenchmarkSequential) costs two Txns on both sides, 2 to 6 ms
+// p50 here depending on the machine's load; interleaved runs put ours
+// 5 to 12 % behind concurrency.Mutex (about 150 µs per Txn, not a round
+// trip: the cause is not yet pinned down). With an explicit TTL (a lease
+// of its own) an acquisition costs one LeaseGrant more.
 package zklike
