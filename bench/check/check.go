@@ -1,0 +1,236 @@
+// Package check holds the pure checkers that `lockgate bench chaos` runs over
+// the history of a Jepsen-style campaign: clients acquire a lock, write to a
+// fenced and an unfenced store with the lease's fencing token, hold, and
+// release, while faults are injected.
+//
+// Every function here is pure: it reads a History (and the list of injected
+// faults) and returns numbers; nothing is modified, nothing does I/O except
+// Visualize, which writes to the io.Writer it is given.
+//
+// All times are time.Durations since the campaign start, read from one
+// monotonic clock.
+//
+// The checkers:
+//
+//   - Overlaps: two different clients believed they held the same key at the
+//     same instant.
+//   - StaleWrites: the fenced store accepted a write with a token lower than
+//     one it had accepted before (must never happen), how many stale writes it
+//     rejected (the fence at work), and how many out-of-order writes the
+//     unfenced store applied (what the fence protects against).
+//   - Linearizable: the acquire/release history is linearizable with respect
+//     to a lease-lock model (porcupine), see lockModel.
+//   - Availability: how long no acquire succeeded, and how long each fault
+//     took to recover from.
+package check
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Kind is the kind of an operation.
+type Kind int
+
+// The kinds of operation a chaos client records.
+const (
+	// Acquire asks for a lease on Key (Acquire or TryAcquire).
+	Acquire Kind = iota + 1
+	// Release gives back the lease with token Token.
+	Release
+	// Write writes to a store with the token Token of the lease the client
+	// believes it holds.
+	Write
+)
+
+// String names the kind.
+func (k Kind) String() string {
+	switch k {
+	case Acquire:
+		return "acquire"
+	case Release:
+		return "release"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Op is one operation of one client, on the campaign's monotonic clock.
+type Op struct {
+	// Client numbers the client, from zero (porcupine's visualisation
+	// wants zero-based client ids).
+	Client int
+	Key    string
+	Kind   Kind
+	// Start is the invocation, End the completion (for an Unknown op: when
+	// the client gave up). A retried request that may return the first
+	// attempt's grant (raftlock's idempotent handles) must be recorded as one
+	// op starting at the first attempt.
+	Start, End time.Duration
+	// OK: completed successfully (Acquire granted; Release confirmed; Write
+	// accepted by its store).
+	OK bool
+	// Unknown: the outcome is unknown (timeout, connection lost): the op may
+	// or may not have taken effect. Mutually exclusive with OK. An op that is
+	// neither OK nor Unknown definitely failed: an Acquire that was not
+	// granted, a Release answered "not held", a Write the store rejected.
+	Unknown bool
+	// Token: for an OK Acquire the fencing token granted; for Release and
+	// Write the token of the lease used.
+	Token uint64
+	// TTL is, for an Acquire, the lease TTL requested (0 means
+	// lock.DefaultTTL). Renewals are not recorded, so leases must not be
+	// auto-renewed during a campaign.
+	TTL time.Duration
+	// Deadline is, for an OK Acquire, the lease deadline on the client: the
+	// latest instant the client may believe it holds the lock. Zero means
+	// not recorded (the belief then lasts until release or last write).
+	Deadline time.Duration
+	// Fenced (Write only): true for a write to the fenced store, false for
+	// the unfenced store.
+	Fenced bool
+	// StoreSeq (Write only) is, for an OK write, the order in which its store
+	// applied it: increasing per store, 0 when not applied.
+	StoreSeq uint64
+}
+
+func (o Op) String() string {
+	s := fmt.Sprintf("client %d %s %q [%v, %v]", o.Client, o.Kind, o.Key, o.Start, o.End)
+	switch {
+	case o.Unknown:
+		s += " unknown"
+	case o.OK:
+		s += " ok"
+	default:
+		s += " failed"
+	}
+	if o.Token != 0 {
+		s += fmt.Sprintf(" token %d", o.Token)
+	}
+	return s
+}
+
+// History is everything a campaign recorded, in any order.
+type History []Op
+
+// span returns the earliest Start and the latest End of the history.
+func (h History) span() (start, end time.Duration) {
+	for i, o := range h {
+		if i == 0 || o.Start < start {
+			start = o.Start
+		}
+		if i == 0 || o.End > end {
+			end = o.End
+		}
+	}
+	return start, end
+}
+
+// Fault is an injected fault: Start is when it was injected, Heal when it
+// was healed.
+type Fault struct {
+	Name        string
+	Start, Heal time.Duration
+}
+
+// Options tune Check. The zero value is usable.
+type Options struct {
+	// Gap is the longest interval without a successful acquire that still
+	// counts as available (default 1 s).
+	Gap time.Duration
+	// LinearizabilityTimeout bounds porcupine's search (0: default 5 min;
+	// negative: no bound). A search that times out reports Linearizable
+	// false with LinearizabilityResult porcupine.Unknown.
+	LinearizabilityTimeout time.Duration
+	// ExpirySlack is how much earlier than call+TTL the backend may expire a
+	// lease in the linearizability model (its clock may run faster than the
+	// campaign's). Nil means the lock contract's drift allowance,
+	// lock.Drift(ttl, 0) = 1% of the TTL + 2 ms.
+	ExpirySlack func(ttl time.Duration) time.Duration
+	// MaxExamples bounds Result.OverlapExamples (default 5).
+	MaxExamples int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Gap <= 0 {
+		o.Gap = time.Second
+	}
+	if o.LinearizabilityTimeout == 0 {
+		o.LinearizabilityTimeout = 5 * time.Minute
+	}
+	if o.LinearizabilityTimeout < 0 {
+		o.LinearizabilityTimeout = 0
+	}
+	if o.MaxExamples <= 0 {
+		o.MaxExamples = 5
+	}
+	return o
+}
+
+// Result is what Check found.
+type Result struct {
+	// Overlaps counts pairs of beliefs of different clients on the same key
+	// that intersect in time (see Overlaps).
+	Overlaps int
+	// OverlapExamples describes a few of them (client, key, intervals).
+	OverlapExamples []string
+	// StaleWritesAccepted counts fenced-store writes applied with a token
+	// lower than one that store had applied before for the key. Must be 0.
+	StaleWritesAccepted int
+	// StaleWritesRejected counts fenced writes that completed and were
+	// rejected (OK false, Unknown false): the fence at work.
+	StaleWritesRejected int
+	// UnfencedConflicts counts unfenced-store writes applied with a token
+	// lower than one that store had applied before for the key.
+	UnfencedConflicts int
+	// Linearizable reports whether the acquire/release history is
+	// linearizable (false also when the search timed out: see
+	// LinearizabilityResult).
+	Linearizable bool
+	// LinearizabilityResult is porcupine's verdict: Ok, Illegal, or Unknown
+	// (timed out).
+	LinearizabilityResult porcupine.CheckResult
+	// LinearizabilityInfo is always filled (also when linearizable), for
+	// Visualize.
+	LinearizabilityInfo porcupine.LinearizationInfo
+	// Unavailable is the total length of the gaps longer than Options.Gap
+	// between successful acquire completions (see Availability).
+	Unavailable time.Duration
+	// Recoveries has one entry per fault: from its Heal to the first
+	// successful acquire completion at or after Heal. For a fault that did
+	// not recover it is the time from Heal to the end of the history (a
+	// lower bound) and Recovered is false.
+	Recoveries []time.Duration
+	// Recovered has one entry per fault: whether an acquire succeeded at or
+	// after its Heal.
+	Recovered []bool
+	// MaxRecovery is the largest of Recoveries.
+	MaxRecovery time.Duration
+}
+
+// Safe reports whether the history shows no safety violation: no overlap,
+// no stale write accepted by the fenced store, and a linearizable lock
+// history. (Unfenced conflicts are expected under faults: they are what the
+// fence is for.)
+func (r Result) Safe() bool {
+	return r.Overlaps == 0 && r.StaleWritesAccepted == 0 && r.Linearizable
+}
+
+// Check runs every checker over h.
+func Check(h History, faults []Fault, opts Options) Result {
+	opts = opts.withDefaults()
+	var r Result
+	r.Overlaps, r.OverlapExamples = overlaps(h, opts.MaxExamples)
+	r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts = StaleWrites(h)
+	r.LinearizabilityResult, r.LinearizabilityInfo = LinearizabilityCheck(h, opts)
+	r.Linearizable = r.LinearizabilityResult == porcupine.Ok
+	r.Unavailable = totalGaps(h, opts.Gap)
+	r.Recoveries, r.Recovered = RecoveryTimes(h, faults)
+	for _, d := range r.Recoveries {
+		r.MaxRecovery = max(r.MaxRecovery, d)
+	}
+	return r
+}

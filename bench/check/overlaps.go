@@ -1,0 +1,134 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// forever stands for an unbounded instant.
+const forever = time.Duration(math.MaxInt64)
+
+// Belief is an interval during which a client believed it held a key.
+type Belief struct {
+	Client     int
+	Key        string
+	Token      uint64
+	Start, End time.Duration
+}
+
+func (b Belief) String() string {
+	end := b.End.String()
+	if b.End == forever {
+		end = "∞"
+	}
+	return fmt.Sprintf("client %d (token %d) [%v, %s]", b.Client, b.Token, b.Start, end)
+}
+
+type leaseID struct {
+	client int
+	key    string
+	token  uint64
+}
+
+// Beliefs returns one belief per OK acquire in h, in the order of h.
+//
+// A belief starts when the grant was received (Acquire.End) and ends at the
+// earlier of the Start of the first Release of that lease (same client, key
+// and token) and the lease Deadline — except that a client that wrote with
+// the lease's token later than that (a client paused past its TTL that wakes
+// up and writes: Kleppmann's GC-pause scenario) believed it held the lock
+// until the Start of its last such write:
+//
+//	end = max(min(release start, deadline), start of the last write with the token)
+//
+// A missing release or a zero (unrecorded) Deadline does not bound the belief.
+// Unknown acquires give no belief: the client got no grant it knows of.
+func Beliefs(h History) []Belief {
+	release := make(map[leaseID]time.Duration)
+	lastWrite := make(map[leaseID]time.Duration)
+	for _, o := range h {
+		id := leaseID{o.Client, o.Key, o.Token}
+		switch o.Kind {
+		case Release:
+			if s, ok := release[id]; !ok || o.Start < s {
+				release[id] = o.Start
+			}
+		case Write:
+			if s, ok := lastWrite[id]; !ok || o.Start > s {
+				lastWrite[id] = o.Start
+			}
+		}
+	}
+	var out []Belief
+	for _, o := range h {
+		if o.Kind != Acquire || !o.OK {
+			continue
+		}
+		id := leaseID{o.Client, o.Key, o.Token}
+		end := forever
+		if o.Deadline > 0 {
+			end = o.Deadline
+		}
+		if s, ok := release[id]; ok && s >= o.Start {
+			end = min(end, s)
+		}
+		if s, ok := lastWrite[id]; ok && s >= o.Start {
+			end = max(end, s)
+		}
+		out = append(out, Belief{Client: o.Client, Key: o.Key, Token: o.Token, Start: o.End, End: end})
+	}
+	return out
+}
+
+// Overlaps counts the pairs of beliefs (see Beliefs) of two different clients
+// on the same key that intersect: each starts before the other ends (beliefs
+// that only touch do not overlap). Each pair is counted once. The strings
+// describe up to five of them.
+func Overlaps(h History) (int, []string) {
+	return overlaps(h, 5)
+}
+
+func overlaps(h History, maxExamples int) (int, []string) {
+	byKey := make(map[string][]Belief)
+	for _, b := range Beliefs(h) {
+		if b.End > b.Start {
+			byKey[b.Key] = append(byKey[b.Key], b)
+		}
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	n := 0
+	var examples []string
+	for _, k := range keys {
+		bs := byKey[k]
+		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Start < bs[j].Start })
+		// Sweep by start: active holds the beliefs that began earlier and
+		// may still be running.
+		var active []Belief
+		for _, b := range bs {
+			kept := active[:0]
+			for _, a := range active {
+				if a.End > b.Start {
+					kept = append(kept, a)
+				}
+			}
+			active = kept
+			for _, a := range active {
+				if a.Client == b.Client {
+					continue
+				}
+				n++
+				if len(examples) < maxExamples {
+					examples = append(examples, fmt.Sprintf("key %q: %v overlaps %v", k, a, b))
+				}
+			}
+			active = append(active, b)
+		}
+	}
+	return n, examples
+}

@@ -1,0 +1,54 @@
+package check
+
+import "testing"
+
+func TestStaleWrites(t *testing.T) {
+	cases := []struct {
+		name                         string
+		h                            History
+		accepted, rejected, unfenced int
+	}{
+		{"empty", nil, 0, 0, 0},
+		{"in-order tokens", h(
+			wr(0, "k", 0, 1, 1, true, 1), wr(0, "k", 0, 1, 1, false, 1),
+			wr(0, "k", 2, 3, 1, true, 2), wr(0, "k", 2, 3, 1, false, 2), // same holder again
+			wr(1, "k", 4, 5, 2, true, 3), wr(1, "k", 4, 5, 2, false, 3),
+			wr(2, "k", 6, 7, 5, true, 4), wr(2, "k", 6, 7, 5, false, 4),
+		), 0, 0, 0},
+		{"lower token applied after a higher one in the fenced store", h(
+			wr(1, "k", 0, 1, 2, true, 1),
+			wr(0, "k", 2, 3, 1, true, 2),
+		), 1, 0, 0},
+		{"order is StoreSeq, not time", h(
+			wr(1, "k", 0, 1, 2, true, 2), // applied after the write below despite its times
+			wr(0, "k", 2, 3, 1, true, 1),
+		), 0, 0, 0},
+		{"stale write rejected", h(
+			wr(1, "k", 0, 1, 2, true, 1), wr(1, "k", 0, 1, 2, false, 1),
+			wrRejected(0, "k", 2, 3, 1, true), wr(0, "k", 2, 3, 1, false, 2),
+		), 0, 1, 1},
+		{"unfenced out of order", h(
+			wr(1, "k", 0, 1, 3, false, 1),
+			wr(0, "k", 2, 3, 1, false, 2),
+			wr(2, "k", 4, 5, 2, false, 3), // still below 3
+			wr(3, "k", 6, 7, 4, false, 4),
+		), 0, 0, 2},
+		{"keys are separate", h(
+			wr(1, "a", 0, 1, 5, true, 1),
+			wr(0, "b", 2, 3, 1, true, 2),
+		), 0, 0, 0},
+		{"unknown and unapplied writes are ignored", h(
+			wr(1, "k", 0, 1, 5, true, 1),
+			Op{Client: 0, Key: "k", Kind: Write, Start: d(2), End: d(3), Unknown: true, Token: 1, Fenced: true},
+			wr(0, "k", 4, 5, 1, true, 0),
+		), 0, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, r, u := StaleWrites(tc.h)
+			if a != tc.accepted || r != tc.rejected || u != tc.unfenced {
+				t.Fatalf("StaleWrites = (%d, %d, %d), want (%d, %d, %d)", a, r, u, tc.accepted, tc.rejected, tc.unfenced)
+			}
+		})
+	}
+}
