@@ -59,6 +59,21 @@ func BuildLockgate(t testing.TB) string {
 // does not happen within 30 seconds. The nodes log to t.Log.
 func StartRaftlock(t testing.TB, bin string, n int) *Raftlock {
 	t.Helper()
+	return StartRaftlockWith(t, bin, n, RaftlockOptions{})
+}
+
+// RaftlockOptions adjusts the nodes of StartRaftlockWith.
+type RaftlockOptions struct {
+	// Args returns extra `lockgate node` arguments for node i, given every
+	// node's addresses (e.g. proxies: --api-addr, --api-listen,
+	// --raft-dial). It is called once per start attempt, before any node
+	// starts.
+	Args func(i int, nodes []*RaftNode) []string
+}
+
+// StartRaftlockWith is StartRaftlock with options.
+func StartRaftlockWith(t testing.TB, bin string, n int, opts RaftlockOptions) *Raftlock {
+	t.Helper()
 	if n < 1 {
 		t.Fatalf("testenv: StartRaftlock: n = %d, want at least 1", n)
 	}
@@ -103,6 +118,11 @@ func StartRaftlock(t testing.TB, bin string, n int) *Raftlock {
 			}
 			c.Nodes[i] = nd
 			c.APIAddrs[i] = nd.APIAddr
+		}
+		if opts.Args != nil {
+			for i, nd := range c.Nodes {
+				nd.proc.args = append(nd.proc.args, opts.Args(i, c.Nodes)...)
+			}
 		}
 		procs := make([]*proc, n)
 		checks := make([]func() error, n)
