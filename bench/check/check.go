@@ -193,8 +193,8 @@ type Result struct {
 	// LinearizabilityResult is porcupine's verdict: Ok, Illegal, or Unknown
 	// (timed out).
 	LinearizabilityResult porcupine.CheckResult
-	// LinearizabilityInfo is always filled (also when linearizable), for
-	// Visualize.
+	// LinearizabilityInfo is filled whenever the history has lock
+	// operations, also when it is linearizable, for Visualize.
 	LinearizabilityInfo porcupine.LinearizationInfo
 	// Unavailable is the total length of the gaps longer than Options.Gap
 	// between successful acquire completions (see Availability).
@@ -209,14 +209,6 @@ type Result struct {
 	Recovered []bool
 	// MaxRecovery is the largest of Recoveries.
 	MaxRecovery time.Duration
-}
-
-// Safe reports whether the history shows no safety violation: no overlap,
-// no stale write accepted by the fenced store, and a linearizable lock
-// history. (Unfenced conflicts are expected under faults: they are what the
-// fence is for.)
-func (r Result) Safe() bool {
-	return r.Overlaps == 0 && r.StaleWritesAccepted == 0 && r.Linearizable
 }
 
 // Check runs every checker over h.

@@ -360,7 +360,8 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 // lease-lock model with porcupine, partitioned by key, with the default
 // expiry slack. timeout ≤ 0 means no bound; a search that times out returns
 // false (use LinearizabilityCheck to tell a timeout from a violation). The
-// LinearizationInfo is always filled, for Visualize.
+// LinearizationInfo is filled whenever h has lock operations, also when the
+// history is linearizable, for Visualize.
 func Linearizable(h History, timeout time.Duration) (bool, porcupine.LinearizationInfo) {
 	if timeout <= 0 {
 		timeout = -1
