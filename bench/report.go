@@ -77,9 +77,7 @@ const (
 // latency CDF per backend and path, the throughput of every run, the table
 // and the machine it ran on.
 func (rep *Report) WriteHTML(w io.Writer) error {
-	page := components.NewPage()
-	page.SetPageTitle("lockgate bench latency")
-	page.SetAssetsHost(inlineHost)
+	page := newPage("lockgate bench latency")
 	for _, wl := range Workloads {
 		runs := rep.runsOf(wl)
 		if len(runs) == 0 {
@@ -91,19 +89,32 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 	if err := page.Render(&buf); err != nil {
 		return err
 	}
+	return writeInlined(w, buf.String(), rep.htmlHeader())
+}
+
+// newPage returns a page whose ECharts script writeInlined inlines.
+func newPage(title string) *components.Page {
+	page := components.NewPage()
+	page.SetPageTitle(title)
+	page.SetAssetsHost(inlineHost)
+	return page
+}
+
+// writeInlined writes a rendered go-echarts page with the ECharts library
+// inlined in place of its script tag, and header inserted at the top of
+// the body.
+func writeInlined(w io.Writer, page, header string) error {
 	js, err := gunzip(echartsJSgz)
 	if err != nil {
 		return err
 	}
-	out := buf.String()
 	tag := `<script src="` + inlineHost + echartsAsset + `"></script>`
-	if !strings.Contains(out, tag) {
+	if !strings.Contains(page, tag) {
 		return fmt.Errorf("bench: report template changed: no %s script tag to inline", echartsAsset)
 	}
-	// Functions as replacements: the library's text is not a pattern.
-	out = strings.Replace(out, tag, "<script>"+strings.ReplaceAll(string(js), "</script", `<\/script`)+"</script>", 1)
-	out = strings.Replace(out, "<body>", "<body>\n"+rep.htmlHeader(), 1)
-	_, err = io.WriteString(w, out)
+	page = strings.Replace(page, tag, "<script>"+strings.ReplaceAll(string(js), "</script", `<\/script`)+"</script>", 1)
+	page = strings.Replace(page, "<body>", "<body>\n"+header, 1)
+	_, err = io.WriteString(w, page)
 	return err
 }
 

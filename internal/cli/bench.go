@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,10 +16,10 @@ import (
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the backends side by side (latency)",
+		Short: "Measure the backends side by side: latency, and safety under faults",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchLatencyCmd())
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd())
 	return cmd
 }
 
@@ -115,6 +116,110 @@ counts from the scheduled start, so a slow server cannot hide its queueing.
 	f.StringVar(&servers, "servers", "", "existing servers per backend instead of starting them (see above)")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write a self-contained HTML report to this file")
+	f.StringVar(&serverLog, "server-log", "", "write the servers' output to this file (default: discard)")
+	return cmd
+}
+
+func newBenchChaosCmd() *cobra.Command {
+	var (
+		cfg                bench.ChaosConfig
+		faults             []string
+		jsonOut, htmlOut   string
+		serverLog, linPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run a Jepsen-style fault campaign against one backend and check the history",
+		Long: `Start the backend's servers behind in-process TCP proxies (and, for raft,
+proxies between the nodes), run --clients clients over --keys keys that
+acquire → write to a fenced store and to an unfenced one → hold → release,
+inject the --faults on a schedule seeded by --seed (one at a time, each healed
+before the next), and check the recorded history:
+
+  overlaps               two clients believed they held a key at once
+  stale writes accepted  the fenced store took a write behind a newer token (must be 0)
+  stale writes rejected  the fence at work
+  unfenced conflicts     writes the unfenced store took out of order
+  linearizable           porcupine, over each key's acquire/release history
+  unavailable, recovery  time without a grant; time from each heal to the next grant
+
+Faults: kill (SIGKILL and restart; raft: the leader or a random node),
+pause (SIGSTOP for 0.5–2 × TTL), partition (proxies cut: isolate a raft node,
+cut clients from a minority of servers), clock (raft: a node's leader clock
+jumps forward; redlock: a quorum's clocks, emulated), client-pause (a client
+stalls 1.5 × TTL after checking its deadline, then writes).
+
+The exit status is 1 when the fenced store accepted a stale write, or when the
+campaign was not valid: a fault expected to break mutual exclusion
+(client-pause; clock on redlock) produced no overlap.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Faults = faults
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.Lockgate = self
+			if serverLog != "" {
+				f, err := os.Create(serverLog)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				cfg.Log = f
+			}
+			cfg.Progress = cmd.ErrOrStderr()
+			ctx, stop := signalContext()
+			defer stop()
+			rep, err := bench.RunChaos(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			rep.Command = "lockgate " + strings.Join(os.Args[1:], " ")
+			rep.WriteTable(cmd.OutOrStdout())
+			if jsonOut != "" {
+				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
+					return err
+				}
+			}
+			if htmlOut != "" {
+				if err := bench.WriteFile(htmlOut, rep.WriteHTML); err != nil {
+					return err
+				}
+			}
+			if !rep.Linearizable || linPath != "" {
+				p := linPath
+				if p == "" {
+					p = "linearizability.html"
+					if htmlOut != "" {
+						p = strings.TrimSuffix(htmlOut, ".html") + "-linearizability.html"
+					}
+				}
+				if err := bench.WriteFile(p, rep.WriteLinearizability); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "porcupine's visualisation of the lock history: %s\n", p)
+			}
+			switch {
+			case rep.StaleWritesAccepted > 0:
+				return fmt.Errorf("the fenced store accepted %d stale writes", rep.StaleWritesAccepted)
+			case !rep.Valid:
+				return errors.New("invalid campaign: the faults expected to break mutual exclusion produced no overlap")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Backend, "backend", bench.Raft, "backend: "+strings.Join(bench.Backends, ", "))
+	f.StringSliceVar(&faults, "faults", []string{bench.FaultKill, bench.FaultPause, bench.FaultPartition}, "faults: "+strings.Join(bench.Faults, ","))
+	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "campaign length")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the clients' choices")
+	f.IntVar(&cfg.Clients, "clients", 8, "clients")
+	f.IntVar(&cfg.Keys, "keys", 4, "keys the clients contend for")
+	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL (etcd's smallest is 2s)")
+	f.StringVar(&jsonOut, "json", "", "write the verdicts as JSON to this file")
+	f.StringVar(&htmlOut, "html", "", "write an HTML report (timeline of faults and verdicts) to this file")
+	f.StringVar(&linPath, "linearizability-html", "", "write porcupine's visualisation here (always written, next to --html, when the history is not linearizable)")
 	f.StringVar(&serverLog, "server-log", "", "write the servers' output to this file (default: discard)")
 	return cmd
 }

@@ -1,0 +1,430 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/fencedstore"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// ChaosConfig configures RunChaos.
+type ChaosConfig struct {
+	Backend  string
+	Faults   []string
+	Duration time.Duration
+	Seed     uint64
+	// Clients acquire locks on Keys keys (defaults 8 and 4).
+	Clients, Keys int
+	// TTL of every lease (default 2 s, etcd's smallest).
+	TTL time.Duration
+	// Lockgate is the lockgate binary (raftlock nodes run as processes).
+	Lockgate string
+	// Dir holds the fenced store's file (default: a temporary directory).
+	Dir string
+	// Log receives the servers' output; Progress one line per fault.
+	Log, Progress io.Writer
+}
+
+func (c *ChaosConfig) fill() error {
+	if err := CheckBackends([]string{c.Backend}); err != nil {
+		return err
+	}
+	if len(c.Faults) == 0 {
+		return errors.New("no faults: want one or more of " + strings.Join(Faults, ","))
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(Faults, f) {
+			return fmt.Errorf("unknown fault %q (want %s)", f, strings.Join(Faults, ", "))
+		}
+	}
+	if c.Duration < 5*time.Second || c.Duration > 24*time.Hour {
+		return fmt.Errorf("duration %v: want 5s to 24h", c.Duration)
+	}
+	if c.Clients == 0 {
+		c.Clients = 8
+	}
+	if c.Keys == 0 {
+		c.Keys = 4
+	}
+	if c.Clients < 2 || c.Clients > 256 || c.Keys < 1 || c.Keys > c.Clients {
+		return fmt.Errorf("clients %d, keys %d: want 2–256 clients and 1 to clients keys", c.Clients, c.Keys)
+	}
+	if c.TTL == 0 {
+		c.TTL = 2 * time.Second
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	return nil
+}
+
+// ChaosReport is the outcome of a campaign; its JSON form is the schema of
+// `lockgate bench chaos --json`.
+type ChaosReport struct {
+	Backend             string   `json:"backend"`
+	Faults              []string `json:"faults"`
+	Seed                uint64   `json:"seed"`
+	DurationS           float64  `json:"duration_s"`
+	Cycles              int      `json:"cycles"`
+	Overlaps            int      `json:"overlaps"`
+	StaleWritesAccepted int      `json:"stale_writes_accepted"`
+	StaleWritesRejected int      `json:"stale_writes_rejected"`
+	UnfencedConflicts   int      `json:"unfenced_conflicts"`
+	Linearizable        bool     `json:"linearizable"`
+	UnavailableS        float64  `json:"unavailable_s"`
+	MaxRecoveryS        float64  `json:"max_recovery_s"`
+	// Valid is false when a fault that was expected to bite (client-pause
+	// on any backend; clock on redlock) produced no overlap: the campaign
+	// then tested nothing.
+	Valid bool `json:"valid"`
+
+	Linearizability string         `json:"linearizability"` // Ok, Illegal or Unknown (timed out)
+	OverlapExamples []string       `json:"overlap_examples,omitempty"`
+	Injected        []FaultEvent   `json:"injected"`
+	Notes           []string       `json:"notes,omitempty"`
+	Clients         int            `json:"clients"`
+	Keys            int            `json:"keys"`
+	TTLMs           int64          `json:"ttl_ms"`
+	Errors          map[string]int `json:"errors,omitempty"`
+	Command         string         `json:"command,omitempty"`
+
+	history check.History
+	result  check.Result
+	faults  []check.Fault
+}
+
+// FaultEvent is one injected fault.
+type FaultEvent struct {
+	Fault     string  `json:"fault"`
+	What      string  `json:"what"`
+	StartS    float64 `json:"start_s"`
+	HealS     float64 `json:"heal_s"`
+	RecoveryS float64 `json:"recovery_s"`
+	Recovered bool    `json:"recovered"`
+}
+
+// expectedToBite reports whether fault f on backend must produce overlaps
+// in a campaign that tests anything: a client paused past its TTL breaks
+// every lease-based lock (that is what fencing is for), and a forward jump
+// of a quorum's clocks breaks Redlock.
+func expectedToBite(backend, f string) bool {
+	return f == FaultClientPause || f == FaultClock && backend == Redlock
+}
+
+// RunChaos starts the backend's servers behind proxies, runs the workload
+// under a seeded schedule of faults, and checks the history.
+func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	for _, f := range cfg.Faults {
+		if f == FaultClock && cfg.Backend != Raft && cfg.Backend != Redlock {
+			return nil, fmt.Errorf("fault clock on %s: not supported (etcd is a Go binary, which libfaketime does not shift; postgres: not built)", cfg.Backend)
+		}
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "lockgate-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	fmt.Fprintf(cfg.Progress, "starting %s servers behind proxies\n", cfg.Backend)
+	tg, err := startTarget(cfg.Backend, cfg.Lockgate, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer tg.close()
+	store, err := fencedstore.Open(filepath.Join(dir, "fenced.log"), fencedstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+
+	rep := &ChaosReport{Backend: cfg.Backend, Faults: cfg.Faults, Seed: cfg.Seed, Clients: cfg.Clients, Keys: cfg.Keys,
+		TTLMs: cfg.TTL.Milliseconds(), Errors: map[string]int{}}
+	for _, f := range cfg.Faults {
+		if n := tg.notes[f]; n != "" {
+			rep.Notes = append(rep.Notes, f+": "+n)
+		}
+	}
+	lockers := make([]lock.Locker, cfg.Clients)
+	for i := range lockers {
+		if lockers[i], err = tg.newClient(); err != nil {
+			return nil, fmt.Errorf("client %d: %w", i, err)
+		}
+		defer lockers[i].Close()
+	}
+
+	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now()}
+	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	for i, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.client(runCtx, i, l, rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
+		}()
+	}
+	faultErr := w.schedule(runCtx, tg, rand.New(rand.NewPCG(cfg.Seed, 0)))
+	wg.Wait()
+	if faultErr != nil {
+		return nil, faultErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	rep.history, rep.faults = w.history(), w.faults
+	rep.DurationS = time.Since(w.base).Seconds()
+	fmt.Fprintf(cfg.Progress, "checking %d operations\n", len(rep.history))
+	rep.result = check.Check(rep.history, rep.faults, check.Options{LinearizabilityTimeout: 2 * time.Minute})
+	r := rep.result
+	rep.Overlaps, rep.OverlapExamples = r.Overlaps, r.OverlapExamples
+	rep.StaleWritesAccepted, rep.StaleWritesRejected, rep.UnfencedConflicts = r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts
+	rep.Linearizable, rep.Linearizability = r.Linearizable, string(r.LinearizabilityResult)
+	rep.UnavailableS, rep.MaxRecoveryS = r.Unavailable.Seconds(), r.MaxRecovery.Seconds()
+	for _, o := range rep.history {
+		if o.Kind == check.Acquire && o.OK {
+			rep.Cycles++
+		}
+	}
+	for i, ev := range w.events {
+		ev.RecoveryS, ev.Recovered = r.Recoveries[i].Seconds(), r.Recovered[i]
+		rep.Injected = append(rep.Injected, ev)
+	}
+	for k, n := range w.errs {
+		rep.Errors[k] = n
+	}
+	bite := false
+	for _, ev := range w.events {
+		bite = bite || expectedToBite(cfg.Backend, ev.Fault)
+	}
+	rep.Valid = !bite || rep.Overlaps > 0
+	return rep, nil
+}
+
+// workload is the campaign's clients and fault schedule, and what they
+// recorded.
+type workload struct {
+	cfg      ChaosConfig
+	store    *fencedstore.Store
+	unfenced *unfenced
+	base     time.Time // the campaign clock's zero
+
+	mu     sync.Mutex
+	ops    check.History
+	faults []check.Fault
+	events []FaultEvent
+	errs   map[string]int
+
+	// pauses is how many client pauses are armed: the next client to
+	// pass its deadline check stalls past its TTL, then writes.
+	pauses atomic.Int32
+}
+
+// takePause claims an armed client pause, if there is one.
+func (w *workload) takePause() bool {
+	for {
+		n := w.pauses.Load()
+		if n <= 0 {
+			return false
+		}
+		if w.pauses.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+func (w *workload) now() time.Duration { return time.Since(w.base) }
+
+func (w *workload) record(o check.Op) {
+	w.mu.Lock()
+	w.ops = append(w.ops, o)
+	w.mu.Unlock()
+}
+
+func (w *workload) fail(kind string, err error) {
+	w.mu.Lock()
+	if w.errs == nil {
+		w.errs = map[string]int{}
+	}
+	w.errs[kind+": "+ErrorKind(err)]++
+	w.mu.Unlock()
+}
+
+func (w *workload) history() check.History {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.ops)
+}
+
+// client runs acquire → fenced and unfenced write → hold → release until
+// ctx ends. It never renews: a lease lives its TTL.
+func (w *workload) client(ctx context.Context, id int, l lock.Locker, rng *rand.Rand) {
+	ttl := w.cfg.TTL
+	for ctx.Err() == nil {
+		key := fmt.Sprintf("chaos/%d", rng.IntN(w.cfg.Keys))
+		acq := check.Op{Client: id, Key: key, Kind: check.Acquire, TTL: ttl, Start: w.now()}
+		actx, cancel := context.WithTimeout(ctx, 2*ttl)
+		lease, err := l.Acquire(actx, key, lock.AcquireOptions{TTL: ttl})
+		cancel()
+		acq.End = w.now()
+		if err != nil {
+			// The contract releases a grant that raced the caller's
+			// cancellation, but the checker cannot know it did not exist.
+			acq.Unknown = !errors.Is(err, lock.ErrNotAcquired)
+			w.record(acq)
+			if ctx.Err() == nil {
+				w.fail("acquire", err)
+				sleepCtx(ctx, between(rng, 20*time.Millisecond, 100*time.Millisecond))
+			}
+			continue
+		}
+		acq.OK, acq.Token, acq.Deadline = true, uint64(lease.Token), lease.Deadline().Sub(w.base)
+		w.record(acq)
+
+		// A correct client checks its deadline before it writes; a paused
+		// one checked, then stalled (a GC pause) and writes late.
+		paused := w.takePause()
+		if paused {
+			time.Sleep(ttl + ttl/2)
+		}
+		if paused || time.Now().Before(lease.Deadline()) {
+			w.write(ctx, id, key, lease.Token)
+		}
+		sleepCtx(ctx, time.Duration(rng.Int64N(int64(ttl/5))))
+
+		rel := check.Op{Client: id, Key: key, Kind: check.Release, Token: uint64(lease.Token), Start: w.now()}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ttl)
+		err = l.Release(rctx, lease)
+		cancel()
+		rel.End = w.now()
+		switch {
+		case err == nil:
+			rel.OK = true
+		case errors.Is(err, lock.ErrNotHeld):
+		default:
+			rel.Unknown = true
+			w.fail("release", err)
+		}
+		w.record(rel)
+	}
+}
+
+// write writes the same data to the fenced store (with the token) and to
+// the unfenced store, recording both.
+func (w *workload) write(ctx context.Context, id int, key string, token lock.Token) {
+	data := fmt.Sprintf("client %d token %d", id, token)
+	fw := check.Op{Client: id, Key: key, Kind: check.Write, Fenced: true, Token: uint64(token), Start: w.now()}
+	res, err := w.store.Write(context.WithoutCancel(ctx), fencedstore.WriteRequest{
+		ClientID: fmt.Sprint(id), Token: fencedstore.FencingToken{Key: key, Value: uint64(token)}, Data: data})
+	fw.End = w.now()
+	switch {
+	case err == nil:
+		fw.OK, fw.StoreSeq = true, res.Seq
+	case errors.Is(err, fencedstore.ErrStaleToken):
+	default:
+		fw.Unknown = true
+	}
+	w.record(fw)
+	uw := check.Op{Client: id, Key: key, Kind: check.Write, Token: uint64(token), Start: w.now()}
+	uw.StoreSeq = w.unfenced.write(key, data)
+	uw.End, uw.OK = w.now(), true
+	w.record(uw)
+}
+
+// schedule injects one fault at a time: a few seconds of calm, the fault,
+// its heal. It stops injecting once too little time is left to heal and
+// recover.
+func (w *workload) schedule(ctx context.Context, tg *target, rng *rand.Rand) error {
+	ttl := w.cfg.TTL
+	end := w.base.Add(w.cfg.Duration - 3*time.Second)
+	for {
+		if !sleepCtx(ctx, between(rng, 2*time.Second, 4*time.Second)) || time.Now().After(end) {
+			return nil
+		}
+		name := pick(rng, w.cfg.Faults)
+		start := w.now()
+		var heal func() error
+		var what string
+		var hold time.Duration
+		switch name {
+		case FaultClientPause:
+			w.pauses.Add(1)
+			heal, what, hold = func() error { return nil }, "the next client to take a lock stalls 1.5 × TTL before writing", 0
+		default:
+			inject := tg.faults[name]
+			if inject == nil {
+				return fmt.Errorf("fault %s is not supported on %s", name, tg.backend)
+			}
+			var err error
+			if heal, what, err = inject(rng, ttl); err != nil {
+				return fmt.Errorf("injecting %s: %w", name, err)
+			}
+			switch name {
+			case FaultPause:
+				hold = between(rng, ttl/2, 2*ttl)
+			case FaultClock:
+				hold = between(rng, time.Second, 2*time.Second)
+			default:
+				hold = between(rng, time.Second, 3*time.Second)
+			}
+		}
+		fmt.Fprintf(w.cfg.Progress, "%6.1fs  %-12s %s\n", start.Seconds(), name, what)
+		time.Sleep(hold) // a fault is held even past the end: it must be healed
+		if err := heal(); err != nil {
+			return fmt.Errorf("healing %s (%s): %w", name, what, err)
+		}
+		healed := w.now()
+		w.mu.Lock()
+		w.faults = append(w.faults, check.Fault{Name: name, Start: start, Heal: healed})
+		w.events = append(w.events, FaultEvent{Fault: name, What: what, StartS: start.Seconds(), HealS: healed.Seconds()})
+		w.mu.Unlock()
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends; it reports whether it slept.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// unfenced is the data store without a fence: it applies every write in
+// arrival order, as most stores do.
+type unfenced struct {
+	mu   sync.Mutex
+	seq  uint64
+	data map[string]string
+}
+
+func newUnfenced() *unfenced { return &unfenced{data: map[string]string{}} }
+
+func (u *unfenced) write(key, data string) uint64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.seq++
+	u.data[key] = data
+	return u.seq
+}

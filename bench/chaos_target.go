@@ -1,0 +1,388 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/backend/redlock"
+	"github.com/lockgate/lockgate/backend/sqllock"
+	"github.com/lockgate/lockgate/backend/zklike"
+	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/internal/testenv"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Fault names, as `--faults` spells them.
+const (
+	FaultKill        = "kill"
+	FaultPause       = "pause"
+	FaultPartition   = "partition"
+	FaultClock       = "clock"
+	FaultClientPause = "client-pause"
+)
+
+// Faults lists every fault.
+var Faults = []string{FaultKill, FaultPause, FaultPartition, FaultClock, FaultClientPause}
+
+// injector injects one fault into a target and returns how to heal it and
+// what it did. Server faults run inside the target's ProcessTB (testenv
+// reports failures through it).
+type injector func(rng *rand.Rand, ttl time.Duration) (heal func() error, what string, err error)
+
+// target is one backend's servers, started for a campaign behind proxies,
+// with the faults it supports.
+type target struct {
+	backend   string
+	newClient func() (lock.Locker, error)
+	faults    map[string]injector
+	// notes say how a fault is realised on this backend where that is not
+	// obvious (e.g. an emulated clock jump).
+	notes   map[string]string
+	tb      *testenv.ProcessTB
+	proxies *Proxies
+}
+
+func (t *target) close() {
+	t.proxies.Close()
+	t.tb.Close()
+}
+
+// do runs f with the target's ProcessTB and turns a testenv failure into an
+// error.
+func (t *target) do(what string, f func(tb testing.TB)) error {
+	before := t.tb.Errors()
+	if !t.tb.Do(f) {
+		return fmt.Errorf("%s: %s", what, strings.TrimPrefix(t.tb.Errors(), before))
+	}
+	return nil
+}
+
+// startTarget starts backend's servers with proxies in front of every
+// server (and between raftlock's nodes).
+func startTarget(backend, lockgate string, log io.Writer) (*target, error) {
+	t := &target{backend: backend, tb: testenv.NewProcessTB("chaos"), proxies: NewProxies(),
+		faults: map[string]injector{}, notes: map[string]string{}}
+	t.tb.Out = log
+	var err error
+	switch backend {
+	case Raft:
+		err = t.startRaft(lockgate)
+	case Redlock:
+		err = t.startRedlock()
+	case Postgres:
+		err = t.startPostgres()
+	case Etcd:
+		err = t.startEtcd()
+	default:
+		err = fmt.Errorf("unknown backend %q", backend)
+	}
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// pick returns a random element of xs.
+func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
+
+// between returns a random duration in [lo, hi).
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// cutAll cuts ps and returns the heal of all of them.
+func cutAll(ps []*Proxy) func() error {
+	for _, p := range ps {
+		p.Cut()
+	}
+	return func() error {
+		var first error
+		for _, p := range ps {
+			if err := p.Heal(); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+}
+
+func (t *target) startRaft(lockgate string) error {
+	if lockgate == "" {
+		return fmt.Errorf("raft: the lockgate binary is needed to run nodes")
+	}
+	var api []*Proxy    // clients → node i's API
+	var peer [][]*Proxy // node i → node j's Raft transport
+	var rl *testenv.Raftlock
+	args := func(i int, nodes []*testenv.RaftNode) []string {
+		if i == 0 { // one set of proxies per start attempt
+			api = make([]*Proxy, len(nodes))
+			peer = make([][]*Proxy, len(nodes))
+			for a := range nodes {
+				api[a], _ = t.proxies.Add(fmt.Sprintf("api-%d", a+1), nodes[a].APIAddr)
+				peer[a] = make([]*Proxy, len(nodes))
+				for b := range nodes {
+					if a != b {
+						peer[a][b], _ = t.proxies.Add(fmt.Sprintf("raft-%d-%d", a+1, b+1), nodes[b].RaftAddr)
+					}
+				}
+			}
+		}
+		var dial []string
+		for j, nd := range nodes {
+			if j != i && peer[i][j] != nil {
+				dial = append(dial, nd.RaftAddr+"="+peer[i][j].Addr())
+			}
+		}
+		out := []string{"--fault-injection", "--raft-dial", strings.Join(dial, ",")}
+		if api[i] != nil {
+			out = append(out, "--api-listen", nodes[i].APIAddr, "--api-addr", api[i].Addr())
+		}
+		return out
+	}
+	if err := t.do("starting raftlock", func(tb testing.TB) {
+		rl = testenv.StartRaftlockWith(tb, lockgate, RaftNodes, testenv.RaftlockOptions{Args: args})
+	}); err != nil {
+		return err
+	}
+	endpoints := make([]string, len(api))
+	for i, p := range api {
+		endpoints[i] = p.Addr()
+	}
+	t.newClient = func() (lock.Locker, error) {
+		return client.New(endpoints, client.Options{RequestTimeout: 5 * time.Second})
+	}
+	// victim is the leader, or (one time in two for kill) a random node.
+	victim := func(rng *rand.Rand, anyNode bool) (*testenv.RaftNode, int, string) {
+		l := rl.Leader()
+		if l == nil || anyNode && rng.IntN(2) == 0 {
+			i := rng.IntN(len(rl.Nodes))
+			return rl.Nodes[i], i, "node " + rl.Nodes[i].ID
+		}
+		for i, nd := range rl.Nodes {
+			if nd == l {
+				return nd, i, "leader " + nd.ID
+			}
+		}
+		return l, 0, "leader " + l.ID
+	}
+	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		nd, _, who := victim(rng, true)
+		nd.Kill()
+		return func() error { return t.do("restarting "+who, func(testing.TB) { nd.Restart() }) }, "SIGKILL " + who, nil
+	}
+	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		nd, _, who := victim(rng, false)
+		nd.Pause()
+		return func() error { return t.do("resuming "+who, func(testing.TB) { nd.Resume() }) }, "SIGSTOP " + who, nil
+	}
+	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		_, i, who := victim(rng, rng.IntN(2) == 0) // the leader, or a random node: minority | majority
+		var cut []*Proxy
+		for j := range rl.Nodes {
+			if j != i {
+				cut = append(cut, peer[i][j], peer[j][i])
+			}
+		}
+		what := "isolate " + who + " from its peers"
+		if rng.IntN(2) == 0 {
+			cut = append(cut, api[i])
+			what += " and clients"
+		}
+		return cutAll(cut), what, nil
+	}
+	t.faults[FaultClock] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		nd, _, who := victim(rng, false)
+		jump := between(rng, ttl, 3*ttl)
+		if err := skewRaftClock(nd.APIAddr, jump); err != nil {
+			return nil, "", err
+		}
+		return func() error { return skewRaftClock(nd.APIAddr, 0) },
+			fmt.Sprintf("clock of %s jumps %v forward", who, jump.Round(time.Millisecond)), nil
+	}
+	t.notes[FaultClock] = "the node's leader clock is shifted through its fault-injection endpoint (Go binaries ignore libfaketime)"
+	return nil
+}
+
+// skewRaftClock sets a raftlock node's clock offset (fault injection).
+func skewRaftClock(apiAddr string, d time.Duration) error {
+	body, _ := json.Marshal(raftlock.ClockSkew{OffsetMs: d.Milliseconds()})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+apiAddr+raftlock.PathDebugClock, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("skewing the clock of %s: %w", apiAddr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("skewing the clock of %s: %s: %s", apiAddr, resp.Status, msg)
+	}
+	return nil
+}
+
+func (t *target) startRedlock() error {
+	var rs []*testenv.Redis
+	if err := t.do("starting redis", func(tb testing.TB) { rs = testenv.StartRedisN(tb, RedisMasters) }); err != nil {
+		return err
+	}
+	ps := make([]*Proxy, len(rs))
+	addrs := make([]string, len(rs))
+	for i, r := range rs {
+		p, err := t.proxies.Add(fmt.Sprintf("redis-%d", i), r.Addr)
+		if err != nil {
+			return err
+		}
+		ps[i], addrs[i] = p, p.Addr()
+	}
+	t.newClient = func() (lock.Locker, error) { return redlock.New(redlock.DefaultConfig(addrs...)) }
+	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		i := rng.IntN(len(rs))
+		rs[i].Kill()
+		return func() error { return t.do("restarting redis", func(testing.TB) { rs[i].Restart() }) },
+			fmt.Sprintf("SIGKILL redis %d (restarts empty: no persistence)", i), nil
+	}
+	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		i := rng.IntN(len(rs))
+		rs[i].Pause()
+		return func() error { return t.do("resuming redis", func(testing.TB) { rs[i].Resume() }) }, fmt.Sprintf("SIGSTOP redis %d", i), nil
+	}
+	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		n := 1 + rng.IntN(len(rs)/2) // a minority: the quorum survives
+		idx := rng.Perm(len(rs))[:n]
+		cut := make([]*Proxy, n)
+		for k, i := range idx {
+			cut[k] = ps[i]
+		}
+		return cutAll(cut), fmt.Sprintf("cut clients from redis %v", idx), nil
+	}
+	t.faults[FaultClock] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		jump := between(rng, 2*ttl, 4*ttl)
+		idx := rng.Perm(len(rs))[:len(rs)/2+1] // a quorum's clocks jump
+		for _, i := range idx {
+			if err := jumpRedisClock(rs[i].Addr, jump); err != nil {
+				return nil, "", err
+			}
+		}
+		return func() error { return nil }, fmt.Sprintf("clocks of redis %v jump %v forward", idx, jump.Round(time.Millisecond)), nil
+	}
+	t.notes[FaultClock] = "emulated: libfaketime cannot run Debian's redis-server (its jemalloc recurses into " +
+		"clock_gettime during libfaketime's start, wolfcw/libfaketime#130), so every key's remaining TTL on the " +
+		"node is shortened by the jump, which is what a forward wall-clock step does to Redis expiry"
+	return nil
+}
+
+// jumpRedisClock does to one Redis server's keys what a forward jump of
+// its wall clock by d does: keys whose remaining TTL is at most d expire,
+// the others lose d. Keys without a TTL (redlock's token counters) keep.
+func jumpRedisClock(addr string, d time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const script = `
+local jump = tonumber(ARGV[1])
+local n = 0
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  local ttl = redis.call('PTTL', k)
+  if ttl > 0 then
+    if ttl <= jump then redis.call('DEL', k) else redis.call('PEXPIRE', k, ttl - jump) end
+    n = n + 1
+  end
+end
+return n`
+	if err := c.Eval(ctx, script, nil, d.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("jumping the clock of redis %s: %w", addr, err)
+	}
+	return nil
+}
+
+func (t *target) startPostgres() error {
+	var pg *testenv.Postgres
+	if err := t.do("starting postgres", func(tb testing.TB) { pg = testenv.StartPostgres(tb) }); err != nil {
+		return err
+	}
+	p, err := t.proxies.Add("postgres", fmt.Sprintf("127.0.0.1:%d", pg.Port))
+	if err != nil {
+		return err
+	}
+	url := strings.Replace(pg.URL, fmt.Sprintf("127.0.0.1:%d", pg.Port), p.Addr(), 1)
+	t.newClient = func() (lock.Locker, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cfg := sqllock.DefaultConfig(url)
+		cfg.PoolSize = 4
+		return sqllock.New(ctx, cfg)
+	}
+	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		pg.Kill()
+		return func() error { return t.do("restarting postgres", func(testing.TB) { pg.Restart() }) }, "SIGKILL postgres", nil
+	}
+	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		pg.Pause()
+		return func() error { return t.do("resuming postgres", func(testing.TB) { pg.Resume() }) }, "SIGSTOP postgres", nil
+	}
+	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		return cutAll([]*Proxy{p}), "cut clients from postgres", nil
+	}
+	return nil
+}
+
+func (t *target) startEtcd() error {
+	var e *testenv.Etcd
+	if err := t.do("starting etcd", func(tb testing.TB) { e = testenv.StartEtcd(tb, EtcdMembers) }); err != nil {
+		return err
+	}
+	ps := make([]*Proxy, len(e.Members))
+	eps := make([]string, len(e.Members))
+	for i, m := range e.Members {
+		p, err := t.proxies.Add(m.Name, strings.TrimPrefix(m.ClientURL, "http://"))
+		if err != nil {
+			return err
+		}
+		ps[i], eps[i] = p, "http://"+p.Addr()
+	}
+	t.newClient = func() (lock.Locker, error) {
+		cfg := zklike.DefaultConfig(eps...)
+		cfg.SessionTTL = 2 * time.Second
+		return zklike.New(cfg)
+	}
+	member := func(rng *rand.Rand) (*testenv.EtcdMember, string) {
+		m := pick(rng, e.Members)
+		return m, m.Name
+	}
+	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		m, who := member(rng)
+		m.Kill()
+		return func() error { return t.do("restarting "+who, func(testing.TB) { m.Restart() }) }, "SIGKILL " + who, nil
+	}
+	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		m, who := member(rng)
+		m.Pause()
+		return func() error { return t.do("resuming "+who, func(testing.TB) { m.Resume() }) }, "SIGSTOP " + who, nil
+	}
+	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		n := 1 + rng.IntN(len(ps)-1)
+		idx := rng.Perm(len(ps))[:n]
+		cut := make([]*Proxy, n)
+		for k, i := range idx {
+			cut[k] = ps[i]
+		}
+		return cutAll(cut), fmt.Sprintf("cut clients from etcd members %v", idx), nil
+	}
+	t.notes[FaultPartition] = "client↔server links only: etcd's peers dial each other directly"
+	return nil
+}
