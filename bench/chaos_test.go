@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/testenv"
+)
+
+// TestChaosRaftSmoke is the short raftlock campaign of make test: 15 s of
+// kills, pauses and partitions against three `lockgate node` processes.
+// raftlock must keep every promise: no overlap, a linearizable history, no
+// stale write accepted, and a grant within 5 s of every heal.
+func TestChaosRaftSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 15 s fault campaign")
+	}
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := RunChaos(ctx, ChaosConfig{
+		Backend:  Raft,
+		Faults:   []string{FaultKill, FaultPause, FaultPartition},
+		Duration: 15 * time.Second,
+		Seed:     1,
+		Lockgate: testenv.BuildLockgate(t),
+		Log:      &log,
+		Progress: testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	if len(rep.Injected) < 2 || rep.Cycles < 20 {
+		t.Fatalf("%d faults and %d cycles: the campaign did too little to judge", len(rep.Injected), rep.Cycles)
+	}
+	if rep.Overlaps != 0 || !rep.Linearizable || rep.StaleWritesAccepted != 0 || !rep.Valid {
+		t.Errorf("raftlock broke a promise: overlaps %d %v, linearizable %v, stale writes accepted %d, valid %v",
+			rep.Overlaps, rep.OverlapExamples, rep.Linearizable, rep.StaleWritesAccepted, rep.Valid)
+	}
+	for _, ev := range rep.Injected {
+		if !ev.Recovered || ev.RecoveryS > 5 {
+			t.Errorf("%s (%s): recovered %v after %.2f s, want ≤ 5 s", ev.Fault, ev.What, ev.Recovered, ev.RecoveryS)
+		}
+	}
+
+	// The JSON has the documented fields.
+	var js bytes.Buffer
+	rep.WriteJSON(&js)
+	var doc map[string]any
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"backend", "faults", "seed", "duration_s", "cycles", "overlaps", "stale_writes_accepted",
+		"stale_writes_rejected", "unfenced_conflicts", "linearizable", "unavailable_s", "max_recovery_s", "valid"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("JSON has no %q", k)
+		}
+	}
+	var page bytes.Buffer
+	if err := rep.WriteHTML(&page); err != nil || page.Len() < 100000 {
+		t.Fatalf("HTML report: %d bytes, %v", page.Len(), err)
+	}
+}
+
+// TestExpectedToBite: the campaigns that must show overlaps to count.
+func TestExpectedToBite(t *testing.T) {
+	for _, tc := range []struct {
+		backend, fault string
+		want           bool
+	}{
+		{Raft, FaultClientPause, true},
+		{Etcd, FaultClientPause, true},
+		{Redlock, FaultClock, true},
+		{Raft, FaultClock, false},
+		{Raft, FaultKill, false},
+		{Redlock, FaultPartition, false},
+	} {
+		if got := expectedToBite(tc.backend, tc.fault); got != tc.want {
+			t.Errorf("expectedToBite(%s, %s) = %v, want %v", tc.backend, tc.fault, got, tc.want)
+		}
+	}
+}
