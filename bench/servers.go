@@ -171,7 +171,8 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 			})
 		case Postgres:
 			start(func(tb testing.TB) {
-				s.PG = testenv.StartPostgres(tb)
+				// fsync on: raftlock and etcd wait for their disks too.
+				s.PG = testenv.StartPostgresWith(tb, testenv.PostgresOptions{Durable: true})
 				s.Spec.Postgres = s.PG.URL
 			})
 		case Etcd:

@@ -36,13 +36,22 @@ type Postgres struct {
 	// DataDir is the cluster's data directory, the same across Restart.
 	DataDir string
 
-	proc *proc
+	durable bool
+	proc    *proc
+}
+
+// PostgresOptions adjusts StartPostgresWith.
+type PostgresOptions struct {
+	// Durable keeps fsync on, as in production: commits wait for the disk.
+	// Benchmarks that compare PostgreSQL with durable backends need it;
+	// tests run faster without.
+	Durable bool
 }
 
 // StartPostgres creates a cluster with initdb (trust authentication,
 // superuser PostgresUser, UTF8, C locale) in a new temporary directory, runs
 // `postgres -D <dir>` listening only on 127.0.0.1 at a free port (no Unix
-// socket), and returns once `SELECT 1` succeeds through pgx. fsync is off:
+// socket), and returns once `SELECT 1` succeeds through pgx. fsync is off (see StartPostgresWith):
 // committed data survives Kill and Restart (the page cache is not lost when
 // processes die), only not a machine crash.
 //
@@ -55,10 +64,16 @@ type Postgres struct {
 // of the server log if the server does not become ready within 30 seconds.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	return startPostgres(t, freePorts)
+	return startPostgres(t, freePorts, PostgresOptions{})
 }
 
-func startPostgres(t testing.TB, pick portPicker) *Postgres {
+// StartPostgresWith is StartPostgres with options.
+func StartPostgresWith(t testing.TB, opts PostgresOptions) *Postgres {
+	t.Helper()
+	return startPostgres(t, freePorts, opts)
+}
+
+func startPostgres(t testing.TB, pick portPicker, opts PostgresOptions) *Postgres {
 	t.Helper()
 	binDir := PostgresBinDir(t)
 	cred, err := unprivilegedUser()
@@ -71,6 +86,7 @@ func startPostgres(t testing.TB, pick portPicker) *Postgres {
 		t.Fatalf("testenv: StartPostgres: %v", err)
 	}
 	p := &Postgres{
+		durable: opts.Durable,
 		DataDir: filepath.Join(base, "data"),
 		proc: &proc{
 			t:       t,
@@ -132,7 +148,9 @@ func (p *Postgres) setPort(port int) {
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "port=" + strconv.Itoa(port),
 		"-c", "unix_socket_directories=",
-		"-c", "fsync=off",
+	}
+	if !p.durable {
+		p.proc.args = append(p.proc.args, "-c", "fsync=off")
 	}
 }
 

@@ -61,7 +61,7 @@ func TestStartRetriesTakenPort(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		pick, taken, calls := takenPortPicker(t)
-		p := startPostgres(t, pick)
+		p := startPostgres(t, pick, PostgresOptions{})
 		if p.Port == taken || calls() != 2 {
 			t.Errorf("Port = %d (taken %d), picker called %d times; want a new port on the 2nd attempt", p.Port, taken, calls())
 		}
