@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 var (
@@ -56,7 +57,7 @@ type Locker struct {
 	ops    sync.WaitGroup // operations and background work using the clients
 	chans  map[string]*channelState
 	work   chan func() // idle workers take jobs from here (see spawn)
-	gates  map[string]*gateKey
+	gate   *localgate.Gate
 
 	// releasing: per key, this Locker's release still in flight on some
 	// nodes (Release returns once a quorum answered).
@@ -80,7 +81,7 @@ func New(cfg Config) (*Locker, error) {
 		cancel: cancel,
 		chans:  make(map[string]*channelState),
 		work:   make(chan func()),
-		gates:  make(map[string]*gateKey),
+		gate:   localgate.New(MaxLocalHandoffs),
 
 		releasing: make(map[string]*inflight),
 	}
@@ -206,7 +207,12 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	// A re-sent acquire with the caller's own handle must not queue behind
 	// the grant it may be re-sending: it bypasses the local gate.
 	if !try && opts.Handle == "" {
-		handed, err := l.enter(ctx, key, opts)
+		handed, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error {
+			if ctx.Err() != nil {
+				return fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+			}
+			return lock.ErrClosed
+		}, l.releaseQuietly)
 		if err != nil {
 			return nil, err
 		}
@@ -225,10 +231,10 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		}
 		lease, err := l.wait(ctx, key, opts, false)
 		if err != nil {
-			l.exit(key)
+			l.gate.Exit(key)
 			return nil, err
 		}
-		l.hold(lease, false)
+		l.gate.Hold(lease, false)
 		return lease, nil
 	}
 	return l.wait(ctx, key, opts, try)
@@ -581,7 +587,7 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 	if err := lock.ValidateLease(lease); err != nil {
 		return err
 	}
-	if t := l.takeHandoff(lease); t != nil {
+	if t := l.gate.TakeHandoff(lease); t != nil {
 		return l.handoff(ctx, lease, t)
 	}
 	return l.release(ctx, lease)
@@ -607,11 +613,11 @@ func (l *Locker) releaseCounted(ctx context.Context, lease *lock.Lease, moved in
 	switch {
 	case ok >= l.quorum:
 		l.deliver(k.channel, uint64(lease.Token)) // wake a local waiter at once
-		l.endHolder(lease, lock.ErrReleased)
+		l.gate.EndHolder(lease, lock.ErrReleased)
 		return lease.Released(true)
 	case refused > n-l.quorum || ok+refused == n:
 		err := lease.Released(false)
-		l.endHolder(lease, err)
+		l.gate.EndHolder(lease, err)
 		return err
 	default:
 		return fmt.Errorf("%w: redlock: release %q: only %d of %d nodes answered (quorum %d), outcome unknown: %v",

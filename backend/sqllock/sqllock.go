@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 var (
@@ -79,7 +80,7 @@ type Locker struct {
 	ops    sync.WaitGroup // calls in progress
 	bg     sync.WaitGroup // listener, sweeper, abandon retries
 	subs   map[string][]*waiter
-	gates  map[string]*gate
+	gate   *localgate.Gate
 
 	stats stats
 }
@@ -129,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Locker, error) {
 		ctx:    lctx,
 		cancel: cancel,
 		subs:   make(map[string][]*waiter),
-		gates:  make(map[string]*gate),
+		gate:   localgate.New(MaxLocalHandoffs),
 	}
 	if err := l.createSchema(ctx); err != nil {
 		cancel()
@@ -252,16 +253,16 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		}
 		return lease, err
 	}
-	lease, err := l.enter(ctx, key, opts)
+	lease, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error { return l.gaveUp(ctx, key) }, l.releaseQuietly)
 	if err != nil {
 		return nil, err
 	}
 	if lease == nil {
 		if lease, err = l.wait(ctx, key, opts, false); err != nil {
-			l.exit(key)
+			l.gate.Exit(key)
 			return nil, err
 		}
-		l.hold(lease, false)
+		l.gate.Hold(lease, false)
 	} else if err := l.gaveUp(ctx, key); err != nil {
 		l.releaseQuietly(lease)
 		return nil, err
@@ -444,7 +445,7 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 	if err := lock.ValidateLease(lease); err != nil {
 		return err
 	}
-	if t := l.takeHandoff(lease); t != nil {
+	if t := l.gate.TakeHandoff(lease); t != nil {
 		return l.handoff(ctx, lease, t)
 	}
 	return l.release(ctx, lease)
@@ -464,9 +465,9 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	}
 	err = lease.Released(held)
 	if held {
-		l.endHolder(lease, lock.ErrReleased)
+		l.gate.EndHolder(lease, lock.ErrReleased)
 	} else {
-		l.endHolder(lease, err)
+		l.gate.EndHolder(lease, err)
 	}
 	return err
 }
