@@ -2,10 +2,12 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -44,19 +46,39 @@ contract implemented by four backends: a native Raft lock service (raftlock),
 Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
 		SilenceUsage:  true, // a failed command prints its error, not the usage
 		SilenceErrors: true, // Main prints the error once
+		// Every command's settings: flag > LOCKGATE_* environment >
+		// --config file > default (config.go).
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if err := applyConfigFile(cmd, g.config); err != nil {
+			origins, err := resolveConfig(cmd, os.LookupEnv, os.Environ(), stderr)
+			if err != nil {
 				return err
 			}
+			cmd.SetContext(context.WithValue(cmd.Context(), originsKey{}, origins))
 			return setupLogging(stderr, g.logLevel)
 		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (flags given on the command line win)")
-	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newDemoCmd(), newStoreCmd(), newBenchCmd())
+	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (precedence: flag > LOCKGATE_* environment > file > default)")
+	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newDemoCmd(), newStoreCmd(), newBenchCmd(),
+		newConfigCmd(), newHealthcheckCmd())
+	// cobra adds `completion bash|zsh|fish|powershell` only inside Execute;
+	// adding it here makes it visible to Find (tests, config print).
+	root.InitDefaultCompletionCmd()
 	return root
+}
+
+// originsKey keys the settings' origins in a running command's context.
+type originsKey struct{}
+
+// originsFrom returns the origins PersistentPreRunE stored in ctx.
+func originsFrom(ctx context.Context) map[string]origin {
+	if ctx == nil {
+		return nil
+	}
+	o, _ := ctx.Value(originsKey{}).(map[string]origin)
+	return o
 }
 
 // setupLogging installs a structured (log/slog) logger on stderr.

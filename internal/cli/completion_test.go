@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		code, out, errOut := run(t, "completion", shell)
+		if code != 0 || len(out) < 100 || !strings.Contains(out, "lockgate") {
+			t.Errorf("completion %s: exit %d, %d bytes, stderr %q", shell, code, len(out), errOut)
+		}
+	}
+	// The generated script completes subcommands through the binary's
+	// hidden __complete command; check that it answers.
+	code, out, _ := run(t, "__complete", "con")
+	if code != 0 || !strings.Contains(out, "config") {
+		t.Errorf("__complete con: exit %d, %q", code, out)
+	}
+}
+
+func TestHealthcheck(t *testing.T) {
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	if code, out, errOut := run(t, "healthcheck", "--url", srv.URL+"/healthz"); code != 0 || !strings.Contains(out, "healthy") {
+		t.Errorf("healthy server: exit %d, %q %q", code, out, errOut)
+	}
+	status = http.StatusServiceUnavailable
+	if code, _, errOut := run(t, "healthcheck", "--url", srv.URL+"/healthz"); code != 1 || !strings.Contains(errOut, "503") {
+		t.Errorf("503: exit %d, %q", code, errOut)
+	}
+	srv.Close()
+	if code, _, errOut := run(t, "healthcheck", "--url", srv.URL+"/healthz", "--timeout", "500ms"); code != 1 || !strings.Contains(errOut, "unhealthy") {
+		t.Errorf("no server: exit %d, %q", code, errOut)
+	}
+}
+
+func TestCheckArgs(t *testing.T) {
+	for _, args := range [][]string{
+		{"node", "--id", "1", "--data-dir", "/data", "--bootstrap"},
+		{"serve", "--backend", "redlock", "--redis-addrs", "a:1,b:2"},
+		{"bench", "latency", "--backend", "raft"},
+		{"healthcheck"},
+		{"lock", "acquire", "k"},
+	} {
+		if err := CheckArgs(args); err != nil {
+			t.Errorf("CheckArgs(%q) = %v", args, err)
+		}
+	}
+	for args, want := range map[string]string{
+		"node --id 1":                       `required flag(s) "data-dir" not set`,
+		"node --id 1 --data-dir /d --nodez": "unknown flag: --nodez",
+		"serve --nodes many":                `invalid argument "many"`,
+		"frobnicate":                        `unknown command "frobnicate"`,
+		"bench":                             "not a runnable command",
+		"version extra":                     "unknown command",
+	} {
+		err := CheckArgs(strings.Fields(args))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckArgs(%q) = %v, want an error mentioning %q", args, err, want)
+		}
+	}
+}
