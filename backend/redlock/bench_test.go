@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 // benchServers are the five Redis masters shared by every benchmark (ours
@@ -73,32 +73,10 @@ func benchKey(name string) string {
 func BenchmarkSequential(b *testing.B) {
 	l, rs := benchSetup(b)
 	ctx := context.Background()
-	p50 := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2].Microseconds())
-	}
-	run := func(b *testing.B, acquire, release func() error) {
-		var cyc, acq, rel []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if err := acquire(); err != nil {
-				b.Fatal(err)
-			}
-			mid := time.Now()
-			if err := release(); err != nil {
-				b.Fatal(err)
-			}
-			end := time.Now()
-			cyc, acq, rel = append(cyc, end.Sub(start)), append(acq, mid.Sub(start)), append(rel, end.Sub(mid))
-		}
-		b.ReportMetric(p50(cyc), "p50-µs")
-		b.ReportMetric(p50(acq), "acquire-p50-µs")
-		b.ReportMetric(p50(rel), "release-p50-µs")
-	}
 	b.Run("ours", func(b *testing.B) {
 		key := benchKey("seq")
 		var lease *lock.Lease
-		run(b, func() (err error) {
+		locktest.BenchCycles(b, func() (err error) {
 			lease, err = l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
 			return err
 		}, func() error {
@@ -107,7 +85,7 @@ func BenchmarkSequential(b *testing.B) {
 	})
 	b.Run("redsync", func(b *testing.B) {
 		m := rs.NewMutex(benchKey("seq"), redsync.WithExpiry(benchTTL))
-		run(b, func() error {
+		locktest.BenchCycles(b, func() error {
 			return m.LockContext(ctx)
 		}, func() error {
 			_, err := m.UnlockContext(ctx)

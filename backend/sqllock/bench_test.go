@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 // sharedServer is the PostgreSQL server shared by every benchmark (ours and
@@ -159,32 +159,10 @@ func benchKey(name string) string {
 func BenchmarkSequential(b *testing.B) {
 	l, raw := benchSetup(b)
 	ctx := context.Background()
-	p50 := func(d []time.Duration) float64 {
-		slices.Sort(d)
-		return float64(d[len(d)/2].Microseconds())
-	}
-	run := func(b *testing.B, acquire, release func() error) {
-		var cyc, acq, rel []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if err := acquire(); err != nil {
-				b.Fatal(err)
-			}
-			mid := time.Now()
-			if err := release(); err != nil {
-				b.Fatal(err)
-			}
-			end := time.Now()
-			cyc, acq, rel = append(cyc, end.Sub(start)), append(acq, mid.Sub(start)), append(rel, end.Sub(mid))
-		}
-		b.ReportMetric(p50(cyc), "p50-µs")
-		b.ReportMetric(p50(acq), "acquire-p50-µs")
-		b.ReportMetric(p50(rel), "release-p50-µs")
-	}
 	b.Run("ours", func(b *testing.B) {
 		key := benchKey("seq")
 		var lease *lock.Lease
-		run(b, func() (err error) {
+		locktest.BenchCycles(b, func() (err error) {
 			lease, err = l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
 			return err
 		}, func() error {
@@ -194,7 +172,7 @@ func BenchmarkSequential(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
 		key := benchKey("seq")
 		var token int64
-		run(b, func() (err error) {
+		locktest.BenchCycles(b, func() (err error) {
 			var ok bool
 			token, ok, err = raw.try(ctx, key)
 			if err == nil && !ok {

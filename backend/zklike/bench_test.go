@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 // benchEtcd is the three-member cluster shared by every benchmark (ours
@@ -51,11 +51,6 @@ func benchKey(name string) string {
 	return fmt.Sprintf("bench.%s.%d.%d", name, time.Now().UnixNano(), benchSeq.Add(1))
 }
 
-func p50(d []time.Duration) float64 {
-	slices.Sort(d)
-	return float64(d[len(d)/2].Microseconds())
-}
-
 // BenchmarkSequential: one client, acquire + release of a free key, p50 of
 // the cycle (and of its halves) in µs. Per cycle:
 //
@@ -74,24 +69,6 @@ func p50(d []time.Duration) float64 {
 func BenchmarkSequential(b *testing.B) {
 	e := benchCluster(b)
 	ctx := context.Background()
-	run := func(b *testing.B, acquire, release func() error) {
-		var cyc, acq, rel []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if err := acquire(); err != nil {
-				b.Fatal(err)
-			}
-			mid := time.Now()
-			if err := release(); err != nil {
-				b.Fatal(err)
-			}
-			end := time.Now()
-			cyc, acq, rel = append(cyc, end.Sub(start)), append(acq, mid.Sub(start)), append(rel, end.Sub(mid))
-		}
-		b.ReportMetric(p50(cyc), "p50-µs")
-		b.ReportMetric(p50(acq), "acquire-p50-µs")
-		b.ReportMetric(p50(rel), "release-p50-µs")
-	}
 	ours := func(opts lock.AcquireOptions) func(b *testing.B) {
 		return func(b *testing.B) {
 			l := newLocker(b, e, nil)
@@ -103,7 +80,7 @@ func BenchmarkSequential(b *testing.B) {
 			}
 			l.Release(ctx, warm)
 			var lease *lock.Lease
-			run(b, func() (err error) {
+			locktest.BenchCycles(b, func() (err error) {
 				lease, err = l.Acquire(ctx, key, opts)
 				return err
 			}, func() error {
@@ -124,7 +101,7 @@ func BenchmarkSequential(b *testing.B) {
 			b.Fatal(err)
 		}
 		m.Unlock(ctx)
-		run(b, func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) })
+		locktest.BenchCycles(b, func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) })
 	})
 	b.Run("ours-ttl", ours(lock.AcquireOptions{TTL: 20 * time.Second}))
 }
