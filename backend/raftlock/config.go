@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -56,6 +57,18 @@ type Config struct {
 	// (a proxy between the two nodes: the chaos bench cuts links there).
 	// Peers not in the map are dialled directly.
 	PeerDial map[string]string
+	// TLS, when not nil, makes the Raft transport and the API serve only
+	// TLS and the membership RPCs use it (see TLS, and PeerAuth for mutual
+	// TLS between nodes).
+	TLS *TLS
+	// AuthorizeMembership, when not nil and TLS.ClientCAs is not set, must
+	// approve every join and remove request this node serves (the CLI
+	// checks bearer tokens with it). With TLS.ClientCAs, a verified peer
+	// certificate is required instead.
+	AuthorizeMembership func(*http.Request) bool
+	// MembershipToken, when not empty, is sent as a bearer token with the
+	// membership RPCs this node makes (its own join, forwarded requests).
+	MembershipToken string
 	// FaultInjection mounts POST /v1/debug/clock on the API, which shifts
 	// this node's leader clock (a SkewClock) by {"offsetMs": N}: the chaos
 	// bench's clock-jump fault. Never enable it in production.

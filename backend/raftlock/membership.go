@@ -3,12 +3,14 @@ package raftlock
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -107,7 +109,33 @@ func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, pl)
 }
 
+// authorized reports whether r may change the membership (Config.TLS and
+// Config.AuthorizeMembership), answering 403 or 401 itself when not.
+func (n *Node) authorized(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case n.cfg.TLS.PeerAuth():
+		if peerVerified(r) {
+			return true
+		}
+		n.log.Warn("membership change refused: no verified peer certificate", "remote", r.RemoteAddr, "path", r.URL.Path)
+		writeJSON(w, http.StatusForbidden, Reply{Error: "a client certificate signed by the cluster's peer CA is required"})
+		return false
+	case n.cfg.AuthorizeMembership != nil:
+		if n.cfg.AuthorizeMembership(r) {
+			return true
+		}
+		n.log.Warn("membership change refused: not authorized", "remote", r.RemoteAddr, "path", r.URL.Path)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+		writeJSON(w, http.StatusUnauthorized, Reply{Error: "a valid bearer token is required (Authorization: Bearer <token>)"})
+		return false
+	}
+	return true
+}
+
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
+	if !n.authorized(w, r) {
+		return
+	}
 	var a JoinArgs
 	if !readJSON(w, r, &a) {
 		return
@@ -120,6 +148,9 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
+	if !n.authorized(w, r) {
+		return
+	}
 	var a RemoveArgs
 	if !readJSON(w, r, &a) {
 		return
@@ -149,7 +180,7 @@ func (n *Node) leaderOnly(w http.ResponseWriter, r *http.Request, body any, chan
 		return
 	}
 	var rep Reply
-	code, err := postJSON(r.Context(), laddr, r.URL.Path, hops+1, body, &rep)
+	code, err := n.members.postJSON(r.Context(), laddr, r.URL.Path, hops+1, body, &rep)
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, Reply{LeaderID: lid, LeaderAddr: laddr, Error: "forwarding to the leader: " + err.Error()})
 		return
@@ -191,23 +222,74 @@ func (n *Node) removeServer(ctx context.Context, id string) error {
 	return err
 }
 
+// MembershipClient sends membership RPCs (join, remove, peer list) to a
+// cluster's API addresses. The zero value speaks plain HTTP.
+type MembershipClient struct {
+	// TLS, when not nil, makes the client speak HTTPS with this
+	// configuration (a node uses its TLS.ClientConfig: peers' certificates
+	// verified, its own presented).
+	TLS *tls.Config
+	// Token, when not empty, is sent as "Authorization: Bearer <token>".
+	Token string
+	// Timeout bounds one RPC. Default 15 s.
+	Timeout time.Duration
+
+	once sync.Once
+	hc   *http.Client
+}
+
+func (mc *MembershipClient) http() *http.Client {
+	mc.once.Do(func() {
+		to := mc.Timeout
+		if to <= 0 {
+			to = 15 * time.Second
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = mc.TLS
+		mc.hc = &http.Client{Timeout: to, Transport: tr}
+	})
+	return mc.hc
+}
+
+func (mc *MembershipClient) url(addr, path string) string {
+	if mc.TLS != nil {
+		return "https://" + addr + path
+	}
+	return "http://" + addr + path
+}
+
 // Join asks the cluster reachable at any of seeds (API addresses) to add a
 // server, following redirects to the leader (at most DefaultMaxJoinHops).
 func Join(ctx context.Context, seeds []string, a JoinArgs) (*Reply, error) {
-	return changeMembership(ctx, seeds, PathJoin, a)
+	return (&MembershipClient{}).Join(ctx, seeds, a)
 }
 
 // Remove asks the cluster reachable at any of seeds to remove a server.
 func Remove(ctx context.Context, seeds []string, id string) (*Reply, error) {
-	return changeMembership(ctx, seeds, PathRemove, RemoveArgs{ServerID: id})
+	return (&MembershipClient{}).Remove(ctx, seeds, id)
 }
 
-func changeMembership(ctx context.Context, seeds []string, path string, body any) (*Reply, error) {
+// FetchPeers asks the node at apiAddr for the peer list.
+func FetchPeers(ctx context.Context, apiAddr string) (*PeerList, error) {
+	return (&MembershipClient{}).FetchPeers(ctx, apiAddr)
+}
+
+// Join is the package-level Join through mc.
+func (mc *MembershipClient) Join(ctx context.Context, seeds []string, a JoinArgs) (*Reply, error) {
+	return mc.changeMembership(ctx, seeds, PathJoin, a)
+}
+
+// Remove is the package-level Remove through mc.
+func (mc *MembershipClient) Remove(ctx context.Context, seeds []string, id string) (*Reply, error) {
+	return mc.changeMembership(ctx, seeds, PathRemove, RemoveArgs{ServerID: id})
+}
+
+func (mc *MembershipClient) changeMembership(ctx context.Context, seeds []string, path string, body any) (*Reply, error) {
 	var errs []error
 	for _, addr := range seeds {
 		for hop := 0; hop < DefaultMaxJoinHops && addr != ""; hop++ {
 			var rep Reply
-			code, err := postJSON(ctx, addr, path, hop, body, &rep)
+			code, err := mc.postJSON(ctx, addr, path, hop, body, &rep)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 				break
@@ -216,7 +298,8 @@ func changeMembership(ctx context.Context, seeds []string, path string, body any
 				return &rep, nil
 			}
 			errs = append(errs, fmt.Errorf("%s: %d %s", addr, code, rep.Error))
-			if code == http.StatusBadRequest || code == http.StatusConflict || rep.LeaderAddr == addr {
+			if code == http.StatusBadRequest || code == http.StatusConflict || code == http.StatusUnauthorized ||
+				code == http.StatusForbidden || rep.LeaderAddr == addr {
 				return &rep, errors.Join(errs...)
 			}
 			addr = rep.LeaderAddr
@@ -225,13 +308,14 @@ func changeMembership(ctx context.Context, seeds []string, path string, body any
 	return nil, fmt.Errorf("raftlock: membership change failed: %w", errors.Join(errs...))
 }
 
-// FetchPeers asks the node at apiAddr for the peer list.
-func FetchPeers(ctx context.Context, apiAddr string) (*PeerList, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+PathPeers, nil)
+// FetchPeers is the package-level FetchPeers through mc.
+func (mc *MembershipClient) FetchPeers(ctx context.Context, apiAddr string) (*PeerList, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, mc.url(apiAddr, PathPeers), nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := apiClient.Do(req)
+	mc.authorize(req)
+	resp, err := mc.http().Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -247,20 +331,25 @@ func FetchPeers(ctx context.Context, apiAddr string) (*PeerList, error) {
 	return &pl, nil
 }
 
-var apiClient = &http.Client{Timeout: 15 * time.Second}
+func (mc *MembershipClient) authorize(req *http.Request) {
+	if mc.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+mc.Token)
+	}
+}
 
-func postJSON(ctx context.Context, addr, path string, hops int, body, out any) (int, error) {
+func (mc *MembershipClient) postJSON(ctx context.Context, addr, path string, hops int, body, out any) (int, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, mc.url(addr, path), bytes.NewReader(b))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(hopsHeader, strconv.Itoa(hops))
-	resp, err := apiClient.Do(req)
+	mc.authorize(req)
+	resp, err := mc.http().Do(req)
 	if err != nil {
 		return 0, err
 	}

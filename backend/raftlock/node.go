@@ -42,6 +42,9 @@ type Node struct {
 	trans  *raft.NetworkTransport
 	sched  *scheduler
 	batch  *batcher
+	// members sends this node's membership RPCs (its join, forwarded
+	// requests) with its TLS and token.
+	members *MembershipClient
 
 	session *Session // the Locker methods of Node itself
 
@@ -75,6 +78,10 @@ func New(cfg Config) (*Node, error) {
 		notify:   make(chan bool, 16),
 		shutdown: make(chan struct{}),
 	}
+	n.members = &MembershipClient{Token: cfg.MembershipToken}
+	if cfg.TLS != nil {
+		n.members.TLS = cfg.TLS.ClientConfig()
+	}
 	n.sched = newScheduler(n)
 	n.batch = newBatcher(n)
 	n.fsm.SetObserver(n.sched.observe)
@@ -98,7 +105,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raftlock: snapshot store: %w", err)
 	}
-	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial); err != nil {
+	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial, n.cfg.TLS); err != nil {
 		return err
 	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{

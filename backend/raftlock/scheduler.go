@@ -225,7 +225,7 @@ func (s *scheduler) abandon(w *waiter) {
 // that already committed is answered with that grant).
 func (s *scheduler) heldByOtherLocked(key, handle string) bool {
 	l, ok := s.n.fsm.Lock(key)
-	return ok && l.Expires > s.n.cfg.Clock.Now() && l.Handle != handle
+	return ok && l.Expires > s.n.cfg.Clock.Now() && !fsm.EqualHandles(l.Handle, handle)
 }
 
 func (s *scheduler) heldErrLocked(key string) error {

@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -24,7 +25,8 @@ type Server struct {
 }
 
 // StartServer listens on cfg.APIListen (default cfg.APIAddr; port 0 picks a
-// free port, which then becomes the advertised API address), starts the
+// free port, which then becomes the advertised API address; with cfg.TLS,
+// it serves only TLS), starts the
 // node, serves its API, and,
 // when join lists seed API addresses, asks the cluster to add it, retrying
 // until ctx ends.
@@ -41,6 +43,12 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	if cfg.APIListen == "" {
 		cfg.APIAddr = ln.Addr().String()
 	}
+	if cfg.TLS != nil {
+		// Only TLS: a plaintext HTTP request fails the handshake (Go's
+		// server answers it 400 "client sent an HTTP request to an HTTPS
+		// server").
+		ln = tls.NewListener(ln, cfg.TLS.APIServerConfig())
+	}
 	n, err := New(cfg)
 	if err != nil {
 		ln.Close()
@@ -56,7 +64,7 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	if len(join) > 0 {
 		args := JoinArgs{ServerID: cfg.ID, ServerAddr: n.RaftAddr(), APIAddr: cfg.APIAddr}
 		for {
-			_, err := Join(ctx, join, args)
+			_, err := n.members.Join(ctx, join, args)
 			if err == nil {
 				break
 			}

@@ -1,6 +1,7 @@
 package raftlock
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,7 +14,7 @@ import (
 // ErrPartitioned is returned by a dial to a peer that a fault cut off.
 var ErrPartitioned = errors.New("raftlock: peer cut off by an injected network fault")
 
-// faultStream is the TCP stream layer of the Raft transport, with a switch
+// faultStream is the TCP (or TLS) stream layer of the Raft transport, with a switch
 // to cut this node off from chosen peers (tests and the chaos bench inject
 // partitions through it; it is inert otherwise). Raft's NetworkTransport
 // sends each RPC over a connection dialled by the caller, so refusing
@@ -23,21 +24,30 @@ type faultStream struct {
 	net.Listener
 	advertise net.Addr
 	via       map[string]string // peer address → address to dial (Config.PeerDial)
+	tls       *tls.Config       // dial config; nil: plain TCP
 
 	mu      sync.Mutex
 	blocked map[raft.ServerAddress]bool
 	conns   map[net.Conn]raft.ServerAddress // open outbound connections
 }
 
-func newFaultStream(bind string, via map[string]string) (*faultStream, error) {
+// newFaultStream listens on bind; with t, it serves and dials only TLS.
+func newFaultStream(bind string, via map[string]string, t *TLS) (*faultStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("raftlock: raft transport listen on %s: %w", bind, err)
 	}
+	advertise := ln.Addr()
+	var dial *tls.Config
+	if t != nil {
+		ln = tls.NewListener(ln, t.raftServerConfig())
+		dial = t.ClientConfig()
+	}
 	return &faultStream{
 		Listener:  ln,
-		advertise: ln.Addr(),
+		advertise: advertise,
 		via:       via,
+		tls:       dial,
 		blocked:   make(map[raft.ServerAddress]bool),
 		conns:     make(map[net.Conn]raft.ServerAddress),
 	}, nil
@@ -58,9 +68,15 @@ func (s *faultStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	if v, ok := s.via[dial]; ok {
 		dial = v
 	}
+	start := time.Now()
 	c, err := net.DialTimeout("tcp", dial, timeout)
 	if err != nil {
 		return nil, err
+	}
+	if s.tls != nil {
+		if c, err = tlsDial(c, s.tls, string(addr), timeout-time.Since(start)); err != nil {
+			return nil, err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -301,20 +301,38 @@ func unhex(c byte) byte {
 	return 255
 }
 
-// handleIs reports whether h is r's handle, without allocating.
+// handleIs reports whether h is r's handle, without allocating, in time
+// that depends only on the lengths: the handle is the lease's secret, and
+// an early exit at the first wrong character would let a client measure
+// how much of a guess was right. (The length is no secret: handles are
+// 32 to 64 hex characters.)
 func (r *record) handleIs(h string) bool {
 	if r.hstr != "" {
-		return r.hstr == h
+		return EqualHandles(r.hstr, h)
 	}
 	if len(h) != 32 {
 		return false
 	}
+	var diff byte
 	for i, b := range r.h {
-		if h[2*i] != hexDigits[b>>4] || h[2*i+1] != hexDigits[b&15] {
-			return false
-		}
+		diff |= h[2*i] ^ hexDigits[b>>4]
+		diff |= h[2*i+1] ^ hexDigits[b&15]
 	}
-	return true
+	return diff == 0
+}
+
+// EqualHandles compares two lease handles in constant time for a given
+// length (as crypto/subtle.ConstantTimeCompare, without converting the
+// strings to byte slices).
+func EqualHandles(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var diff byte
+	for i := 0; i < len(a); i++ {
+		diff |= a[i] ^ b[i]
+	}
+	return diff == 0
 }
 
 // handle returns r's handle as a string.

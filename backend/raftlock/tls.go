@@ -1,0 +1,133 @@
+package raftlock
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// TLS secures a node's traffic: the Raft transport (peer to peer), the API
+// listener (clients and the membership RPCs) and the membership RPCs this
+// node sends. With it, both listeners serve only TLS.
+//
+// With ClientCAs set, peers are authenticated too (mutual TLS): the Raft
+// transport refuses any connection without a client certificate signed by
+// ClientCAs, and the API accepts join and remove requests only from a
+// client presenting such a certificate (lock clients need none; a client
+// certificate that does not verify is refused at the handshake). Use a CA
+// that signs only your nodes' certificates.
+type TLS struct {
+	// Certificate is this node's certificate and key: presented by its
+	// listeners, and as the client certificate when it dials peers. Its
+	// SANs must cover the host of the node's RaftAddr and APIAddr.
+	Certificate tls.Certificate
+	// RootCAs verifies the peers' (server) certificates. Nil: the system's
+	// roots.
+	RootCAs *x509.CertPool
+	// ClientCAs, when not nil, turns peer authentication on (see above).
+	ClientCAs *x509.CertPool
+}
+
+// LoadTLS reads a TLS from PEM files. caFile (may be empty: the system
+// roots) verifies peers' certificates; clientCAFile (may be empty: no peer
+// authentication) verifies the client certificates of peers.
+func LoadTLS(certFile, keyFile, caFile, clientCAFile string) (*TLS, error) {
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("raftlock: TLS needs both a certificate file and a key file")
+	}
+	if certFile == "" {
+		return nil, errors.New("raftlock: TLS needs a certificate file and a key file")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("raftlock: TLS certificate %s / key %s: %w", certFile, keyFile, err)
+	}
+	t := &TLS{Certificate: cert}
+	if caFile != "" {
+		if t.RootCAs, err = LoadCertPool(caFile); err != nil {
+			return nil, err
+		}
+	}
+	if clientCAFile != "" {
+		if t.ClientCAs, err = LoadCertPool(clientCAFile); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// LoadCertPool reads PEM certificates (a CA bundle) into a pool.
+func LoadCertPool(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("raftlock: CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("raftlock: CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// PeerAuth reports whether peers must present certificates.
+func (t *TLS) PeerAuth() bool { return t != nil && t.ClientCAs != nil }
+
+// raftServerConfig is the Raft listener's: with ClientCAs, a peer without
+// a verified certificate cannot even complete the handshake.
+func (t *TLS) raftServerConfig() *tls.Config {
+	c := &tls.Config{Certificates: []tls.Certificate{t.Certificate}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAs != nil {
+		c.ClientCAs = t.ClientCAs
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return c
+}
+
+// APIServerConfig is the API listener's: lock clients present no
+// certificate, so one is verified only if given; the membership handlers
+// then require a verified one (see TLS).
+func (t *TLS) APIServerConfig() *tls.Config {
+	c := &tls.Config{Certificates: []tls.Certificate{t.Certificate}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAs != nil {
+		c.ClientCAs = t.ClientCAs
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return c
+}
+
+// ClientConfig is what this node dials peers with: their certificates
+// verified against RootCAs, its own certificate presented.
+func (t *TLS) ClientConfig() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{t.Certificate}, RootCAs: t.RootCAs, MinVersion: tls.VersionTLS12}
+}
+
+// peerVerified reports whether r came with a client certificate that
+// verified against ClientCAs (the handshake checked it).
+func peerVerified(r *http.Request) bool {
+	return r.TLS != nil && len(r.TLS.VerifiedChains) > 0
+}
+
+// tlsDial completes a TLS handshake over c within timeout, verifying the
+// peer as serverAddr (its Raft address: the one in the cluster
+// configuration, not the proxy it may be dialled through).
+func tlsDial(c net.Conn, cfg *tls.Config, serverAddr string, timeout time.Duration) (net.Conn, error) {
+	cfg = cfg.Clone()
+	if host, _, err := net.SplitHostPort(serverAddr); err == nil {
+		cfg.ServerName = host
+	}
+	tc := tls.Client(c, cfg)
+	if timeout > 0 {
+		tc.SetDeadline(time.Now().Add(timeout))
+	}
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("raftlock: TLS handshake with %s: %w", serverAddr, err)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
+}
