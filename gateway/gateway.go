@@ -44,6 +44,10 @@ type Options struct {
 	// Ready reports whether the backend can serve (for /readyz); nil means
 	// always ready.
 	Ready func() error
+	// Tokens, when not nil, are the bearer tokens every request must carry
+	// (Authorization: Bearer <token>; for WebSocket, on the upgrade
+	// request), except /healthz and /readyz. /metrics needs one too.
+	Tokens *Tokens
 }
 
 func (o *Options) fill() {
@@ -103,8 +107,18 @@ func New(l lock.Locker, opts Options) *Gateway {
 	return g
 }
 
-// ServeHTTP implements http.Handler.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. With Options.Tokens, a request
+// without a valid bearer token (other than a health check) is answered 401
+// with the same body whatever was wrong, and the token is never logged.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) {
+		g.metrics.errors.WithLabelValues("unauthorized").Inc()
+		g.log.Debug("unauthorized request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		writeUnauthorized(w)
+		return
+	}
+	g.mux.ServeHTTP(w, r)
+}
 
 // Registry is the gateway's Prometheus registry (served at /metrics).
 func (g *Gateway) Registry() *prometheus.Registry { return g.metrics.reg }

@@ -251,7 +251,11 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 	g.metrics.errors.WithLabelValues(e.Code).Inc()
 	status := e.status
 	if e.Code == "not_leader" && e.Leader != nil && e.Leader.Addr != "" {
-		w.Header().Set("Location", "http://"+e.Leader.Addr+r.URL.RequestURI())
+		scheme := "http://"
+		if r.TLS != nil { // a TLS gateway's peers serve TLS too
+			scheme = "https://"
+		}
+		w.Header().Set("Location", scheme+e.Leader.Addr+r.URL.RequestURI())
 		status = http.StatusTemporaryRedirect
 	}
 	body := map[string]any{"code": e.Code, "message": e.Message}
