@@ -53,7 +53,7 @@ func TestCheckArgs(t *testing.T) {
 		{"healthcheck"},
 		{"lock", "acquire", "k"},
 	} {
-		if err := CheckArgs(args); err != nil {
+		if err := CheckArgs(args, nil); err != nil {
 			t.Errorf("CheckArgs(%q) = %v", args, err)
 		}
 	}
@@ -65,9 +65,26 @@ func TestCheckArgs(t *testing.T) {
 		"bench":                             "not a runnable command",
 		"version extra":                     "unknown command",
 	} {
-		err := CheckArgs(strings.Fields(args))
+		err := CheckArgs(strings.Fields(args), nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckArgs(%q) = %v, want an error mentioning %q", args, err, want)
+		}
+	}
+	// The environment counts, like a flag would.
+	env := map[string]string{"LOCKGATE_DATA_DIR": "/data", "LOCKGATE_LOG_LEVEL": "debug"}
+	if err := CheckArgs([]string{"node", "--id", "1"}, env); err != nil {
+		t.Errorf("node with LOCKGATE_DATA_DIR: %v", err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"LOCKGATE_NODES": "x"}, `environment LOCKGATE_NODES="x": got "x", want an integer`},
+		{map[string]string{"LOCKGATE_REDIS_ADDRS": "a:1"}, "LOCKGATE_REDIS_ADDRS is not one of its settings"},
+	} {
+		err := CheckArgs([]string{"cluster", "--data-dir", "/d"}, tc.env)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckArgs(cluster, %v) = %v, want %q", tc.env, err, tc.want)
 		}
 	}
 }

@@ -3,15 +3,21 @@ package cli
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // CheckArgs reports whether args (a lockgate command line without the
-// program name) names a runnable command and parses with its flags and
-// argument rules, without running anything: no config file or environment
-// is read. Deployment files (docker-compose.yml) are tested with it so that
-// a renamed or removed flag breaks the build, not a deployment.
-func CheckArgs(args []string) error {
+// program name), started with the LOCKGATE_ variables of env, names a
+// runnable command that accepts its flags, arguments and environment,
+// without running anything or reading a config file. A LOCKGATE_ variable
+// that is not a setting of that command is an error here (a deployment file
+// is written for one command; a typo there would silently do nothing).
+// Deployment files (docker-compose.yml) are tested with it so that a
+// renamed or removed flag breaks the build, not a deployment.
+func CheckArgs(args []string, env map[string]string) error {
 	root := NewRoot(io.Discard, io.Discard)
 	cmd, rest, err := root.Find(args)
 	if err != nil {
@@ -24,6 +30,30 @@ func CheckArgs(args []string) error {
 		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
 	}
 	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	}
+	known := map[string]bool{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { known[EnvName(f.Name)] = true })
+	var names []string
+	for name := range env {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if strings.HasPrefix(name, EnvPrefix) && !known[name] && !reservedEnv[name] {
+			return fmt.Errorf("%s: environment %s is not one of its settings", cmd.CommandPath(), name)
+		}
+	}
+	// The environment layer only: the config file is not read (it names a
+	// path inside the container). A file set there would be read at start.
+	lookup := func(name string) (string, bool) {
+		if name == EnvName("config") {
+			return "", false
+		}
+		v, ok := env[name]
+		return v, ok
+	}
+	if _, err := resolveConfig(cmd, lookup, nil, io.Discard); err != nil {
 		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
 	}
 	if err := cmd.ValidateRequiredFlags(); err != nil {
