@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -42,6 +45,21 @@ func TestHealthcheck(t *testing.T) {
 	srv.Close()
 	if code, _, errOut := run(t, "healthcheck", "--url", srv.URL+"/healthz", "--timeout", "500ms"); code != 1 || !strings.Contains(errOut, "unhealthy") {
 		t.Errorf("no server: exit %d, %q", code, errOut)
+	}
+
+	// TLS: trusted through --tls-ca, refused without it.
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer tlsSrv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw})
+	if err := os.WriteFile(ca, pemBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := run(t, "healthcheck", "--url", tlsSrv.URL+"/healthz", "--tls-ca", ca); code != 0 {
+		t.Errorf("TLS with --tls-ca: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "healthcheck", "--url", tlsSrv.URL+"/healthz"); code != 1 || !strings.Contains(errOut, "certificate") {
+		t.Errorf("TLS without --tls-ca: exit %d, %q", code, errOut)
 	}
 }
 

@@ -44,7 +44,9 @@ type origin struct {
 }
 
 // reservedEnv are LOCKGATE_ variables that are not settings: `lockgate run`
-// sets them for its child command.
+// sets them for its child command. They never fill a flag, even one whose
+// name matches (lock renew|release --fencing-token): a lockgate command run
+// under `lockgate run` must not take the parent's lease for its own.
 var reservedEnv = map[string]bool{"LOCKGATE_FENCING_TOKEN": true, "LOCKGATE_LOCK_KEY": true}
 
 // notSettings are flags that no environment variable or file sets.
@@ -75,7 +77,7 @@ func resolveConfig(cmd *cobra.Command, lookupEnv func(string) (string, bool), en
 			origins[f.Name] = origin{src: SourceDefault}
 			name := EnvName(f.Name)
 			v, ok := lookupEnv(name)
-			if !ok {
+			if !ok || reservedEnv[name] {
 				return
 			}
 			if e := setScalar(flags, f, v); e != nil {

@@ -214,6 +214,12 @@ func TestUnknownEnvWarns(t *testing.T) {
 	if strings.Contains(errOut, "FENCING_TOKEN") {
 		t.Errorf("warned about lockgate run's own variable: %q", errOut)
 	}
+	// Nor does it fill lock release --fencing-token: under lockgate run it
+	// is the parent's lease, not the one being released.
+	got := printConfig(t, "config", "print", "--json", "--for", "lock release")
+	if g := got["fencing-token"]; g.Source != SourceDefault {
+		t.Errorf("LOCKGATE_FENCING_TOKEN filled --fencing-token: %+v", g)
+	}
 }
 
 func TestConfigPrintTable(t *testing.T) {
