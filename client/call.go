@@ -45,11 +45,11 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 	)
 	for {
 		if ctx.Err() != nil {
-			return nil, c.gaveUp(parent, ctx, k.what, last)
+			return nil, c.gaveUp(parent, ctx, k.what, c.orDialErr(last))
 		}
 		wc, err := c.conn(ctx)
 		if err != nil {
-			return nil, c.gaveUp(parent, ctx, k.what, last)
+			return nil, c.gaveUp(parent, ctx, k.what, c.orDialErr(last))
 		}
 		id := c.newID()
 		ch, ok := wc.register(id)

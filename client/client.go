@@ -66,11 +66,13 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,7 +116,21 @@ type Options struct {
 	Backoff lock.RetryStrategy
 	// Logger receives connection events. Default: discard.
 	Logger *slog.Logger
+	// TLSConfig, when not nil, makes the client speak TLS (wss://) to
+	// endpoints given as host:port and to the leaders it is redirected to;
+	// set RootCAs to trust a private CA. Endpoints given as wss:// or
+	// https:// URLs use TLS even without it (with the system's roots).
+	TLSConfig *tls.Config
+	// Token, when not empty, is sent as "Authorization: Bearer <token>" on
+	// every connection (the gateway's --auth-tokens-file). A gateway that
+	// refuses it makes calls fail with an error matching ErrUnauthorized.
+	Token string
 }
+
+// ErrUnauthorized is matched (errors.Is) by the error of a call that could
+// not connect because the gateway refused the client's bearer token (or
+// its absence) with 401.
+var ErrUnauthorized = errors.New("lockgate client: the gateway refused the bearer token (HTTP 401): missing or wrong")
 
 func (o *Options) fill() {
 	if o.ClientID == "" {
@@ -143,6 +159,7 @@ type Client struct {
 	endpoints []string
 	opts      Options
 	log       *slog.Logger
+	secure    bool // dial wss://: TLSConfig set, or the endpoints are wss/https
 
 	ctx     context.Context // ends at Close: waits give up, keep-alives stop
 	cancel  context.CancelFunc
@@ -154,6 +171,7 @@ type Client struct {
 	mu       sync.Mutex
 	closed   bool
 	deadAddr map[string]time.Time // addresses whose last dial failed, and when
+	dialErr  error                // the last dial's error (nil after a success)
 	cur      *wsConn              // the live connection, nil while (re)connecting
 	ready    chan struct{}        // closed when cur is set (or the client closes); then replaced
 	calls    sync.WaitGroup
@@ -171,15 +189,26 @@ func New(endpoints []string, opts Options) (*Client, error) {
 	if len(endpoints) == 0 {
 		return nil, errors.New("lockgate client: no endpoints")
 	}
+	// TLS is all or nothing: a bare host:port (and every redirect, which
+	// names a bare address) is dialled as wss:// when any endpoint is.
+	secure := opts.TLSConfig != nil
 	for _, e := range endpoints {
-		if _, err := wsURL(e); err != nil {
+		u, err := wsURL(e, false)
+		if err != nil {
 			return nil, err
+		}
+		secure = secure || strings.HasPrefix(u, "wss:")
+	}
+	for _, e := range endpoints {
+		if u, _ := wsURL(e, secure); secure && !strings.HasPrefix(u, "wss:") {
+			return nil, fmt.Errorf("lockgate client: endpoint %q is plaintext (ws:// or http://) while the client speaks TLS (Options.TLSConfig, or a wss:// or https:// endpoint)", e)
 		}
 	}
 	opts.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		endpoints: append([]string(nil), endpoints...),
+		secure:    secure,
 		opts:      opts,
 		log:       opts.Logger,
 		ctx:       ctx,
@@ -338,6 +367,7 @@ const deadFor = time.Second
 func (c *Client) noteDial(addr string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.dialErr = err
 	if err == nil {
 		delete(c.deadAddr, addr)
 		return
@@ -346,6 +376,18 @@ func (c *Client) noteDial(addr string, err error) {
 		c.deadAddr = map[string]time.Time{}
 	}
 	c.deadAddr[addr] = time.Now()
+}
+
+// orDialErr is last, or when there is none (the call never reached a
+// gateway) the last dial's error: a refused token or certificate then
+// shows in the call's error instead of a bare timeout.
+func (c *Client) orDialErr(last error) error {
+	if last != nil {
+		return last
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dialErr
 }
 
 // dead reports whether a dial of addr failed less than deadFor ago.

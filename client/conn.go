@@ -246,10 +246,15 @@ func (wc *wsConn) good() {
 }
 
 // wsURL turns an endpoint ("host:port", or a ws/http URL) into the
-// WebSocket URL of the lock protocol.
-func wsURL(endpoint string) (string, error) {
+// WebSocket URL of the lock protocol; a bare host:port is wss:// when
+// secure (the client speaks TLS), else ws://.
+func wsURL(endpoint string, secure bool) (string, error) {
 	if !strings.Contains(endpoint, "://") {
-		endpoint = "ws://" + endpoint
+		if secure {
+			endpoint = "wss://" + endpoint
+		} else {
+			endpoint = "ws://" + endpoint
+		}
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -277,18 +282,23 @@ func wsURL(endpoint string) (string, error) {
 // body names the leader, or a 307 with a Location) for at most MaxHops hops.
 func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 	d := websocket.Dialer{
+		TLSClientConfig:  c.opts.TLSConfig,
 		HandshakeTimeout: c.opts.DialTimeout,
 		Proxy:            http.ProxyFromEnvironment,
 		ReadBufferSize:   4096,
 		WriteBufferSize:  4096,
 	}
 	for hop := 0; ; hop++ {
-		u, err := wsURL(addr)
+		u, err := wsURL(addr, c.secure)
 		if err != nil {
 			return nil, err
 		}
 		dctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
-		ws, resp, err := d.DialContext(dctx, u, http.Header{"User-Agent": {"lockgate-go-client"}})
+		h := http.Header{"User-Agent": {"lockgate-go-client"}}
+		if c.opts.Token != "" {
+			h.Set("Authorization", "Bearer "+c.opts.Token)
+		}
+		ws, resp, err := d.DialContext(dctx, u, h)
 		cancel()
 		if err == nil {
 			return newConn(c, ws, addr), nil
@@ -299,6 +309,9 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 			resp.Body.Close()
 		}
 		if next == "" || next == addr || hop >= c.opts.MaxHops {
+			if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+				return nil, fmt.Errorf("lockgate client: dial %s: %w", addr, ErrUnauthorized)
+			}
 			if resp != nil {
 				return nil, fmt.Errorf("lockgate client: dial %s: %w (HTTP %d)", addr, err, resp.StatusCode)
 			}

@@ -93,12 +93,16 @@ func TestWSURL(t *testing.T) {
 		"ws://h:1/custom/ws":        "ws://h:1/custom/ws",
 		"wss://h.example.com/v1/ws": "wss://h.example.com/v1/ws",
 	} {
-		if got, err := wsURL(in); err != nil || got != want {
+		if got, err := wsURL(in, false); err != nil || got != want {
 			t.Errorf("wsURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
+	// A TLS client dials bare addresses (and redirects) as wss://.
+	if got, _ := wsURL("127.0.0.1:50051", true); got != "wss://127.0.0.1:50051/v1/ws" {
+		t.Errorf("secure wsURL of a bare address = %q", got)
+	}
 	for _, bad := range []string{"ftp://h:1", "http://", "://"} {
-		if _, err := wsURL(bad); err == nil {
+		if _, err := wsURL(bad, false); err == nil {
 			t.Errorf("wsURL(%q) accepted", bad)
 		}
 	}
