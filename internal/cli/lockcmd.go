@@ -35,16 +35,22 @@ type clientFlags struct {
 	endpoints []string
 	clientID  string
 	timeout   time.Duration
+	sec       clientSecurity
 }
 
 func (f *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.endpoints, "endpoints", defaultEndpoints, "gateway addresses (any raftlock node, or lockgate serve)")
 	cmd.Flags().StringVar(&f.clientID, "client-id", "", "owner id recorded with the lock (default: a random one)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 10*time.Second, "how long a request may take")
+	f.sec.register(cmd)
 }
 
 func (f *clientFlags) dial() (*client.Client, error) {
-	return client.New(f.endpoints, client.Options{ClientID: f.clientID, RequestTimeout: f.timeout})
+	tlsCfg, token, err := f.sec.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(f.endpoints, client.Options{ClientID: f.clientID, RequestTimeout: f.timeout, TLSConfig: tlsCfg, Token: token})
 }
 
 // do runs one request with a connected client, bounded by --timeout.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ func newNodeCmd() *cobra.Command {
 		apiListen string
 		raftDial  map[string]string
 		faults    bool
+		sec       securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -59,11 +61,27 @@ endpoints, /metrics — on --api-addr (default 127.0.0.1:50050+id). A follower
 redirects lock requests to the leader.
 Start the first server of a new cluster with --bootstrap and the others with
 --join pointing at any member's API address. A restarted server needs
-neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
+neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.
+
+With --tls-cert and --tls-key the Raft transport and the API serve only TLS
+and the node dials its peers over TLS (verified against --tls-ca);
+--tls-client-ca makes nodes authenticate each other with client
+certificates (a node without one signed by it cannot join). With
+--auth-tokens-file every API request except /healthz and /readyz needs a
+bearer token; without --tls-client-ca the membership endpoints need one
+too, and the node presents the file's first token to its peers. See
+docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bootstrap && len(join) > 0 {
 				return errors.New("--bootstrap and --join exclude each other: bootstrap forms a new cluster, join enters an existing one")
+			}
+			if err := sec.check(); err != nil {
+				return err
+			}
+			nodeTLS, err := sec.nodeTLS()
+			if err != nil {
+				return err
 			}
 			kind, err := store.ParseKind(rf.store)
 			if err != nil {
@@ -84,13 +102,22 @@ neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 			cfg.FaultInjection = faults
 			cfg.Logger = slog.Default()
 			cfg.RaftLogOutput = cmd.ErrOrStderr()
+			cfg.TLS = nodeTLS
 			ctx, stop := signalContext()
 			defer stop()
+			toks, first, err := sec.tokens(ctx)
+			if err != nil {
+				return err
+			}
+			if toks != nil {
+				cfg.AuthorizeMembership = toks.Authorized
+				cfg.MembershipToken = first
+			}
 			s, err := raftlock.StartServer(ctx, cfg, join)
 			if err != nil {
 				return err
 			}
-			gw := gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()})
+			gw := gateway.ServeRaft(s, gateway.Options{Logger: slog.Default(), Tokens: toks})
 			defer gw.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s\n", id, s.RaftAddr(), s.APIAddr())
 			<-ctx.Done()
@@ -107,6 +134,7 @@ neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 	cmd.Flags().StringVar(&apiListen, "api-listen", "", "address the API listens on, when clients reach it at --api-addr through a proxy (default --api-addr)")
 	cmd.Flags().StringToStringVar(&raftDial, "raft-dial", nil, "dial these peers' Raft addresses through other addresses (proxies): raftaddr=dialaddr,...")
 	cmd.Flags().BoolVar(&faults, "fault-injection", false, "serve POST /v1/debug/clock to skew this node's clock (chaos testing only; never in production)")
+	sec.register(cmd, true)
 	cmd.MarkFlagRequired("id")
 	return cmd
 }
@@ -173,6 +201,7 @@ func newPeersCmd() *cobra.Command {
 		addr    string
 		asJSON  bool
 		timeout time.Duration
+		tlsCA   string
 	)
 	cmd := &cobra.Command{
 		Use:   "peers",
@@ -181,7 +210,15 @@ func newPeersCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			pl, err := raftlock.FetchPeers(ctx, addr)
+			mc := &raftlock.MembershipClient{}
+			if tlsCA != "" {
+				pool, err := raftlock.LoadCertPool(tlsCA)
+				if err != nil {
+					return fmt.Errorf("--tls-ca: %w", err)
+				}
+				mc.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+			}
+			pl, err := mc.FetchPeers(ctx, addr)
 			if err != nil {
 				return err
 			}
@@ -219,6 +256,7 @@ func newPeersCmd() *cobra.Command {
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:50051", "API address of any member")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the peer list as JSON")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the answer")
+	cmd.Flags().StringVar(&tlsCA, "tls-ca", "", "PEM CA file to trust: ask a node that serves TLS (over https)")
 	return cmd
 }
 

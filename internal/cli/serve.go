@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -29,6 +28,7 @@ func newServeCmd() *cobra.Command {
 		redisAddrs []string
 		pgURL      string
 		etcdEPs    []string
+		sec        securityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -50,28 +50,37 @@ in the database of --postgres-url; the lock table is created if missing.
 --backend etcd serves it over the ZooKeeper lock recipe on the etcd cluster of
 --etcd-endpoints.
 
-docs/backends.md compares what each backend guarantees.`,
+docs/backends.md compares what each backend guarantees.
+
+With --tls-cert and --tls-key the gateway serves only TLS (https://, wss://);
+with --auth-tokens-file every request except /healthz and /readyz needs a
+bearer token. With either, --backend raft does not serve the embedded nodes'
+own gateways, and the embedded nodes speak mutual TLS among themselves with
+a CA made in memory at start. See docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sec.check(); err != nil {
+				return err
+			}
 			switch backend {
 			case "raft":
 			case "redlock":
 				if len(redisAddrs) == 0 {
 					return errors.New("--backend redlock needs --redis-addrs host:port[,host:port...]")
 				}
-				return serveLocker(cmd, listen, fmt.Sprintf("backend redlock over %d Redis masters", len(redisAddrs)),
+				return serveLocker(cmd, listen, &sec, fmt.Sprintf("backend redlock over %d Redis masters", len(redisAddrs)),
 					func(context.Context) (lock.Locker, error) { return redlock.New(redlock.DefaultConfig(redisAddrs...)) })
 			case "postgres":
 				if pgURL == "" {
 					return errors.New("--backend postgres needs --postgres-url postgres://user@host:port/db")
 				}
-				return serveLocker(cmd, listen, "backend postgres",
+				return serveLocker(cmd, listen, &sec, "backend postgres",
 					func(ctx context.Context) (lock.Locker, error) { return sqllock.New(ctx, sqllock.DefaultConfig(pgURL)) })
 			case "etcd":
 				if len(etcdEPs) == 0 {
 					return errors.New("--backend etcd needs --etcd-endpoints http://host:port[,...]")
 				}
-				return serveLocker(cmd, listen, fmt.Sprintf("backend etcd over %d endpoints", len(etcdEPs)),
+				return serveLocker(cmd, listen, &sec, fmt.Sprintf("backend etcd over %d endpoints", len(etcdEPs)),
 					func(context.Context) (lock.Locker, error) { return zklike.New(zklike.DefaultConfig(etcdEPs...)) })
 			default:
 				return fmt.Errorf("--backend %q: want raft, redlock, postgres or etcd", backend)
@@ -91,18 +100,38 @@ docs/backends.md compares what each backend guarantees.`,
 			}
 			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
+			// A secured gateway must not sit beside open doors: the
+			// embedded nodes then talk mutual TLS with a CA that exists
+			// only in this process, and serve no gateway of their own.
+			var internal *raftlock.MemoryCA
+			if sec.secure() {
+				var err error
+				if internal, err = raftlock.NewMemoryCA("lockgate serve internal CA"); err != nil {
+					return err
+				}
+			}
+			var tlsErr error
 			c, err := raftlock.StartLocalCluster(startCtx, nodes, dataDir, func(cfg *raftlock.Config) {
 				cfg.Logger = slog.Default()
+				if internal != nil {
+					var err error
+					cfg.TLS, err = internal.NodeTLS(true, "127.0.0.1", "localhost")
+					tlsErr = errors.Join(tlsErr, err)
+				}
 			})
-			if err != nil {
+			if err = errors.Join(err, tlsErr); err != nil {
+				if c != nil {
+					c.Shutdown()
+				}
 				return err
 			}
 			defer c.Shutdown()
-			for _, s := range c.Servers {
-				defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
+			if internal == nil {
+				for _, s := range c.Servers {
+					defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
+				}
 			}
-			return serveGateway(ctx, cmd, listen, gateway.New(c.Locker(), gateway.Options{Logger: slog.Default()}),
-				fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
+			return serveGateway(ctx, cmd, listen, &sec, c.Locker(), fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
 		},
 	}
 	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft, redlock, postgres or etcd")
@@ -112,11 +141,12 @@ docs/backends.md compares what each backend guarantees.`,
 	cmd.Flags().StringSliceVar(&redisAddrs, "redis-addrs", nil, "redlock: addresses of the N independent Redis masters (N=1: single Redis)")
 	cmd.Flags().StringVar(&pgURL, "postgres-url", "", "postgres: connection URL of the database holding the lock table")
 	cmd.Flags().StringSliceVar(&etcdEPs, "etcd-endpoints", nil, "etcd: client URLs of the etcd cluster")
+	sec.register(cmd, false)
 	return cmd
 }
 
 // serveLocker serves the gateway over the Locker that open returns.
-func serveLocker(cmd *cobra.Command, listen, what string, open func(context.Context) (lock.Locker, error)) error {
+func serveLocker(cmd *cobra.Command, listen string, sec *securityFlags, what string, open func(context.Context) (lock.Locker, error)) error {
 	ctx, stop := signalContext()
 	defer stop()
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -126,15 +156,25 @@ func serveLocker(cmd *cobra.Command, listen, what string, open func(context.Cont
 		return err
 	}
 	defer l.Close()
-	return serveGateway(ctx, cmd, listen, gateway.New(l, gateway.Options{Logger: slog.Default()}), what)
+	return serveGateway(ctx, cmd, listen, sec, l, what)
 }
 
-// serveGateway serves g on listen until ctx ends (SIGINT or SIGTERM).
-func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, g *gateway.Gateway, what string) error {
-	ln, err := net.Listen("tcp", listen)
+// serveGateway serves a gateway over l on listen (TLS and tokens as sec
+// says) until ctx ends (SIGINT or SIGTERM).
+func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, sec *securityFlags, l lock.Locker, what string) error {
+	tlsCfg, err := sec.serverTLS()
+	if err != nil {
+		return err
+	}
+	toks, _, err := sec.tokens(ctx)
+	if err != nil {
+		return err
+	}
+	ln, err := listenOn(listen, tlsCfg)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
+	g := gateway.New(l, gateway.Options{Logger: slog.Default(), Tokens: toks})
 	defer g.Close()
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -142,7 +182,15 @@ func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, g *gat
 			slog.Error("gateway stopped", "err", err)
 		}
 	}()
-	fmt.Fprintf(cmd.OutOrStdout(), "lockgate gateway on %s (%s)\n", ln.Addr(), what)
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	auth := "no authentication"
+	if toks != nil {
+		auth = fmt.Sprintf("%d bearer tokens", toks.Len())
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "lockgate gateway on %s (%s; %s, %s)\n", ln.Addr(), what, scheme, auth)
 	<-ctx.Done()
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/gateway"
+)
+
+// securityFlags are the TLS and token settings of `serve` and `node`
+// (docs/security.md).
+type securityFlags struct {
+	cert, key    string
+	ca, clientCA string // node only
+	tokensFile   string
+}
+
+func (f *securityFlags) register(cmd *cobra.Command, node bool) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.cert, "tls-cert", "", "PEM certificate file: serve the API only over TLS (needs --tls-key)")
+	fl.StringVar(&f.key, "tls-key", "", "PEM private key file of --tls-cert")
+	if node {
+		fl.StringVar(&f.ca, "tls-ca", "", "PEM CA file that verifies the other nodes' certificates (default: the system's roots)")
+		fl.StringVar(&f.clientCA, "tls-client-ca", "", "PEM CA file: require peers to present a client certificate it signed (Raft transport, join and remove)")
+	}
+	fl.StringVar(&f.tokensFile, "auth-tokens-file", "", "file of bearer tokens, one per line (# comments): every request but /healthz and /readyz needs one; re-read on SIGHUP")
+}
+
+// check validates the combination of flags before anything starts.
+func (f *securityFlags) check() error {
+	switch {
+	case f.cert != "" && f.key == "":
+		return errors.New("--tls-cert needs --tls-key (the certificate's private key): give both, or neither for plaintext")
+	case f.key != "" && f.cert == "":
+		return errors.New("--tls-key needs --tls-cert (the certificate of that key): give both, or neither for plaintext")
+	case f.cert == "" && f.ca != "":
+		return errors.New("--tls-ca needs --tls-cert and --tls-key: it verifies peers of a node that speaks TLS")
+	case f.cert == "" && f.clientCA != "":
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: peers are verified over TLS")
+	}
+	return nil
+}
+
+// secure reports whether TLS or tokens are on.
+func (f *securityFlags) secure() bool { return f.cert != "" || f.tokensFile != "" }
+
+// serverTLS is the gateway listener's TLS configuration, or nil.
+func (f *securityFlags) serverTLS() (*tls.Config, error) {
+	if f.cert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", f.cert, f.key, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// nodeTLS is a node's TLS, or nil.
+func (f *securityFlags) nodeTLS() (*raftlock.TLS, error) {
+	if f.cert == "" {
+		return nil, nil
+	}
+	return raftlock.LoadTLS(f.cert, f.key, f.ca, f.clientCA)
+}
+
+// tokens loads --auth-tokens-file (nil without it) and reloads it on
+// SIGHUP until ctx ends; a reload that fails keeps the previous tokens.
+// first is the file's first token (a node presents it to its peers).
+func (f *securityFlags) tokens(ctx context.Context) (toks *gateway.Tokens, first string, err error) {
+	if f.tokensFile == "" {
+		return nil, "", nil
+	}
+	data, err := os.ReadFile(f.tokensFile)
+	if err != nil {
+		return nil, "", fmt.Errorf("--auth-tokens-file: %w", err)
+	}
+	list, err := gateway.ParseTokens(bytes.NewReader(data))
+	if err != nil {
+		return nil, "", fmt.Errorf("--auth-tokens-file %s: %w", f.tokensFile, err)
+	}
+	if toks, err = gateway.NewTokens(list...); err != nil {
+		return nil, "", fmt.Errorf("--auth-tokens-file %s: %w", f.tokensFile, err)
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := toks.Reload(f.tokensFile); err != nil {
+					slog.Error("SIGHUP: tokens file not reloaded; the previous tokens stay in force", "err", err)
+					continue
+				}
+				slog.Info("SIGHUP: tokens file reloaded", "file", f.tokensFile, "tokens", toks.Len())
+			}
+		}
+	}()
+	return toks, list[0], nil
+}
+
+// listenOn opens the gateway's listener: TLS only when tlsCfg is set.
+func listenOn(addr string, tlsCfg *tls.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
+	return ln, nil
+}
+
+// clientSecurity are the TLS and token flags of the client commands.
+type clientSecurity struct {
+	ca        string
+	token     string
+	tokenFile string
+}
+
+func (f *clientSecurity) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.ca, "tls-ca", "", "PEM CA file to trust: speak TLS (wss://) to the gateways (wss:// or https:// endpoints use TLS with the system's roots without it)")
+	fl.StringVar(&f.token, "token", "", "bearer token for a gateway with --auth-tokens-file (visible in the process list: prefer --token-file)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token (its first non-comment line)")
+}
+
+// resolve returns the client TLS configuration (nil: none asked) and token.
+func (f *clientSecurity) resolve() (*tls.Config, string, error) {
+	if f.token != "" && f.tokenFile != "" {
+		return nil, "", errors.New("--token and --token-file exclude each other: give one")
+	}
+	var cfg *tls.Config
+	if f.ca != "" {
+		pool, err := raftlock.LoadCertPool(f.ca)
+		if err != nil {
+			return nil, "", fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	token := f.token
+	if f.tokenFile != "" {
+		data, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("--token-file: %w", err)
+		}
+		list, err := gateway.ParseTokens(bytes.NewReader(data))
+		if err != nil {
+			return nil, "", fmt.Errorf("--token-file %s: %w", f.tokenFile, err)
+		}
+		if len(list) == 0 {
+			return nil, "", fmt.Errorf("--token-file %s holds no token", f.tokenFile)
+		}
+		token = list[0]
+	}
+	return cfg, token, nil
+}

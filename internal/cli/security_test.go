@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/testenv"
+)
+
+// TestTLSFlagsBothOrNeither: a certificate without its key (or the other
+// way round, or a CA without either) fails at once with a message that
+// says what is missing, before anything listens.
+func TestTLSFlagsBothOrNeither(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-cert", "x.pem"}, "--tls-cert needs --tls-key"},
+		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-key", "x.key"}, "--tls-key needs --tls-cert"},
+		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-client-ca", "ca.pem"}, "--tls-client-ca needs --tls-cert"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--tls-cert", "x.pem"}, "--tls-cert needs --tls-key"},
+		{[]string{"lock", "inspect", "k", "--token", "a", "--token-file", "b"}, "--token and --token-file exclude each other"},
+	} {
+		code, _, errOut := run(t, tc.args...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want a failure saying %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the refused node wrote to its data dir: %v", entries)
+	}
+}
+
+// secureFiles writes a CA, a certificate and key for 127.0.0.1 and a
+// tokens file into a temporary directory.
+func secureFiles(t *testing.T) (dir string, ca *raftlock.MemoryCA) {
+	t.Helper()
+	dir = t.TempDir()
+	ca, err := raftlock.NewMemoryCA("cli test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.IssuePEM("127.0.0.1", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"ca.pem": ca.PEM, "cert.pem": cert, "key.pem": key,
+		"tokens":    []byte("# gateway tokens\n\ncli-test-token-0123456789\n"),
+		"token":     []byte("cli-test-token-0123456789\n"),
+		"bad-token": []byte("cli-test-token-9876543210\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, ca
+}
+
+// TestServeTLSAndTokens runs `lockgate serve` with TLS and tokens: the
+// lock commands with --tls-ca and --token-file work; without the CA, with
+// a wrong token, or in plaintext they are refused; /healthz stays open.
+func TestServeTLSAndTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs lockgate")
+	}
+	dir, ca := secureFiles(t)
+	f := func(name string) string { return filepath.Join(dir, name) }
+	bin := testenv.BuildLockgate(t)
+	addr := startServe(t, bin, []string{"serve", "--nodes", "1", "--listen", "127.0.0.1:0",
+		"--data-dir", filepath.Join(dir, "data"),
+		"--tls-cert", f("cert.pem"), "--tls-key", f("key.pem"), "--auth-tokens-file", f("tokens")})
+
+	code, out, errOut := run(t, "lock", "acquire", "cli-secure", "--endpoints", addr, "--tls-ca", f("ca.pem"), "--token-file", f("token"))
+	if code != 0 {
+		t.Fatalf("acquire over TLS with a token: exit %d: %s", code, errOut)
+	}
+	var lease leaseJSON
+	if err := json.Unmarshal([]byte(out), &lease); err != nil || lease.LockToken == "" {
+		t.Fatalf("acquire printed %q: %v", out, err)
+	}
+	code, _, errOut = run(t, "lock", "release", "cli-secure", "--endpoints", addr, "--tls-ca", f("ca.pem"), "--token", "cli-test-token-0123456789",
+		"--lock-token", lease.LockToken, "--fencing-token", jsonNumber(lease.FencingToken))
+	if code != 0 {
+		t.Fatalf("release: exit %d: %s", code, errOut)
+	}
+
+	for name, args := range map[string][]string{
+		"wrong token": {"--tls-ca", f("ca.pem"), "--token-file", f("bad-token")},
+		"no token":    {"--tls-ca", f("ca.pem")},
+		"no CA":       {"--token-file", f("token")},
+	} {
+		code, _, errOut := run(t, append([]string{"lock", "inspect", "cli-secure", "--endpoints", addr, "--timeout", "1s"}, args...)...)
+		if code == 0 {
+			t.Errorf("%s: inspect succeeded", name)
+		}
+		t.Logf("%s: %s", name, strings.TrimSpace(errOut))
+	}
+
+	// Plain HTTP is refused; the health check is open over https.
+	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("plaintext /healthz answered 200 %q", b)
+		}
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 401, "/locks/x": 401} {
+		resp, err := hc.Get("https://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
+func jsonNumber(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
