@@ -1,14 +1,19 @@
 package cli
 
 import (
+	"bufio"
 	"crypto/tls"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/internal/testenv"
@@ -129,4 +134,99 @@ func TestServeTLSAndTokens(t *testing.T) {
 func jsonNumber(v uint64) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestNodeServesOnlyTLS runs `lockgate node` with TLS, mutual TLS between
+// nodes and tokens: plaintext HTTP and WebSocket are refused on its API, a
+// client with the CA and token locks through it, and peers answers over
+// https.
+func TestNodeServesOnlyTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs lockgate")
+	}
+	dir, _ := secureFiles(t)
+	f := func(name string) string { return filepath.Join(dir, name) }
+	bin := testenv.BuildLockgate(t)
+	api := freeAddr(t)
+	startProcess(t, bin, "raftlock node 1:", "node", "--id", "1", "--bootstrap", "--data-dir", f("node-1"),
+		"--raft-addr", freeAddr(t), "--api-addr", api,
+		"--tls-cert", f("cert.pem"), "--tls-key", f("key.pem"), "--tls-ca", f("ca.pem"), "--tls-client-ca", f("ca.pem"),
+		"--auth-tokens-file", f("tokens"))
+
+	if resp, err := http.Get("http://" + api + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("a TLS node answered plaintext /healthz with 200")
+		}
+	}
+	if code, _, _ := run(t, "lock", "inspect", "k", "--endpoints", api, "--token-file", f("token"), "--timeout", "1s"); code == 0 {
+		t.Fatal("a plaintext client used a TLS node")
+	}
+	// The single node elects itself; a waiting acquire rides that out.
+	code, out, errOut := run(t, "lock", "acquire", "node-tls", "--wait", "20s", "--endpoints", api, "--tls-ca", f("ca.pem"), "--token-file", f("token"))
+	if code != 0 || !strings.Contains(out, `"fencing_token"`) {
+		t.Fatalf("acquire through a TLS node: exit %d, %q, %s", code, out, errOut)
+	}
+	code, out, errOut = run(t, "peers", "--addr", api, "--tls-ca", f("ca.pem"))
+	if code != 0 || !strings.Contains(out, "leader: 1") {
+		t.Fatalf("peers over https: exit %d, %q, %s", code, out, errOut)
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startProcess runs bin with args until t ends (SIGTERM, then it must
+// exit cleanly) and returns once it printed a line starting with ready.
+func startProcess(t *testing.T, bin, ready string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	up := make(chan struct{}, 1)
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), ready) {
+				up <- struct{}{}
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("lockgate %s exited with %v after SIGTERM\n%s", args[0], err, stderr.String())
+			}
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("lockgate %s did not exit within 15 s of SIGTERM", args[0])
+		}
+	})
+	select {
+	case <-up:
+	case err := <-exited:
+		t.Fatalf("lockgate %s exited: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("lockgate %s printed no %q within 60 s\n%s", args[0], ready, stderr.String())
+	}
 }
