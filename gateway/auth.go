@@ -32,7 +32,7 @@ type Tokens struct {
 // at least MinTokenLen characters, without whitespace).
 func NewTokens(tokens ...string) (*Tokens, error) {
 	t := &Tokens{}
-	if err := t.set(tokens, "argument"); err != nil {
+	if err := t.set(tokens, "the token list"); err != nil {
 		return nil, err
 	}
 	return t, nil
