@@ -28,6 +28,7 @@ type ProcessTB struct {
 	Out io.Writer
 
 	name     string
+	outMu    sync.Mutex // serialises writes to Out
 	mu       sync.Mutex
 	cleanups []func()
 	errs     []string
@@ -74,24 +75,26 @@ func (t *ProcessTB) fail(msg string) {
 	t.mu.Lock()
 	t.errs = append(t.errs, msg)
 	t.mu.Unlock()
+	t.write(os.Stderr, fmt.Sprintf("%s: %s\n", t.name, msg))
+}
+
+// write writes s to Out (or to fallback when Out is nil), one writer at a
+// time: every server's output pump logs concurrently.
+func (t *ProcessTB) write(fallback io.Writer, s string) {
 	w := t.Out
 	if w == nil {
-		w = os.Stderr
+		w = fallback
 	}
-	fmt.Fprintf(w, "%s: %s\n", t.name, msg)
+	if w == nil {
+		return
+	}
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	io.WriteString(w, s)
 }
 
-func (t *ProcessTB) Log(a ...any) {
-	if t.Out != nil {
-		fmt.Fprintln(t.Out, a...)
-	}
-}
-
-func (t *ProcessTB) Logf(f string, a ...any) {
-	if t.Out != nil {
-		fmt.Fprintf(t.Out, f+"\n", a...)
-	}
-}
+func (t *ProcessTB) Log(a ...any)            { t.write(nil, fmt.Sprintln(a...)) }
+func (t *ProcessTB) Logf(f string, a ...any) { t.write(nil, fmt.Sprintf(f+"\n", a...)) }
 
 func (t *ProcessTB) Helper()                   {}
 func (t *ProcessTB) Name() string              { return t.name }
