@@ -100,7 +100,11 @@ func TestLeaderFailover(t *testing.T) {
 	const (
 		keys    = 3
 		waiters = 4 // per key
-		ttl     = 3 * time.Second
+		// Long enough that a holder's auto-renewal finds the new leader
+		// before its deadline on a loaded 2-core machine (an election takes
+		// 1–3 s there), short enough to check that the holders keep their
+		// locks for more than a TTL after the takeover.
+		ttl = 8 * time.Second
 	)
 	errs := make(chan error, keys*(waiters+2))
 	holders := make([]*lock.Lease, keys)
