@@ -230,11 +230,19 @@ func toServerAddrs(a []string) []raft.ServerAddress {
 	return out
 }
 
-// Shutdown stops the node: waiting callers get an error, Raft shuts down
-// (a leader steps down without transferring; see TransferLeadership), and the
-// stores are closed. It is idempotent.
-func (n *Node) Shutdown() error {
+// Shutdown stops the node: a leader first hands leadership to another
+// voter (so the cluster does not wait an election timeout for a new one),
+// waiting callers get an error (the SDK re-sends them to the new leader),
+// Raft shuts down, and the stores are closed. It is idempotent.
+func (n *Node) Shutdown() error { return n.stop(true) }
+
+// stop is Shutdown; transfer false skips the handover, for a whole cluster
+// going down together (there is nobody to hand over to).
+func (n *Node) stop(transfer bool) error {
 	n.once.Do(func() {
+		if transfer {
+			n.transferLeadership()
+		}
 		n.session.Close()
 		close(n.shutdown)
 		if n.raft != nil {
@@ -247,6 +255,34 @@ func (n *Node) Shutdown() error {
 		n.log.Info("raftlock node stopped")
 	})
 	return n.err
+}
+
+// transferLeadership hands leadership to another voter if this node leads
+// one; a failure (no voter caught up, a timeout) only means the others
+// elect a leader the usual way.
+func (n *Node) transferLeadership() {
+	if n.raft == nil || n.raft.State() != raft.Leader {
+		return
+	}
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	others := 0
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.cfg.ID) {
+			others++
+		}
+	}
+	if others == 0 {
+		return
+	}
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		n.log.Warn("shutdown: leadership transfer failed; the others will elect a leader", "err", err)
+		return
+	}
+	id, _ := n.raft.LeaderWithID()
+	n.log.Info("shutdown: leadership transferred", "to", id)
 }
 
 func (n *Node) closeResources() {

@@ -81,11 +81,13 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 }
 
 // Shutdown stops serving the API, then the node.
-func (s *Server) Shutdown() error {
+func (s *Server) Shutdown() error { return s.stop(true) }
+
+func (s *Server) stop(transfer bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.http.Shutdown(ctx)
-	return s.Node.Shutdown()
+	return s.Node.stop(transfer)
 }
 
 // WaitLeader waits until some node of nodes is a ready leader.
@@ -171,7 +173,7 @@ func (c *LocalCluster) Leader(ctx context.Context) (*Node, error) {
 func (c *LocalCluster) Shutdown() {
 	for _, s := range c.Servers {
 		if s != nil {
-			s.Shutdown()
+			s.stop(false) // all go: no leadership to hand over
 		}
 	}
 }
