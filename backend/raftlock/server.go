@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -59,7 +60,10 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	if cfg.FaultInjection {
 		s.Mux.HandleFunc("POST "+PathDebugClock, n.handleDebugClock)
 	}
-	s.http = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
+	// Connection-level errors (a plaintext client at a TLS port, a client
+	// certificate refused) are the client's problem: debug level.
+	s.http = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
 	go s.http.Serve(ln)
 	if len(join) > 0 {
 		args := JoinArgs{ServerID: cfg.ID, ServerAddr: n.RaftAddr(), APIAddr: cfg.APIAddr}

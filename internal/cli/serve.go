@@ -176,7 +176,8 @@ func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, sec *s
 	}
 	g := gateway.New(l, gateway.Options{Logger: slog.Default(), Tokens: toks})
 	defer g.Close()
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug)}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("gateway stopped", "err", err)
