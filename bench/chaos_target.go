@@ -312,7 +312,11 @@ return n`
 
 func (t *target) startPostgres() error {
 	var pg *testenv.Postgres
-	if err := t.do("starting postgres", func(tb testing.TB) { pg = testenv.StartPostgres(tb) }); err != nil {
+	var clock *testenv.FakeClock
+	if err := t.do("starting postgres", func(tb testing.TB) {
+		clock = testenv.NewFakeClock(tb)
+		pg = testenv.StartPostgresWith(tb, testenv.PostgresOptions{Durable: true, Env: clock.Env()})
+	}); err != nil {
 		return err
 	}
 	p, err := t.proxies.Add("postgres", fmt.Sprintf("127.0.0.1:%d", pg.Port))
@@ -338,6 +342,14 @@ func (t *target) startPostgres() error {
 	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		return cutAll([]*Proxy{p}), "cut clients from postgres", nil
 	}
+	t.faults[FaultClock] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+		jump := between(rng, 2*ttl, 4*ttl).Round(time.Second) // libfaketime: whole seconds
+		if err := clock.Jump(jump); err != nil {
+			return nil, "", err
+		}
+		return func() error { return nil }, fmt.Sprintf("the server's clock jumps %v forward (now %v ahead)", jump, clock.Offset()), nil
+	}
+	t.notes[FaultClock] = "libfaketime shifts the server's wall clock (clock_timestamp()), not its monotonic clock; a jump takes effect within a second"
 	return nil
 }
 

@@ -3,7 +3,9 @@
 # internal/testenv: redis-server, etcd (Debian package etcd-server) and the
 # PostgreSQL server binaries (package postgresql, under
 # /usr/lib/postgresql/*/bin), and Chromium, in which the bench tests render
-# their HTML report headless. Installs only what is missing; uses sudo when
+# their HTML report headless, and libfaketime (package faketime), which
+# shifts PostgreSQL's clock in the tests and the chaos bench. Installs only
+# what is missing; uses sudo when
 # not root. Exits non-zero, naming the package, if something cannot be had.
 set -euo pipefail
 
@@ -13,9 +15,11 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 pg_ok() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 pg_ok || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+ft_ok() { compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; }
+ft_ok || missing+=(faketime)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, etcd, PostgreSQL binaries and chromium present"
+  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium and libfaketime present"
   exit 0
 fi
 
@@ -46,4 +50,5 @@ command -v redis-server >/dev/null || { echo "deps: redis-server still missing" 
 command -v etcd >/dev/null || { echo "deps: etcd still missing (package etcd-server)" >&2; exit 1; }
 pg_ok || { echo "deps: PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin" >&2; exit 1; }
 command -v chromium >/dev/null || { echo "deps: chromium still missing" >&2; exit 1; }
+ft_ok || { echo "deps: libfaketime still missing (package faketime)" >&2; exit 1; }
 echo "deps: done"

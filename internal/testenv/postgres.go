@@ -46,6 +46,9 @@ type PostgresOptions struct {
 	// Benchmarks that compare PostgreSQL with durable backends need it;
 	// tests run faster without.
 	Durable bool
+	// Env is added to the server's environment (e.g. libfaketime's
+	// LD_PRELOAD and FAKETIME_* to shift its clock). initdb does not get it.
+	Env []string
 }
 
 // StartPostgres creates a cluster with initdb (trust authentication,
@@ -85,6 +88,10 @@ func startPostgres(t testing.TB, pick portPicker, opts PostgresOptions) *Postgre
 	if err != nil {
 		t.Fatalf("testenv: StartPostgres: %v", err)
 	}
+	var env []string
+	if len(opts.Env) > 0 {
+		env = append(os.Environ(), opts.Env...)
+	}
 	p := &Postgres{
 		durable: opts.Durable,
 		DataDir: filepath.Join(base, "data"),
@@ -93,6 +100,7 @@ func startPostgres(t testing.TB, pick portPicker, opts PostgresOptions) *Postgre
 			path:    filepath.Join(binDir, "postgres"),
 			dir:     base,
 			cred:    cred,
+			env:     env,
 			stopSig: syscall.SIGINT, // "fast" shutdown: does not wait for clients to disconnect
 		},
 	}
