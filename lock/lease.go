@@ -80,6 +80,7 @@ type Lease struct {
 	timer    *time.Timer
 	done     chan struct{}
 	err      error
+	afterEnd []func()
 }
 
 // NewLease builds a Lease from a grant and arms its deadline: Done closes
@@ -144,6 +145,20 @@ func (l *Lease) Deadline() time.Time {
 // refused, or it was released. Err says which.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
+// AfterEnd arranges for f to run in a goroutine of its own once the lease
+// ends (at once if it has ended). Unlike a goroutine waiting on Done, it
+// costs nothing while the lease lives: a backend that tracks many held
+// leases registers one callback each, not one parked goroutine each.
+func (l *Lease) AfterEnd(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		go f()
+		return
+	}
+	l.afterEnd = append(l.afterEnd, f)
+}
+
 // Err is nil while the lease lives, then the reason it ended: ErrExpired,
 // ErrReleased, an error matching ErrNotHeld (a renewal was refused), or
 // another error of the keep-alive.
@@ -191,6 +206,10 @@ func (l *Lease) endLocked(cause error) {
 		l.timer.Stop()
 	}
 	close(l.done)
+	for _, f := range l.afterEnd {
+		go f()
+	}
+	l.afterEnd = nil
 }
 
 // Renewed records a backend's answer to a renewal of l for ttl whose request

@@ -155,3 +155,39 @@ func TestRenewedAndReleased(t *testing.T) {
 		}
 	}
 }
+
+// TestAfterEnd: callbacks run once the lease ends, whichever way, and one
+// registered after the end runs at once.
+func TestAfterEnd(t *testing.T) {
+	for _, end := range []struct {
+		name string
+		do   func(l *lock.Lease)
+	}{
+		{"released", func(l *lock.Lease) { l.Released(true) }},
+		{"expired", func(l *lock.Lease) {}}, // a 30 ms TTL runs out
+		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			l := lock.NewLease(lock.Grant{Key: "k", Owner: "o", Token: 1, Handle: "h", TTL: 30 * time.Millisecond, Sent: time.Now()})
+			ran := make(chan struct{}, 2)
+			l.AfterEnd(func() { ran <- struct{}{} })
+			l.AfterEnd(func() { ran <- struct{}{} })
+			select {
+			case <-ran:
+				t.Fatal("a callback ran while the lease lived")
+			default:
+			}
+			end.do(l)
+			for range 2 {
+				select {
+				case <-ran:
+				case <-time.After(10 * time.Second):
+					t.Fatal("a callback did not run after the lease ended")
+				}
+			}
+			late := make(chan struct{})
+			l.AfterEnd(func() { close(late) })
+			<-late
+		})
+	}
+}

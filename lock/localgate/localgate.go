@@ -130,14 +130,13 @@ func (g *Gate) Hold(lease *lock.Lease, handed bool) {
 		}
 	}
 	g.mu.Unlock()
-	go func() {
-		<-lease.Done()
+	lease.AfterEnd(func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if s := g.keys[lease.Key]; s != nil && s.holder == lease {
 			g.exitLocked(lease.Key)
 		}
-	}()
+	})
 }
 
 // TakeHandoff returns the next local waiter of lease's key if the lease
