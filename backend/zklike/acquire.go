@@ -489,13 +489,15 @@ func (l *Locker) hold(c *contender, lease *lock.Lease) {
 			}
 		}()
 	case c.sess != nil:
-		go func() {
-			select {
-			case <-lease.Done():
-			case <-l.ctx.Done():
-			}
-			c.sess.unuse()
-		}()
+		// No goroutine parked per held lock: callbacks on the lease's end
+		// and on the Locker's close, whichever comes first.
+		var once sync.Once
+		unuse := func() { once.Do(c.sess.unuse) }
+		stop := context.AfterFunc(l.ctx, unuse)
+		lease.AfterEnd(func() {
+			stop()
+			unuse()
+		})
 	}
 }
 
