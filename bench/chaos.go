@@ -144,7 +144,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		dir = d
 	}
 	fmt.Fprintf(cfg.Progress, "starting %s servers behind proxies\n", cfg.Backend)
-	tg, err := startTarget(cfg.Backend, cfg.Lockgate, cfg.Log)
+	tg, err := startTarget(ctx, cfg.Backend, cfg.Lockgate, cfg.Log)
 	if err != nil {
 		return nil, err
 	}

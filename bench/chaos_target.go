@@ -40,56 +40,47 @@ var Faults = []string{FaultKill, FaultPause, FaultPartition, FaultClock, FaultCl
 // reports failures through it).
 type injector func(rng *rand.Rand, ttl time.Duration) (heal func() error, what string, err error)
 
-// target is one backend's servers, started for a campaign behind proxies,
-// with the faults it supports.
+// target is one backend's servers, provisioned for a campaign (behind
+// proxies: ProvisionOptions.Faults), with the faults it supports.
 type target struct {
 	backend   string
+	s         *Servers
 	newClient func() (lock.Locker, error)
 	faults    map[string]injector
 	// notes say how a fault is realised on this backend where that is not
 	// obvious (e.g. an emulated clock jump).
-	notes   map[string]string
-	tb      *testenv.ProcessTB
-	proxies *Proxies
+	notes map[string]string
 }
 
-func (t *target) close() {
-	t.proxies.Close()
-	t.tb.Close()
-}
+func (t *target) close() { t.s.Close() }
 
-// do runs f with the target's ProcessTB and turns a testenv failure into an
+// do runs f with the servers' ProcessTB and turns a testenv failure into an
 // error.
 func (t *target) do(what string, f func(tb testing.TB)) error {
-	before := t.tb.Errors()
-	if !t.tb.Do(f) {
-		return fmt.Errorf("%s: %s", what, strings.TrimPrefix(t.tb.Errors(), before))
+	before := t.s.tb.Errors()
+	if !t.s.tb.Do(f) {
+		return fmt.Errorf("%s: %s", what, strings.TrimPrefix(t.s.tb.Errors(), before))
 	}
 	return nil
 }
 
-// startTarget starts backend's servers with proxies in front of every
-// server (and between raftlock's nodes).
-func startTarget(backend, lockgate string, log io.Writer) (*target, error) {
-	t := &target{backend: backend, tb: testenv.NewProcessTB("chaos"), proxies: NewProxies(),
-		faults: map[string]injector{}, notes: map[string]string{}}
-	t.tb.Out = log
-	var err error
+// startTarget provisions backend's servers for faults and defines the
+// faults and the campaign's clients on them.
+func startTarget(ctx context.Context, backend, lockgate string, log io.Writer) (*target, error) {
+	s, err := Provision(ctx, []string{backend}, ProvisionOptions{Lockgate: lockgate, Log: log, Faults: true})
+	if err != nil {
+		return nil, err
+	}
+	t := &target{backend: backend, s: s, faults: map[string]injector{}, notes: map[string]string{}}
 	switch backend {
 	case Raft:
-		err = t.startRaft(lockgate)
+		t.raftFaults()
 	case Redlock:
-		err = t.startRedlock()
+		t.redlockFaults()
 	case Postgres:
-		err = t.startPostgres()
+		t.postgresFaults()
 	case Etcd:
-		err = t.startEtcd()
-	default:
-		err = fmt.Errorf("unknown backend %q", backend)
-	}
-	if err != nil {
-		t.close()
-		return nil, err
+		t.etcdFaults()
 	}
 	return t, nil
 }
@@ -118,48 +109,9 @@ func cutAll(ps []*Proxy) func() error {
 	}
 }
 
-func (t *target) startRaft(lockgate string) error {
-	if lockgate == "" {
-		return fmt.Errorf("raft: the lockgate binary is needed to run nodes")
-	}
-	var api []*Proxy    // clients → node i's API
-	var peer [][]*Proxy // node i → node j's Raft transport
-	var rl *testenv.Raftlock
-	args := func(i int, nodes []*testenv.RaftNode) []string {
-		if i == 0 { // one set of proxies per start attempt
-			api = make([]*Proxy, len(nodes))
-			peer = make([][]*Proxy, len(nodes))
-			for a := range nodes {
-				api[a], _ = t.proxies.Add(fmt.Sprintf("api-%d", a+1), nodes[a].APIAddr)
-				peer[a] = make([]*Proxy, len(nodes))
-				for b := range nodes {
-					if a != b {
-						peer[a][b], _ = t.proxies.Add(fmt.Sprintf("raft-%d-%d", a+1, b+1), nodes[b].RaftAddr)
-					}
-				}
-			}
-		}
-		var dial []string
-		for j, nd := range nodes {
-			if j != i && peer[i][j] != nil {
-				dial = append(dial, nd.RaftAddr+"="+peer[i][j].Addr())
-			}
-		}
-		out := []string{"--fault-injection", "--raft-dial", strings.Join(dial, ",")}
-		if api[i] != nil {
-			out = append(out, "--api-listen", nodes[i].APIAddr, "--api-addr", api[i].Addr())
-		}
-		return out
-	}
-	if err := t.do("starting raftlock", func(tb testing.TB) {
-		rl = testenv.StartRaftlockWith(tb, lockgate, RaftNodes, testenv.RaftlockOptions{Args: args})
-	}); err != nil {
-		return err
-	}
-	endpoints := make([]string, len(api))
-	for i, p := range api {
-		endpoints[i] = p.Addr()
-	}
+func (t *target) raftFaults() {
+	rl, api, peer := t.s.RaftProcs, t.s.RaftAPILinks, t.s.RaftPeerLinks
+	endpoints := t.s.Spec.Raft
 	t.newClient = func() (lock.Locker, error) {
 		return client.New(endpoints, client.Options{RequestTimeout: 5 * time.Second})
 	}
@@ -212,7 +164,6 @@ func (t *target) startRaft(lockgate string) error {
 			fmt.Sprintf("clock of %s jumps %v forward", who, jump.Round(time.Millisecond)), nil
 	}
 	t.notes[FaultClock] = "the node's leader clock is shifted through its fault-injection endpoint (Go binaries ignore libfaketime)"
-	return nil
 }
 
 // skewRaftClock sets a raftlock node's clock offset (fault injection).
@@ -234,20 +185,8 @@ func skewRaftClock(apiAddr string, d time.Duration) error {
 	return nil
 }
 
-func (t *target) startRedlock() error {
-	var rs []*testenv.Redis
-	if err := t.do("starting redis", func(tb testing.TB) { rs = testenv.StartRedisN(tb, RedisMasters) }); err != nil {
-		return err
-	}
-	ps := make([]*Proxy, len(rs))
-	addrs := make([]string, len(rs))
-	for i, r := range rs {
-		p, err := t.proxies.Add(fmt.Sprintf("redis-%d", i), r.Addr)
-		if err != nil {
-			return err
-		}
-		ps[i], addrs[i] = p, p.Addr()
-	}
+func (t *target) redlockFaults() {
+	rs, ps, addrs := t.s.Redis, t.s.RedisLinks, t.s.Spec.Redlock
 	t.newClient = func() (lock.Locker, error) { return redlock.New(redlock.DefaultConfig(addrs...)) }
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		i := rng.IntN(len(rs))
@@ -282,7 +221,6 @@ func (t *target) startRedlock() error {
 	t.notes[FaultClock] = "emulated: libfaketime cannot run Debian's redis-server (its jemalloc recurses into " +
 		"clock_gettime during libfaketime's start, wolfcw/libfaketime#130), so every key's remaining TTL on the " +
 		"node is shortened by the jump, which is what a forward wall-clock step does to Redis expiry"
-	return nil
 }
 
 // jumpRedisClock does to one Redis server's keys what a forward jump of
@@ -310,20 +248,8 @@ return n`
 	return nil
 }
 
-func (t *target) startPostgres() error {
-	var pg *testenv.Postgres
-	var clock *testenv.FakeClock
-	if err := t.do("starting postgres", func(tb testing.TB) {
-		clock = testenv.NewFakeClock(tb)
-		pg = testenv.StartPostgresWith(tb, testenv.PostgresOptions{Durable: true, Env: clock.Env()})
-	}); err != nil {
-		return err
-	}
-	p, err := t.proxies.Add("postgres", fmt.Sprintf("127.0.0.1:%d", pg.Port))
-	if err != nil {
-		return err
-	}
-	url := strings.Replace(pg.URL, fmt.Sprintf("127.0.0.1:%d", pg.Port), p.Addr(), 1)
+func (t *target) postgresFaults() {
+	pg, p, clock, url := t.s.PG, t.s.PGLink, t.s.PGClock, t.s.Spec.Postgres
 	t.newClient = func() (lock.Locker, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -350,23 +276,10 @@ func (t *target) startPostgres() error {
 		return func() error { return nil }, fmt.Sprintf("the server's clock jumps %v forward (now %v ahead)", jump, clock.Offset()), nil
 	}
 	t.notes[FaultClock] = "libfaketime shifts the server's wall clock (clock_timestamp()), not its monotonic clock; a jump takes effect within a second"
-	return nil
 }
 
-func (t *target) startEtcd() error {
-	var e *testenv.Etcd
-	if err := t.do("starting etcd", func(tb testing.TB) { e = testenv.StartEtcd(tb, EtcdMembers) }); err != nil {
-		return err
-	}
-	ps := make([]*Proxy, len(e.Members))
-	eps := make([]string, len(e.Members))
-	for i, m := range e.Members {
-		p, err := t.proxies.Add(m.Name, strings.TrimPrefix(m.ClientURL, "http://"))
-		if err != nil {
-			return err
-		}
-		ps[i], eps[i] = p, "http://"+p.Addr()
-	}
+func (t *target) etcdFaults() {
+	e, ps, eps := t.s.EtcdProcs, t.s.EtcdLinks, t.s.Spec.Etcd
 	t.newClient = func() (lock.Locker, error) {
 		cfg := zklike.DefaultConfig(eps...)
 		cfg.SessionTTL = 2 * time.Second
@@ -396,5 +309,4 @@ func (t *target) startEtcd() error {
 		return cutAll(cut), fmt.Sprintf("cut clients from etcd members %v", idx), nil
 	}
 	t.notes[FaultPartition] = "client↔server links only: etcd's peers dial each other directly"
-	return nil
 }

@@ -116,6 +116,11 @@ type ProvisionOptions struct {
 	Lockgate string
 	// Log receives the servers' output; nil discards it.
 	Log io.Writer
+	// Faults prepares the provisioned servers for a fault campaign: each
+	// one behind an in-process proxy (and raftlock's nodes behind proxies
+	// between each other, with their fault-injection endpoint on), and
+	// PostgreSQL under a FakeClock. Spec then holds the proxies' addresses.
+	Faults bool
 }
 
 // Servers are the running servers of a set of backends. The provisioned
@@ -128,6 +133,16 @@ type Servers struct {
 	EtcdProcs *testenv.Etcd     // ditto
 	RaftProcs *testenv.Raftlock // ditto
 
+	// With ProvisionOptions.Faults: the links a partition cuts, and the
+	// clock a clock jump moves.
+	Proxies       *Proxies
+	RedisLinks    []*Proxy // clients → redis i
+	PGLink        *Proxy   // clients → postgres
+	PGClock       *testenv.FakeClock
+	EtcdLinks     []*Proxy   // clients → etcd member i
+	RaftAPILinks  []*Proxy   // clients → node i's API
+	RaftPeerLinks [][]*Proxy // node i → node j's Raft transport
+
 	tb *testenv.ProcessTB
 }
 
@@ -138,8 +153,19 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 	if err := CheckBackends(backends); err != nil {
 		return nil, err
 	}
-	s := &Servers{Spec: opts.Existing, tb: testenv.NewProcessTB("bench")}
+	s := &Servers{Spec: opts.Existing, tb: testenv.NewProcessTB("bench"), Proxies: NewProxies()}
 	s.tb.Out = opts.Log
+	// link puts a proxy in front of addr when faults are wanted.
+	link := func(tb testing.TB, name, addr string) (*Proxy, string) {
+		if !opts.Faults {
+			return nil, addr
+		}
+		p, err := s.Proxies.Add(name, addr)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return p, p.Addr()
+	}
 	var wg sync.WaitGroup
 	start := func(f func(tb testing.TB)) {
 		wg.Add(1)
@@ -159,26 +185,50 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 				return nil, errors.New("bench: provisioning raft needs the lockgate binary")
 			}
 			start(func(tb testing.TB) {
-				s.RaftProcs = testenv.StartRaftlock(tb, opts.Lockgate, RaftNodes)
+				var ro testenv.RaftlockOptions
+				if opts.Faults {
+					ro.Args = s.raftFaultArgs
+				}
+				s.RaftProcs = testenv.StartRaftlockWith(tb, opts.Lockgate, RaftNodes, ro)
 				s.Spec.Raft = s.RaftProcs.APIAddrs
+				if opts.Faults {
+					s.Spec.Raft = make([]string, len(s.RaftAPILinks))
+					for i, p := range s.RaftAPILinks {
+						s.Spec.Raft[i] = p.Addr()
+					}
+				}
 			})
 		case Redlock:
 			start(func(tb testing.TB) {
 				s.Redis = testenv.StartRedisN(tb, RedisMasters)
-				for _, r := range s.Redis {
-					s.Spec.Redlock = append(s.Spec.Redlock, r.Addr)
+				for i, r := range s.Redis {
+					p, addr := link(tb, fmt.Sprintf("redis-%d", i), r.Addr)
+					s.RedisLinks = append(s.RedisLinks, p)
+					s.Spec.Redlock = append(s.Spec.Redlock, addr)
 				}
 			})
 		case Postgres:
 			start(func(tb testing.TB) {
 				// fsync on: raftlock and etcd wait for their disks too.
-				s.PG = testenv.StartPostgresWith(tb, testenv.PostgresOptions{Durable: true})
-				s.Spec.Postgres = s.PG.URL
+				po := testenv.PostgresOptions{Durable: true}
+				if opts.Faults {
+					s.PGClock = testenv.NewFakeClock(tb)
+					po.Env = s.PGClock.Env()
+				}
+				s.PG = testenv.StartPostgresWith(tb, po)
+				server := fmt.Sprintf("127.0.0.1:%d", s.PG.Port)
+				var addr string
+				s.PGLink, addr = link(tb, "postgres", server)
+				s.Spec.Postgres = strings.Replace(s.PG.URL, server, addr, 1)
 			})
 		case Etcd:
 			start(func(tb testing.TB) {
 				s.EtcdProcs = testenv.StartEtcd(tb, EtcdMembers)
-				s.Spec.Etcd = s.EtcdProcs.Endpoints
+				for _, m := range s.EtcdProcs.Members {
+					p, addr := link(tb, m.Name, strings.TrimPrefix(m.ClientURL, "http://"))
+					s.EtcdLinks = append(s.EtcdLinks, p)
+					s.Spec.Etcd = append(s.Spec.Etcd, "http://"+addr)
+				}
 			})
 		}
 	}
@@ -190,5 +240,39 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 	return s, ctx.Err()
 }
 
-// Close stops every provisioned server, by PID, and removes its data.
-func (s *Servers) Close() { s.tb.Close() }
+// Close stops every proxy and every provisioned server, by PID, and removes
+// its data.
+func (s *Servers) Close() {
+	s.Proxies.Close()
+	s.tb.Close()
+}
+
+// raftFaultArgs is the testenv hook that puts proxies in front of every
+// node's API and on every Raft link (node i dials node j through
+// RaftPeerLinks[i][j]), and turns fault injection on.
+func (s *Servers) raftFaultArgs(i int, nodes []*testenv.RaftNode) []string {
+	if i == 0 { // one set of proxies per start attempt
+		s.RaftAPILinks = make([]*Proxy, len(nodes))
+		s.RaftPeerLinks = make([][]*Proxy, len(nodes))
+		for a := range nodes {
+			s.RaftAPILinks[a], _ = s.Proxies.Add(fmt.Sprintf("api-%d", a+1), nodes[a].APIAddr)
+			s.RaftPeerLinks[a] = make([]*Proxy, len(nodes))
+			for b := range nodes {
+				if a != b {
+					s.RaftPeerLinks[a][b], _ = s.Proxies.Add(fmt.Sprintf("raft-%d-%d", a+1, b+1), nodes[b].RaftAddr)
+				}
+			}
+		}
+	}
+	var dial []string
+	for j, nd := range nodes {
+		if p := s.RaftPeerLinks[i][j]; p != nil {
+			dial = append(dial, nd.RaftAddr+"="+p.Addr())
+		}
+	}
+	out := []string{"--fault-injection", "--raft-dial", strings.Join(dial, ",")}
+	if p := s.RaftAPILinks[i]; p != nil {
+		out = append(out, "--api-listen", nodes[i].APIAddr, "--api-addr", p.Addr())
+	}
+	return out
+}
