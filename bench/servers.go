@@ -7,6 +7,9 @@
 // trust — and stopped by PID when the run ends: five redis-server, one
 // PostgreSQL, a three-node etcd and a three-node raftlock cluster of
 // `lockgate node` processes. A Spec may point at existing servers instead.
+// The chaos campaign provisions through the same Provision, with Faults:
+// every server behind an in-process proxy it can cut, PostgreSQL under a
+// clock it can move.
 package bench
 
 import (
