@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,29 +93,6 @@ func BenchmarkSequential(b *testing.B) {
 	})
 }
 
-// parallel runs 32 clients until b.N cycles are done and reports rate.
-func parallel(b *testing.B, unit string, cycle func(g int) bool) {
-	const clients = 32
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for g := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				for !cycle(g) {
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit)
-}
-
 // BenchmarkContended: 32 clients on one key, each cycle an acquisition and
 // a release; acquisitions/s.
 func BenchmarkContended(b *testing.B) {
@@ -124,7 +100,7 @@ func BenchmarkContended(b *testing.B) {
 	ctx := context.Background()
 	b.Run("ours", func(b *testing.B) {
 		key := benchKey("contended")
-		parallel(b, "acquisitions/s", func(int) bool {
+		locktest.BenchRate(b, 32, "acquisitions/s", func(int) bool {
 			lease, err := l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
 			if err != nil {
 				b.Error(err)
@@ -142,7 +118,7 @@ func BenchmarkContended(b *testing.B) {
 		for i := range mutexes {
 			mutexes[i] = rs.NewMutex(key, redsync.WithExpiry(benchTTL))
 		}
-		parallel(b, "acquisitions/s", func(g int) bool {
+		locktest.BenchRate(b, 32, "acquisitions/s", func(g int) bool {
 			m := mutexes[g]
 			if err := m.LockContext(ctx); err != nil {
 				return false // ErrFailed after its tries: try again
@@ -164,7 +140,7 @@ func BenchmarkOwnKeys(b *testing.B) {
 		for i := range keys {
 			keys[i] = benchKey("own")
 		}
-		parallel(b, "cycles/s", func(g int) bool {
+		locktest.BenchRate(b, 32, "cycles/s", func(g int) bool {
 			lease, err := l.Acquire(ctx, keys[g], lock.AcquireOptions{TTL: benchTTL})
 			if err != nil {
 				b.Error(err)
@@ -181,7 +157,7 @@ func BenchmarkOwnKeys(b *testing.B) {
 		for i := range mutexes {
 			mutexes[i] = rs.NewMutex(benchKey("own"), redsync.WithExpiry(benchTTL))
 		}
-		parallel(b, "cycles/s", func(g int) bool {
+		locktest.BenchRate(b, 32, "cycles/s", func(g int) bool {
 			m := mutexes[g]
 			if err := m.LockContext(ctx); err != nil {
 				b.Error(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,28 +184,6 @@ func BenchmarkSequential(b *testing.B) {
 	})
 }
 
-// parallel runs 32 clients until b.N cycles are done and reports rate.
-func parallel(b *testing.B, unit string, cycle func(g int)) {
-	const clients = 32
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for g := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				cycle(g)
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit)
-}
-
 // BenchmarkContended: 32 clients on one key, each cycle an acquisition and
 // a release; acquisitions/s. Ours: the 32 clients share one Locker (one
 // gateway). Raw: 32 clients on a 32-connection pool, retrying every
@@ -222,28 +199,30 @@ func BenchmarkContended(b *testing.B) {
 			b.ReportMetric(float64(h)/float64(h+a), "handoff-ratio")
 			b.ReportMetric(float64(a)/float64(b.N), "attempts/op")
 		}()
-		parallel(b, "acquisitions/s", func(int) {
+		locktest.BenchRate(b, 32, "acquisitions/s", func(int) bool {
 			lease, err := l.Acquire(ctx, key, lock.AcquireOptions{TTL: benchTTL})
 			if err != nil {
 				b.Error(err)
-				return
+				return true
 			}
 			if err := l.Release(ctx, lease); err != nil {
 				b.Error(err)
 			}
+			return true
 		})
 	})
 	b.Run("raw", func(b *testing.B) {
 		key := benchKey("contended")
-		parallel(b, "acquisitions/s", func(int) {
+		locktest.BenchRate(b, 32, "acquisitions/s", func(int) bool {
 			token, err := raw.acquire(ctx, key)
 			if err != nil {
 				b.Error(err)
-				return
+				return true
 			}
 			if err := raw.release(ctx, key, token); err != nil {
 				b.Error(err)
 			}
+			return true
 		})
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,26 +108,12 @@ func BenchmarkSequential(b *testing.B) {
 // contend runs clients goroutines, each with its own etcd connection, on
 // one key until b.N handoffs are done, and reports handoffs/s.
 func contend(b *testing.B, clients int, cycle func(g int) error) {
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for g := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for left.Add(-1) >= 0 {
-				if err := cycle(g); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "handoffs/s")
+	locktest.BenchRate(b, clients, "handoffs/s", func(g int) bool {
+		if err := cycle(g); err != nil {
+			b.Error(err)
+		}
+		return true
+	})
 }
 
 // BenchmarkContended: 32 clients (32 etcd connections) contending one key;

@@ -2,6 +2,8 @@ package locktest
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -38,4 +40,30 @@ func medianMicros(d []time.Duration) float64 {
 	d = slices.Clone(d)
 	slices.Sort(d)
 	return float64(d[len(d)/2].Microseconds())
+}
+
+// BenchRate runs clients goroutines until b.N cycles are done and reports
+// cycles per second as unit. cycle(g) runs one cycle of client g and
+// reports whether it counts; false means try again (a baseline that gave
+// up after its own retries). Cycles report their errors with b.Error.
+func BenchRate(b *testing.B, clients int, unit string, cycle func(g int) bool) {
+	b.Helper()
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for g := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				for !cycle(g) {
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit)
 }
