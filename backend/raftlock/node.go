@@ -277,7 +277,7 @@ func (n *Node) transferLeadership() {
 	if others == 0 {
 		return
 	}
-	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+	if err := n.await(n.raft.LeadershipTransfer(), 2*n.cfg.ElectionTimeout); err != nil {
 		n.log.Warn("shutdown: leadership transfer failed; the others will elect a leader", "err", err)
 		return
 	}
@@ -298,12 +298,40 @@ func (n *Node) closeResources() {
 	}
 }
 
+// errAwaitTimeout is await's error when a future is not answered in time.
+var errAwaitTimeout = errors.New("raft did not answer in time")
+
+// await waits for a raft future, but not past this node's shutdown and, if
+// timeout > 0, not longer than timeout. hashicorp/raft answers a future
+// that was queued when its run loop stops never (hashicorp/raft#498, made
+// likelier by BatchApplyCh's buffered queue): waiting on Error() alone
+// hung a leader's takeover, and with it Shutdown, for good. The goroutine
+// left behind by such a future is the price of not hanging.
+func (n *Node) await(f raft.Future, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-n.shutdown:
+		return raft.ErrRaftShutdown
+	case <-expired:
+		return errAwaitTimeout
+	}
+}
+
 // apply stamps entry with the leader's clock, commits it, and returns the
 // state machine's results. timeout bounds the wait to enqueue it.
 func (n *Node) apply(entry fsm.Entry, timeout time.Duration) (*fsm.ApplyResult, error) {
 	entry.Now = n.cfg.Clock.Now()
 	f := n.raft.Apply(fsm.Encode(entry), timeout)
-	if err := f.Error(); err != nil {
+	if err := n.await(f, 0); err != nil {
 		return nil, n.raftErr(err)
 	}
 	switch r := f.Response().(type) {
@@ -354,7 +382,7 @@ func (n *Node) verifyLeader() error {
 	if !n.sched.isReady() {
 		return n.notLeader()
 	}
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	if err := n.await(n.raft.VerifyLeader(), 0); err != nil {
 		return n.raftErr(err)
 	}
 	return nil

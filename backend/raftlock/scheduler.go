@@ -82,7 +82,7 @@ func (s *scheduler) becomeLeader() {
 	s.mu.Unlock()
 
 	n := s.n
-	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.await(n.raft.Barrier(n.cfg.ApplyTimeout), 0); err != nil {
 		n.log.Warn("leader takeover: barrier failed", "err", err)
 		return
 	}

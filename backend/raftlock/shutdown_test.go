@@ -3,12 +3,17 @@ package raftlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -58,3 +63,75 @@ func TestShutdownTransfersLeadership(t *testing.T) {
 		t.Fatalf("acquire on the new leader: %v, token %v after %d", err, next, held.Token)
 	}
 }
+
+// TestShutdownAnswersQueuedApplies: entries still queued for the Raft
+// leader when its node shuts down are answered (ErrClosed), not left
+// waiting for ever. hashicorp/raft drops such futures unanswered
+// (hashicorp/raft#498); a leader's takeover blocked on one hung Shutdown,
+// and with it CI.
+func TestShutdownAnswersQueuedApplies(t *testing.T) {
+	c := startCluster(t, 1)
+	l := leader(t, c)
+	const writers = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	started := make(chan struct{}, writers)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			started <- struct{}{}
+			for {
+				_, err := l.apply(fsm.Entry{Ops: []fsm.Op{{Type: fsm.OpSetMember, Key: "w" + strconv.Itoa(i), Value: []byte("x")}}}, time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range writers {
+		<-started
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); c.Shutdown() }()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("applies queued at shutdown were never answered")
+	}
+	<-stopped
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, lock.ErrClosed) && !errors.Is(err, lock.ErrNotLeader) {
+			t.Errorf("an apply cut off by shutdown: %v, want ErrClosed (or a redirect)", err)
+		}
+	}
+}
+
+// TestAwaitUnansweredFuture: a future raft never answers ends the wait at
+// the node's shutdown, or at the timeout.
+func TestAwaitUnansweredFuture(t *testing.T) {
+	n := &Node{shutdown: make(chan struct{})}
+	if err := n.await(neverFuture{}, 10*time.Millisecond); !errors.Is(err, errAwaitTimeout) {
+		t.Errorf("await with a timeout: %v, want errAwaitTimeout", err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- n.await(neverFuture{}, 0) }()
+	close(n.shutdown)
+	select {
+	case err := <-got:
+		if !errors.Is(err, raft.ErrRaftShutdown) {
+			t.Errorf("await at shutdown: %v, want raft.ErrRaftShutdown", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("await outlived the node's shutdown")
+	}
+}
+
+type neverFuture struct{}
+
+func (neverFuture) Error() error  { select {} }
+func (neverFuture) Index() uint64 { return 0 }
