@@ -49,6 +49,7 @@ type Node struct {
 	session *Session // the Locker methods of Node itself
 
 	restores atomic.Int64 // snapshots installed into the state machine
+	metrics  *nodeMetrics
 
 	notify   chan bool
 	shutdown chan struct{}
@@ -84,6 +85,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.sched = newScheduler(n)
 	n.batch = newBatcher(n)
+	n.metrics = newNodeMetrics(n)
 	n.fsm.SetObserver(n.sched.observe)
 	n.session = n.NewSession()
 	if err := n.start(); err != nil {
@@ -330,10 +332,12 @@ func (n *Node) await(f raft.Future, timeout time.Duration) error {
 // state machine's results. timeout bounds the wait to enqueue it.
 func (n *Node) apply(entry fsm.Entry, timeout time.Duration) (*fsm.ApplyResult, error) {
 	entry.Now = n.cfg.Clock.Now()
+	start := time.Now()
 	f := n.raft.Apply(fsm.Encode(entry), timeout)
 	if err := n.await(f, 0); err != nil {
 		return nil, n.raftErr(err)
 	}
+	n.metrics.commit.Observe(time.Since(start).Seconds())
 	switch r := f.Response().(type) {
 	case *fsm.ApplyResult:
 		return r, nil
