@@ -202,8 +202,9 @@ func TestComposeCommandsParse(t *testing.T) {
 }
 
 // TestComposeRaftCluster: three nodes with ids 1..3, on the default ports
-// (Raft 8080+id, API 50050+id), fixed Raft addresses (Raft advertises the
-// address it binds), one bootstrap, the others joining through members.
+// (Raft 8080+id, API 50050+id), Raft bound to every interface and
+// advertised by service name, one bootstrap, the others joining through
+// members.
 func TestComposeRaftCluster(t *testing.T) {
 	p := loadCompose(t)
 	apiAddrs := map[string]string{} // service → api-addr
@@ -218,13 +219,12 @@ func TestComposeRaftCluster(t *testing.T) {
 			t.Errorf("%s: --id %q, want %s", name, v, id)
 		}
 		raftAddr, _ := flagValue(s.Command, "raft-addr")
-		host, port, err := net.SplitHostPort(raftAddr)
-		if err != nil || port != strconv.Itoa(8080+i+1) {
-			t.Errorf("%s: --raft-addr %q, want IP:%d", name, raftAddr, 8080+i+1)
+		if want := fmt.Sprintf("0.0.0.0:%d", 8080+i+1); raftAddr != want {
+			t.Errorf("%s: --raft-addr %q, want %q", name, raftAddr, want)
 		}
-		nw := s.Networks["lockgate"]
-		if nw == nil || nw.Ipv4Address != host {
-			t.Errorf("%s: --raft-addr host %q is not the service's fixed ipv4_address", name, host)
+		// Peers dial the service name, which survives a new container IP.
+		if adv, _ := flagValue(s.Command, "raft-advertise"); adv != fmt.Sprintf("%s:%d", name, 8080+i+1) {
+			t.Errorf("%s: --raft-advertise %q, want %s:%d", name, adv, name, 8080+i+1)
 		}
 		wantAPI := fmt.Sprintf("%s:%d", name, 50050+i+1)
 		if apiAddrs[name] != wantAPI {
@@ -246,20 +246,6 @@ func TestComposeRaftCluster(t *testing.T) {
 	}
 	if bootstraps != 1 {
 		t.Errorf("%d nodes bootstrap, want exactly 1", bootstraps)
-	}
-	// No other container may take a raft node's fixed address.
-	ipam := p.Networks["lockgate"].Ipam
-	if len(ipam.Config) != 1 || ipam.Config[0].IPRange == "" {
-		t.Fatalf("network lockgate: want one ipam config with an ip_range for dynamic addresses")
-	}
-	_, dyn, err := net.ParseCIDR(ipam.Config[0].IPRange)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"raft1", "raft2", "raft3"} {
-		if ip := net.ParseIP(p.Services[name].Networks["lockgate"].Ipv4Address); ip == nil || dyn.Contains(ip) {
-			t.Errorf("%s: fixed address inside the dynamic range %s", name, dyn)
-		}
 	}
 }
 

@@ -45,6 +45,13 @@ type Config struct {
 	// RaftAddr is where the Raft transport listens; peers dial it. Default
 	// 127.0.0.1:8080+ID when ID is a number. Port 0 picks a free port.
 	RaftAddr string
+	// RaftAdvertise is the Raft address peers dial, when it differs from
+	// RaftAddr: a wildcard bind (0.0.0.0:8081), NAT, a container network
+	// where a name (raft1:8081) outlives the container's IP. It is this
+	// node's address in the Raft configuration, so keep it stable across
+	// restarts. Empty: the bound address, which must then be a specific
+	// one.
+	RaftAdvertise string
 	// APIAddr is this node's client API address as clients should dial it
 	// (the gateway and membership endpoints). It is replicated in the member
 	// directory so that followers can redirect clients to the leader.
@@ -175,8 +182,25 @@ func (c *Config) Validate() error {
 	case c.MaxWaitersPerKey < 1:
 		return fmt.Errorf("raftlock: Config.MaxWaitersPerKey %d: want at least 1", c.MaxWaitersPerKey)
 	}
-	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+	host, _, err := net.SplitHostPort(c.RaftAddr)
+	if err != nil {
 		return fmt.Errorf("raftlock: Config.RaftAddr %q: %w", c.RaftAddr, err)
+	}
+	if c.RaftAdvertise == "" {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			return fmt.Errorf("raftlock: Config.RaftAddr %q binds every interface, which peers cannot dial: set RaftAdvertise (--raft-advertise) to the address they should use", c.RaftAddr)
+		}
+	} else {
+		h, p, err := net.SplitHostPort(c.RaftAdvertise)
+		if err != nil {
+			return fmt.Errorf("raftlock: Config.RaftAdvertise %q: %w", c.RaftAdvertise, err)
+		}
+		if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+			return fmt.Errorf("raftlock: Config.RaftAdvertise %q: want a host peers can dial, not a wildcard", c.RaftAdvertise)
+		}
+		if port, err := strconv.Atoi(p); err != nil || port < 1 || port > 65535 {
+			return fmt.Errorf("raftlock: Config.RaftAdvertise %q: want a port from 1 to 65535", c.RaftAdvertise)
+		}
 	}
 	if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
 		return fmt.Errorf("raftlock: Config.APIAddr %q: %w", c.APIAddr, err)

@@ -110,6 +110,9 @@ func (n *Node) start() error {
 	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial, n.cfg.TLS); err != nil {
 		return err
 	}
+	if n.cfg.RaftAdvertise != "" {
+		n.stream.advertise = advertiseAddr(n.cfg.RaftAdvertise)
+	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
 	})

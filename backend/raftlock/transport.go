@@ -53,6 +53,13 @@ func newFaultStream(bind string, via map[string]string, t *TLS) (*faultStream, e
 	}, nil
 }
 
+// advertiseAddr is Config.RaftAdvertise as a net.Addr: raft uses its
+// String() as this node's address, and peers dial it by name.
+type advertiseAddr string
+
+func (a advertiseAddr) Network() string { return "tcp" }
+func (a advertiseAddr) String() string  { return string(a) }
+
 // Addr is the address peers dial.
 func (s *faultStream) Addr() net.Addr { return s.advertise }
 

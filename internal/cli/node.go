@@ -48,6 +48,7 @@ func newNodeCmd() *cobra.Command {
 		bootstrap bool
 		join      []string
 		apiListen string
+		advertise string
 		raftDial  map[string]string
 		faults    bool
 		sec       securityFlags
@@ -98,6 +99,7 @@ docs/security.md.`,
 				cfg.APIAddr = apiAddr
 			}
 			cfg.APIListen = apiListen
+			cfg.RaftAdvertise = advertise
 			cfg.PeerDial = raftDial
 			cfg.FaultInjection = faults
 			cfg.Logger = slog.Default()
@@ -128,6 +130,7 @@ docs/security.md.`,
 	rf.register(cmd)
 	cmd.Flags().StringVar(&id, "id", "", "server id, unique in the cluster and stable across restarts (required)")
 	cmd.Flags().StringVar(&raftAddr, "raft-addr", "", "Raft transport address (default 127.0.0.1:8080+id)")
+	cmd.Flags().StringVar(&advertise, "raft-advertise", "", "Raft address peers dial, when it differs from --raft-addr (a 0.0.0.0 bind, NAT, a container name); keep it stable across restarts")
 	cmd.Flags().StringVar(&apiAddr, "api-addr", "", "API address, as clients and peers dial it (default 127.0.0.1:50050+id)")
 	cmd.Flags().BoolVar(&bootstrap, "bootstrap", false, "form a new cluster with this server as its first member")
 	cmd.Flags().StringSliceVar(&join, "join", nil, "API address(es) of existing members to join through")
