@@ -17,7 +17,10 @@ func fastConfig(t testing.TB) func(*Config) {
 		c.APIAddr = "127.0.0.1:0"
 		c.HeartbeatTimeout = time.Second
 		c.ElectionTimeout = time.Second
-		c.LeaderLeaseTimeout = 500 * time.Millisecond
+		// A leader steps down after LeaderLeaseTimeout without a quorum's
+		// answer; at 500 ms, CPU starvation on a loaded 2-core machine
+		// (race detector, other packages' tests) deposed leaders mid-test.
+		c.LeaderLeaseTimeout = time.Second
 		c.CommitTimeout = 5 * time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		c.RaftLogOutput = io.Discard

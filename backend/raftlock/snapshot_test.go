@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -67,9 +68,24 @@ func TestSnapshot100k(t *testing.T) {
 		t.Error("node 4 caught up without restoring a snapshot")
 	}
 
-	f := l.Raft().LeadershipTransferToServer(raft.ServerID("4"), raft.ServerAddress(s4.RaftAddr()))
-	if err := f.Error(); err != nil {
-		t.Fatalf("transfer to node 4: %v", err)
+	// Hand leadership to node 4, from whichever node leads now (on a
+	// loaded machine leadership may have moved since l was found).
+	for {
+		cur, err := WaitLeader(ctx, c.Nodes()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur == s4.Node {
+			break
+		}
+		err = cur.Raft().LeadershipTransferToServer(raft.ServerID("4"), raft.ServerAddress(s4.RaftAddr())).Error()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, raft.ErrNotLeader) && !errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			t.Fatalf("transfer to node 4: %v", err)
+		}
+		t.Logf("transfer to node 4 from node %s: %v; retrying", cur.ID(), err)
 	}
 	if _, err := WaitLeader(ctx, s4.Node); err != nil {
 		t.Fatal(err)
