@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/certfile"
 )
 
 // TLS secures a node's traffic: the Raft transport (peer to peer), the API
@@ -31,6 +33,10 @@ type TLS struct {
 	RootCAs *x509.CertPool
 	// ClientCAs, when not nil, turns peer authentication on (see above).
 	ClientCAs *x509.CertPool
+
+	// keys, set by LoadTLS, serves Certificate's files and picks up a
+	// rotated pair without a restart (the CA files are read once).
+	keys *certfile.Keypair
 }
 
 // LoadTLS reads a TLS from PEM files. caFile (may be empty: the system
@@ -43,11 +49,11 @@ func LoadTLS(certFile, keyFile, caFile, clientCAFile string) (*TLS, error) {
 	if certFile == "" {
 		return nil, errors.New("raftlock: TLS needs a certificate file and a key file")
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	keys, err := certfile.Load(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("raftlock: TLS certificate %s / key %s: %w", certFile, keyFile, err)
+		return nil, fmt.Errorf("raftlock: %w", err)
 	}
-	t := &TLS{Certificate: cert}
+	t := &TLS{Certificate: *keys.Current(), keys: keys}
 	if caFile != "" {
 		if t.RootCAs, err = LoadCertPool(caFile); err != nil {
 			return nil, err
@@ -74,13 +80,30 @@ func LoadCertPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// Keypair is the reloadable certificate of a TLS made by LoadTLS (nil
+// otherwise): set its OnReload to log rotations.
+func (t *TLS) Keypair() *certfile.Keypair { return t.keys }
+
+// withCert sets c's certificate: the reloadable pair if there is one.
+func (t *TLS) withCert(c *tls.Config, client bool) *tls.Config {
+	switch {
+	case t.keys != nil && client:
+		c.GetClientCertificate = t.keys.GetClientCertificate
+	case t.keys != nil:
+		c.GetCertificate = t.keys.GetCertificate
+	default:
+		c.Certificates = []tls.Certificate{t.Certificate}
+	}
+	return c
+}
+
 // PeerAuth reports whether peers must present certificates.
 func (t *TLS) PeerAuth() bool { return t != nil && t.ClientCAs != nil }
 
 // raftServerConfig is the Raft listener's: with ClientCAs, a peer without
 // a verified certificate cannot even complete the handshake.
 func (t *TLS) raftServerConfig() *tls.Config {
-	c := &tls.Config{Certificates: []tls.Certificate{t.Certificate}, MinVersion: tls.VersionTLS12}
+	c := t.withCert(&tls.Config{MinVersion: tls.VersionTLS12}, false)
 	if t.ClientCAs != nil {
 		c.ClientCAs = t.ClientCAs
 		c.ClientAuth = tls.RequireAndVerifyClientCert
@@ -92,7 +115,7 @@ func (t *TLS) raftServerConfig() *tls.Config {
 // certificate, so one is verified only if given; the membership handlers
 // then require a verified one (see TLS).
 func (t *TLS) APIServerConfig() *tls.Config {
-	c := &tls.Config{Certificates: []tls.Certificate{t.Certificate}, MinVersion: tls.VersionTLS12}
+	c := t.withCert(&tls.Config{MinVersion: tls.VersionTLS12}, false)
 	if t.ClientCAs != nil {
 		c.ClientCAs = t.ClientCAs
 		c.ClientAuth = tls.VerifyClientCertIfGiven
@@ -103,7 +126,7 @@ func (t *TLS) APIServerConfig() *tls.Config {
 // ClientConfig is what this node dials peers with: their certificates
 // verified against RootCAs, its own certificate presented.
 func (t *TLS) ClientConfig() *tls.Config {
-	return &tls.Config{Certificates: []tls.Certificate{t.Certificate}, RootCAs: t.RootCAs, MinVersion: tls.VersionTLS12}
+	return t.withCert(&tls.Config{RootCAs: t.RootCAs, MinVersion: tls.VersionTLS12}, true)
 }
 
 // peerVerified reports whether r came with a client certificate that

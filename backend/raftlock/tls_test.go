@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -198,5 +203,66 @@ func TestMembershipToken(t *testing.T) {
 	}
 	if _, err := (&MembershipClient{Token: token}).Remove(ctx, []string{l.APIAddr()}, "2"); err != nil {
 		t.Fatalf("remove with the token: %v", err)
+	}
+}
+
+// TestTLSRotation: a node loaded from certificate files serves a rotated
+// certificate on its API and Raft listeners without a restart.
+func TestTLSRotation(t *testing.T) {
+	ca := newCA(t, "cluster CA")
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
+	write := func() *big.Int {
+		c, k, err := ca.IssuePEM("127.0.0.1", "localhost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, b := range map[string][]byte{certFile: c, keyFile: k} {
+			if err := os.WriteFile(f+".new", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(f+".new", f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		blk, _ := pem.Decode(c)
+		x, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.SerialNumber
+	}
+	first := write()
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nt, err := LoadTLS(certFile, keyFile, caFile, caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt.Keypair().CheckInterval = 0
+	c := startCluster(t, 1, func(cfg *Config) { cfg.TLS = nt })
+	l := leader(t, c)
+	client := nodeTLS(t, ca, true).ClientConfig() // a peer: mTLS on the Raft listener
+	serial := func(addr string) *big.Int {
+		t.Helper()
+		conn, err := tls.Dial("tcp", addr, client)
+		if err != nil {
+			t.Fatalf("TLS dial %s: %v", addr, err)
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber
+	}
+	for _, addr := range []string{l.APIAddr(), l.RaftAddr()} {
+		if got := serial(addr); got.Cmp(first) != 0 {
+			t.Fatalf("%s serves serial %v, want the loaded %v", addr, got, first)
+		}
+	}
+	second := write()
+	for _, addr := range []string{l.APIAddr(), l.RaftAddr()} {
+		if got := serial(addr); got.Cmp(second) != 0 {
+			t.Errorf("%s serves serial %v after rotation, want the new %v", addr, got, second)
+		}
 	}
 }

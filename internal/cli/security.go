@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/certfile"
 )
 
 // securityFlags are the TLS and token settings of `serve` and `node`
@@ -55,16 +56,18 @@ func (f *securityFlags) check() error {
 // secure reports whether TLS or tokens are on.
 func (f *securityFlags) secure() bool { return f.cert != "" || f.tokensFile != "" }
 
-// serverTLS is the gateway listener's TLS configuration, or nil.
+// serverTLS is the gateway listener's TLS configuration, or nil. A
+// rotated certificate and key are picked up without a restart.
 func (f *securityFlags) serverTLS() (*tls.Config, error) {
 	if f.cert == "" {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+	keys, err := certfile.Load(f.cert, f.key)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", f.cert, f.key, err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	keys.OnReload = logCertReload(f.cert)
+	return &tls.Config{GetCertificate: keys.GetCertificate, MinVersion: tls.VersionTLS12}, nil
 }
 
 // nodeTLS is a node's TLS, or nil.
@@ -72,7 +75,22 @@ func (f *securityFlags) nodeTLS() (*raftlock.TLS, error) {
 	if f.cert == "" {
 		return nil, nil
 	}
-	return raftlock.LoadTLS(f.cert, f.key, f.ca, f.clientCA)
+	t, err := raftlock.LoadTLS(f.cert, f.key, f.ca, f.clientCA)
+	if err != nil {
+		return nil, err
+	}
+	t.Keypair().OnReload = logCertReload(f.cert)
+	return t, nil
+}
+
+func logCertReload(file string) func(error) {
+	return func(err error) {
+		if err != nil {
+			slog.Error("TLS certificate reload failed", "file", file, "err", err)
+			return
+		}
+		slog.Info("TLS certificate reloaded", "file", file)
+	}
 }
 
 // tokens loads --auth-tokens-file (nil without it) and reloads it on
