@@ -3,6 +3,7 @@ package raftlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -186,5 +187,102 @@ func TestIdempotentResend(t *testing.T) {
 	}
 	if _, err := l.NewSession().TryAcquire(ctx, "resent", lock.AcquireOptions{TTL: time.Minute}); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Errorf("a different handle: %v, want ErrNotAcquired", err)
+	}
+}
+
+// TestResendAheadOfQueue: an acquire re-sent for a grant that already
+// committed (its reply lost to a leader change) is answered at once, not
+// queued behind callers who wait for that very grant to end — which they
+// would do until its TTL ran out.
+func TestResendAheadOfQueue(t *testing.T) {
+	c := startCluster(t, 3)
+	l := leader(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := lock.NewHandle()
+	first, err := l.NewSession().Acquire(ctx, "resent-q", lock.AcquireOptions{TTL: time.Minute, Handle: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := make(chan error, 1)
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	go func() {
+		_, err := l.NewSession().Acquire(octx, "resent-q", lock.AcquireOptions{TTL: time.Minute})
+		other <- err
+	}()
+	awaitWaiting(t, l, "resent-q", 1)
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	again, err := l.NewSession().Acquire(rctx, "resent-q", lock.AcquireOptions{TTL: time.Minute, Handle: h})
+	if err != nil {
+		t.Fatalf("re-sent acquire behind a waiter: %v (queued behind its own lock)", err)
+	}
+	if again.Token != first.Token {
+		t.Errorf("re-sent acquire got token %d, want the committed grant's %d", again.Token, first.Token)
+	}
+	select {
+	case err := <-other:
+		t.Fatalf("the other waiter was answered while the key is held: %v", err)
+	default:
+	}
+}
+
+// TestResendRenews: the lease a re-sent acquire returns is valid, by the
+// caller's reckoning, only while the leader holds it: its deadline counts
+// from the re-sent request, so the re-send must extend the lock to match.
+func TestResendRenews(t *testing.T) {
+	c := startCluster(t, 3)
+	l := leader(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ttl = 5 * time.Second // drift allowance 52 ms
+	h := lock.NewHandle()
+	if _, err := l.NewSession().Acquire(ctx, "resent-r", lock.AcquireOptions{TTL: ttl, Handle: h}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the reply is "lost"; the caller re-sends later
+	again, err := l.NewSession().Acquire(ctx, "resent-r", lock.AcquireOptions{TTL: ttl, Handle: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, ok := l.fsm.Lock("resent-r")
+	if !ok {
+		t.Fatal("the lock vanished")
+	}
+	if expires := time.Unix(0, held.Expires); expires.Before(again.Deadline().Round(0)) {
+		t.Errorf("the leader expires the lock at %v, %v before the caller's deadline %v: both it and the next holder would hold it",
+			expires, again.Deadline().Round(0).Sub(expires), again.Deadline().Round(0))
+	}
+}
+
+// TestResentReleaseOutcome: a release re-sent after a leader change that
+// finds the lock gone while the lease is live was done by the first
+// attempt; without a cut-off first attempt, or past the deadline, "not
+// held" stands.
+func TestResentReleaseOutcome(t *testing.T) {
+	live := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
+	over := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now().Add(-time.Hour)})
+	cut := fmt.Errorf("raftlock: leadership lost while committing: %w", &lock.NotLeaderError{})
+	notHeld := fmt.Errorf("gone: %w", lock.ErrNotHeld)
+	for _, tc := range []struct {
+		name  string
+		lease *lock.Lease
+		errs  []error
+		want  error
+	}{
+		{"cut off, then gone", live, []error{cut, notHeld}, nil},
+		{"gone at once", live, []error{notHeld}, lock.ErrNotHeld},
+		{"cut off, then gone past the deadline", over, []error{cut, notHeld}, lock.ErrNotHeld},
+		{"cut off, then released", live, []error{cut, nil}, nil},
+	} {
+		var r resentRelease
+		var err error
+		for _, e := range tc.errs {
+			err = r.outcome(tc.lease, e)
+		}
+		if (tc.want == nil) != (err == nil) || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
 	}
 }

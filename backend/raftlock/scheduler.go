@@ -51,6 +51,7 @@ type waiter struct {
 	try    bool        // TryAcquire: give up instead of waiting for a holder
 	res    chan result // buffered: the scheduler never blocks on delivery
 	gone   bool        // the caller gave up; a grant that lands is released
+	resend bool        // re-sent acquire of its live grant: answered outside the queue
 	sent   time.Time   // when its granting entry was proposed (the lease's Sent)
 }
 
@@ -170,6 +171,10 @@ func (s *scheduler) enqueue(w *waiter) error {
 	// The caller's goroutine commits its own grant: no hand-off to another
 	// goroutine on the common path.
 	defer s.unlockAndRun(true)
+	if l, ok := s.n.fsm.Lock(w.key); ok && l.Expires > s.n.cfg.Clock.Now() && fsm.EqualHandles(l.Handle, w.handle) {
+		s.resendLocked(w, l.Token)
+		return nil
+	}
 	q := s.queues[w.key]
 	if q == nil {
 		q = &keyQueue{}
@@ -187,6 +192,52 @@ func (s *scheduler) enqueue(w *waiter) error {
 	return nil
 }
 
+// resendLocked answers an acquire re-sent for a grant that already
+// committed (its reply was lost to a timeout or a leader change). It is not
+// queued: the waiters it would join wait for this very grant to end. And
+// it renews the lock in the answering commit: the caller counts its lease
+// from this request, later than the original, so the lock must last a TTL
+// from this entry's time, or the caller would believe it holds the key
+// after the leader has expired it and granted it to the next in line.
+// Should the lock end first (released, expired), w is queued as a new
+// acquire.
+func (s *scheduler) resendLocked(w *waiter, token uint64) {
+	w.resend = true
+	epoch := s.epoch
+	op := fsm.Op{Type: fsm.OpRenew, Key: w.key, Handle: w.handle, Token: token, TTL: w.opts.TTL}
+	s.proposals = append(s.proposals, func() {
+		sent := time.Now()
+		res, err := s.n.batch.submit([]fsm.Op{op}, s.n.cfg.ApplyTimeout)
+		if s.settleResend(w, epoch, token, sent, res, err) {
+			if err := s.enqueue(w); err != nil { // the grant ended meanwhile: wait like any acquire
+				w.res <- result{err: err}
+			}
+		}
+	})
+}
+
+// settleResend delivers the outcome of w's renewal; it reports whether w
+// must be queued as a new acquire instead.
+func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time, res *fsm.ApplyResult, err error) (requeue bool) {
+	s.mu.Lock()
+	defer s.unlockAndRun(false)
+	switch {
+	case err != nil:
+		w.res <- result{err: fmt.Errorf("raftlock: acquire %q: %w", w.key, err)}
+	case s.epoch != epoch: // stepDown failed the queued waiters; w was not among them
+		w.res <- result{err: fmt.Errorf("raftlock: leadership lost while waiting: %w", s.n.notLeader())}
+	case res.Results[0].Status == fsm.StatusOK && w.gone:
+		s.releaseLocked(w.key, w.handle, token, nil)
+	case res.Results[0].Status == fsm.StatusOK:
+		w.res <- result{grant: &lock.Grant{Key: w.key, Owner: w.opts.Owner, Token: lock.Token(token), Handle: w.handle,
+			Value: w.opts.Value, TTL: w.opts.TTL, Sent: sent}}
+	case !w.gone:
+		w.resend = false
+		return true
+	}
+	return false
+}
+
 // abandon is called when w's caller gave up. A waiter still queued is
 // removed; one whose grant is being committed is marked gone and released
 // when the grant lands; one already granted is released now. Nobody is left
@@ -201,6 +252,10 @@ func (s *scheduler) abandon(w *waiter) {
 		}
 		return
 	default:
+	}
+	if w.resend {
+		w.gone = true // its renewal lands and releases the grant
+		return
 	}
 	q := s.queues[w.key]
 	if q == nil {

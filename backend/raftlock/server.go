@@ -259,8 +259,24 @@ func (cl *clusterLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.
 	return cl.retry(ctx, func(ctx context.Context, n *Node) error { return n.Renew(ctx, lease, ttl) })
 }
 
+// Release re-sends a release cut off by a leader change. The first attempt
+// may have committed before the old leader fell, so a re-sent one that
+// finds the lock gone before the lease's deadline — when no leader can
+// have expired it — reports the release as done, not ErrNotHeld.
 func (cl *clusterLocker) Release(ctx context.Context, lease *lock.Lease) error {
-	return cl.retry(ctx, func(ctx context.Context, n *Node) error { return n.Release(ctx, lease) })
+	var r resentRelease
+	return cl.retry(ctx, func(ctx context.Context, n *Node) error { return r.outcome(lease, n.Release(ctx, lease)) })
+}
+
+// resentRelease judges the attempts of one release (see Release).
+type resentRelease struct{ cutOff bool }
+
+func (r *resentRelease) outcome(lease *lock.Lease, err error) error {
+	if r.cutOff && errors.Is(err, lock.ErrNotHeld) && time.Now().Before(lease.Deadline()) {
+		return nil
+	}
+	r.cutOff = r.cutOff || errors.Is(err, lock.ErrNotLeader)
+	return err
 }
 
 func (cl *clusterLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
