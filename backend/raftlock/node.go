@@ -115,6 +115,15 @@ func (n *Node) start() error {
 	}
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: n.stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
+		// 1 turns pipelined replication off. hashicorp/raft's pipeline
+		// can deadlock when a follower rejects an append while the
+		// sender waits on the full pipeline: that follower then gets
+		// heartbeats but never another entry, and Shutdown hangs
+		// (hashicorp/raft#612; seen here in TestSnapshot100k, whose
+		// joiner rejects appends until it installs the snapshot).
+		// Pipelining overlaps at most two requests at the default
+		// setting, so little is lost.
+		MaxRPCsInFlight: pipelineOff,
 	})
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.cfg.ID)
@@ -302,6 +311,9 @@ func (n *Node) closeResources() {
 		}
 	}
 }
+
+// pipelineOff is NetworkTransportConfig.MaxRPCsInFlight without pipelining.
+const pipelineOff = 1
 
 // errAwaitTimeout is await's error when a future is not answered in time.
 var errAwaitTimeout = errors.New("raft did not answer in time")

@@ -135,3 +135,21 @@ type neverFuture struct{}
 
 func (neverFuture) Error() error  { select {} }
 func (neverFuture) Index() uint64 { return 0 }
+
+// TestNoPipelinedReplication: the Raft transport refuses pipelines, so
+// hashicorp/raft replicates with one request at a time and cannot reach
+// its pipeline deadlock (a follower that rejects an append while the
+// pipeline is full is never sent another entry, and Shutdown hangs:
+// hashicorp/raft#612; it hung TestSnapshot100k here).
+func TestNoPipelinedReplication(t *testing.T) {
+	c := startCluster(t, 3)
+	l := leader(t, c)
+	f := followers(c, l)[0]
+	p, err := l.trans.AppendEntriesPipeline(raft.ServerID(f.ID()), raft.ServerAddress(f.RaftAddr()))
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		if p != nil {
+			p.Close()
+		}
+		t.Fatalf("AppendEntriesPipeline: %v, want ErrPipelineReplicationNotSupported", err)
+	}
+}
