@@ -88,3 +88,46 @@ func TestRaftNodesRedirect(t *testing.T) {
 		t.Errorf("API bound to %s, want loopback", f.APIAddr())
 	}
 }
+
+// TestRaftMetrics: a node's /metrics carries its Raft metrics beside the
+// gateway's: one current Raft state, its peers, and readiness on the
+// leader only.
+func TestRaftMetrics(t *testing.T) {
+	c := startRaft(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes() {
+		before := n.IsLeader()
+		code, body, _ := doText(t, "http://"+n.APIAddr()+"/metrics")
+		after := n.IsLeader()
+		if code != 200 {
+			t.Fatalf("node %s /metrics: %d", n.ID(), code)
+		}
+		states := 0
+		for _, st := range []string{"Follower", "Candidate", "Leader"} {
+			if strings.Contains(body, `lockgate_raft_state{node="`+n.ID()+`",state="`+st+`"} 1`) {
+				states++
+			}
+		}
+		if states != 1 {
+			t.Errorf("node %s /metrics reports %d current Raft states, want 1", n.ID(), states)
+		}
+		if before == after { // (a load spike may move leadership during the scrape)
+			ready := map[bool]string{true: "1", false: "0"}[after]
+			if want := `lockgate_raft_leader_ready{node="` + n.ID() + `"} ` + ready; !strings.Contains(body, want) {
+				t.Errorf("node %s /metrics lacks %q", n.ID(), want)
+			}
+		}
+		for _, want := range []string{
+			`lockgate_raft_peers{node="` + n.ID() + `"} 2`,
+			"lockgate_grants_total 0",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("node %s /metrics lacks %q", n.ID(), want)
+			}
+		}
+	}
+}
