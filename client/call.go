@@ -13,7 +13,7 @@ import (
 // call is one logical request, sent once per connection attempt (each copy
 // with a fresh id) until it is answered.
 type call struct {
-	what      string
+	op        string // "acquire", "release", …: with req.Key, what the call's errors name (see what)
 	req       wire.Request
 	wait      bool // a waiting acquire: its wait is cancelled on the gateway when ctx or the client ends
 	grantable bool // the answer may be a grant, which must be released if nobody takes it
@@ -31,6 +31,11 @@ type call struct {
 	prior bool
 }
 
+// what names the call in errors and logs, e.g. `acquire "orders/42"`. It
+// is built only when needed: formatting it on every call costs more than the
+// rest of the client's bookkeeping.
+func (k *call) what() string { return fmt.Sprintf("%s %q", k.op, k.req.Key) }
+
 // do sends k on the live connection and returns the first answer that is
 // not a transient failure. Dropped connections, not_leader redirects,
 // closed gateways and unavailable answers are retried (redirects at once,
@@ -45,11 +50,11 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 	)
 	for {
 		if ctx.Err() != nil {
-			return nil, c.gaveUp(parent, ctx, k.what, c.orDialErr(last))
+			return nil, c.gaveUp(parent, ctx, k.what(), c.orDialErr(last))
 		}
 		wc, err := c.conn(ctx)
 		if err != nil {
-			return nil, c.gaveUp(parent, ctx, k.what, c.orDialErr(last))
+			return nil, c.gaveUp(parent, ctx, k.what(), c.orDialErr(last))
 		}
 		id := c.newID()
 		ch, ok := wc.register(id)
@@ -80,7 +85,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		if r == nil {
 			last = errDropped
 			k.prior = true
-			c.log.Debug("lockgate client: re-sending after a dropped connection", "what", k.what, "addr", wc.addr)
+			c.log.Debug("lockgate client: re-sending after a dropped connection", "what", k.what(), "addr", wc.addr)
 			continue
 		}
 		switch code := r.code(); code {
@@ -109,7 +114,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			}
 			retry++
 			if !c.backoff(ctx, retry) {
-				return nil, c.gaveUp(parent, ctx, k.what, last)
+				return nil, c.gaveUp(parent, ctx, k.what(), last)
 			}
 		case "closed":
 			last = replyError(r, k.req.Key)
@@ -122,7 +127,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			}
 			retry++
 			if !c.backoff(ctx, retry) {
-				return nil, c.gaveUp(parent, ctx, k.what, last)
+				return nil, c.gaveUp(parent, ctx, k.what(), last)
 			}
 		case "cancelled":
 			if !k.wait {
@@ -133,7 +138,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			last = replyError(r, k.req.Key)
 			retry++
 			if !c.backoff(ctx, retry) {
-				return nil, c.gaveUp(parent, ctx, k.what, last)
+				return nil, c.gaveUp(parent, ctx, k.what(), last)
 			}
 		default:
 			wc.good()
@@ -192,10 +197,10 @@ func (c *Client) await(parent, ctx context.Context, wc *wsConn, id string, ch ch
 			}
 		case <-ctx.Done():
 			c.abandon(wc, id, ch, k)
-			return nil, c.gaveUp(parent, ctx, k.what, nil)
+			return nil, c.gaveUp(parent, ctx, k.what(), nil)
 		case <-closing:
 			c.abandon(wc, id, ch, k)
-			return nil, fmt.Errorf("lockgate client: %s: %w", k.what, lock.ErrClosed)
+			return nil, fmt.Errorf("lockgate client: %s: %w", k.what(), lock.ErrClosed)
 		}
 	}
 }
@@ -281,7 +286,7 @@ func (c *Client) releaseRaced(wc *wsConn, r *reply) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 	defer cancel()
-	k := &call{what: fmt.Sprintf("release %q", r.Key), req: req}
+	k := &call{op: "release", req: req}
 	a, err := c.do(ctx, ctx, k)
 	if err == nil && (a.code() == "" || a.code() == "not_held") {
 		return

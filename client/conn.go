@@ -31,6 +31,9 @@ const (
 	// replyBuffer is the per-request queue of replies; a request gets at
 	// most a queued and a final reply.
 	replyBuffer = 4
+	// maxKeptWriteBuffer bounds the encoding buffer a connection keeps
+	// between requests.
+	maxKeptWriteBuffer = 4 << 10
 )
 
 // wsConn is one WebSocket connection to a gateway. Requests are multiplexed
@@ -44,6 +47,7 @@ type wsConn struct {
 
 	wmu     sync.Mutex
 	writeBy time.Time // the write deadline, under wmu
+	wbuf    []byte    // the request being written, under wmu
 
 	pmu     sync.Mutex
 	pending map[string]chan *reply
@@ -100,7 +104,7 @@ func (wc *wsConn) read(extend func()) {
 		}
 		extend()
 		r := &reply{}
-		if err := json.Unmarshal(data, r); err != nil {
+		if err := wire.DecodeReply(data, &r.Reply); err != nil {
 			wc.c.log.Warn("lockgate client: undecodable message from the gateway", "addr", wc.addr, "err", err)
 			continue
 		}
@@ -171,12 +175,13 @@ func (wc *wsConn) unregister(id string) {
 
 // send writes one request. A write error ends the connection.
 func (wc *wsConn) send(req *wire.Request) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
 	wc.wmu.Lock()
 	defer wc.wmu.Unlock()
+	wc.wbuf = req.AppendJSON(wc.wbuf[:0])
+	data := wc.wbuf
+	if cap(wc.wbuf) > maxKeptWriteBuffer {
+		wc.wbuf = nil // an unusually large request: do not keep its buffer
+	}
 	// A write may block for at most between RequestTimeout/2 and
 	// RequestTimeout; the deadline moves only when half of it has passed.
 	if now := time.Now(); wc.writeBy.Sub(now) < wc.c.opts.RequestTimeout/2 {

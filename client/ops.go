@@ -54,10 +54,10 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			CommandType: wire.CmdTryAcquire, Key: key, ClientID: opts.Owner,
 			TTL: ms(opts.TTL), LockToken: handle,
 		}}
-		k.what = fmt.Sprintf("try-acquire %q", key)
+		k.op = "try-acquire"
 		if wait {
 			k.req.CommandType = wire.CmdAcquire
-			k.what = fmt.Sprintf("acquire %q", key)
+			k.op = "acquire"
 		}
 		if opts.Value != nil {
 			v := string(opts.Value)
@@ -142,7 +142,7 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 // renew asks for (key, handle, token) to be extended to ttl. It returns the
 // send time of the answered copy, and whether the lease was held.
 func (c *Client) renew(parent, ctx context.Context, key, handle string, token lock.Token, ttl time.Duration) (time.Time, bool, error) {
-	k := &call{what: fmt.Sprintf("renew %q", key), req: wire.Request{
+	k := &call{op: "renew", req: wire.Request{
 		CommandType: wire.CmdRenew, Key: key, LockToken: handle,
 		FencingToken: &wire.FencingToken{Key: key, Value: uint64(token)}, TTL: ms(ttl),
 	}}
@@ -172,7 +172,7 @@ func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
 	octx, cancel := c.opCtx(ctx)
 	defer cancel()
 	var alive bool // the lease was alive by our clock when the answered copy went out
-	k := &call{what: fmt.Sprintf("release %q", lease.Key), req: wire.Request{
+	k := &call{op: "release", req: wire.Request{
 		CommandType: wire.CmdRelease, Key: lease.Key, LockToken: lease.Handle,
 		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)}, Ack: true,
 	}}
@@ -208,7 +208,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	}
 	octx, cancel := c.opCtx(ctx)
 	defer cancel()
-	k := &call{what: fmt.Sprintf("inspect %q", key), req: wire.Request{CommandType: wire.CmdInspect, Key: key}}
+	k := &call{op: "inspect", req: wire.Request{CommandType: wire.CmdInspect, Key: key}}
 	r, err := c.do(ctx, octx, k)
 	if err != nil {
 		return nil, err

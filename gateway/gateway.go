@@ -81,6 +81,7 @@ type Gateway struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	tickets *tickets
+	workers *workers
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -93,6 +94,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g := &Gateway{l: l, opts: opts, log: opts.Logger, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
 	g.metrics = newMetrics(g)
 	g.tickets = newTickets()
+	g.workers = newWorkers()
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
 	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)
@@ -148,6 +150,7 @@ func (g *Gateway) Close() error {
 		c.goAway()
 	}
 	g.tickets.cancelAll()
+	g.workers.close()
 	return nil
 }
 

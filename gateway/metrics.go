@@ -8,6 +8,7 @@ import (
 type metrics struct {
 	reg         *prometheus.Registry
 	acquire     *prometheus.HistogramVec
+	acquireWS   prometheus.Observer // acquire's "ws" child, looked up once
 	grants      prometheus.Counter
 	waiters     prometheus.Gauge
 	errors      *prometheus.CounterVec
@@ -21,6 +22,7 @@ func newMetrics(g *Gateway) *metrics {
 		Help:    "Time from an acquire request to its grant, by protocol.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 16), // 100 µs … ~9 min
 	}, []string{"protocol"})
+	m.acquireWS = m.acquire.WithLabelValues("ws")
 	m.grants = prometheus.NewCounter(prometheus.CounterOpts{Name: "lockgate_grants_total", Help: "Leases granted through this gateway."})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_waiters", Help: "Acquires waiting for a grant."})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockgate_errors_total", Help: "Error replies, by code."}, []string{"code"})

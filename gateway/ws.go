@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,6 +23,10 @@ var upgrader = websocket.Upgrader{
 	CheckOrigin: func(*http.Request) bool { return true },
 }
 
+// maxKeptWriteBuffer bounds the encoding buffer a connection keeps between
+// messages.
+const maxKeptWriteBuffer = 4 << 10
+
 // conn is one WebSocket client: its waits, its leases, its writer.
 type conn struct {
 	g        *Gateway
@@ -37,6 +40,7 @@ type conn struct {
 	// writer goroutine: an idle connection costs one goroutine (its reader).
 	writeMu sync.Mutex
 	ping    *time.Timer
+	wbuf    []byte // the message being written, under writeMu
 
 	mu     sync.Mutex
 	waits  map[string]context.CancelFunc // by wire.Request id
@@ -99,7 +103,7 @@ func (c *conn) reader() {
 // reply and the connection stays usable.
 func (c *conn) handle(data []byte) {
 	var req wire.Request
-	if err := json.Unmarshal(data, &req); err != nil {
+	if err := wire.DecodeRequest(data, &req); err != nil {
 		c.fail("", newError("bad_json", http.StatusBadRequest, "malformed JSON: "+err.Error()))
 		return
 	}
@@ -138,11 +142,11 @@ func (c *conn) acquire(req wire.Request) {
 		opts.Value = []byte(*req.Value)
 	}
 	if req.CommandType == wire.CmdTryAcquire {
-		go func() {
+		c.g.workers.run(func() {
 			start := time.Now()
 			lease, err := c.g.l.TryAcquire(c.ctx, req.Key, opts)
 			c.granted(req, start, lease, err)
-		}()
+		})
 		return
 	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
@@ -160,7 +164,7 @@ func (c *conn) acquire(req wire.Request) {
 	}
 	c.mu.Unlock()
 	c.g.metrics.waiters.Inc()
-	go func() {
+	c.g.workers.run(func() {
 		defer cancel(nil)
 		start := time.Now()
 		lease, err := c.g.l.Acquire(ctx, req.Key, opts)
@@ -175,7 +179,7 @@ func (c *conn) acquire(req wire.Request) {
 			err = fmt.Errorf("%w: %w", errCancelledByClient, context.Canceled)
 		}
 		c.granted(req, start, lease, err)
-	}()
+	})
 }
 
 var errCancelledByClient = errors.New("the client cancelled the wait")
@@ -187,7 +191,7 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 		c.fail(req.ID, toAPIError(err))
 		return
 	}
-	c.g.metrics.acquire.WithLabelValues("ws").Observe(time.Since(start).Seconds())
+	c.g.metrics.acquireWS.Observe(time.Since(start).Seconds())
 	c.g.metrics.grants.Inc()
 	c.mu.Lock()
 	gone := c.ctx.Err() != nil
@@ -226,13 +230,36 @@ func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	return rebuild(req.Key, req.LockToken, req.FencingToken.Value, ttl), nil
 }
 
-func (c *conn) release(req wire.Request) {
-	lease, aerr := c.leaseFor(req)
-	if aerr != nil {
-		c.fail(req.ID, aerr)
-		return
+// heldFor returns the lease this connection was granted that a release
+// names (same lock token, key and fencing token), or nil. Releasing that
+// Lease rather than a rebuilt copy ends it, so that what the backend keeps
+// until a lease ends (its deadline timer, callbacks on its end) goes at
+// once, and it spares a copy. The backend checks the lock token and the
+// fencing token as it does for a rebuilt copy: finding the lease here
+// grants nothing.
+func (c *conn) heldFor(req wire.Request) *lock.Lease {
+	if req.Key == "" || req.LockToken == "" || req.FencingToken == nil {
+		return nil
 	}
-	go func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.leases[req.LockToken]
+	if h == nil || h.lease.Key != req.Key || uint64(h.lease.Token) != req.FencingToken.Value {
+		return nil
+	}
+	return h.lease
+}
+
+func (c *conn) release(req wire.Request) {
+	lease := c.heldFor(req)
+	if lease == nil {
+		var aerr *apiError
+		if lease, aerr = c.leaseFor(req); aerr != nil {
+			c.fail(req.ID, aerr)
+			return
+		}
+	}
+	c.g.workers.run(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
 		err := c.g.l.Release(ctx, lease)
@@ -243,7 +270,7 @@ func (c *conn) release(req wire.Request) {
 		case req.Ack:
 			c.send(wire.Reply{ID: req.ID, Type: wire.TypeReleased, Success: true, Key: req.Key})
 		}
-	}()
+	})
 }
 
 func (c *conn) renew(req wire.Request) {
@@ -256,7 +283,7 @@ func (c *conn) renew(req wire.Request) {
 	if req.TTL != 0 {
 		ttl = ttlOption(req.TTL)
 	}
-	go func() {
+	c.g.workers.run(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
 		if err := c.g.l.Renew(ctx, lease, ttl); err != nil {
@@ -270,7 +297,7 @@ func (c *conn) renew(req wire.Request) {
 		c.mu.Unlock()
 		c.send(wire.Reply{ID: req.ID, Type: wire.TypeRenewed, Success: true, Key: req.Key,
 			FencingToken: &wire.FencingToken{Key: req.Key, Value: req.FencingToken.Value}, TTL: durationMS(ttl)})
-	}()
+	})
 }
 
 func (c *conn) inspect(req wire.Request) {
@@ -278,7 +305,7 @@ func (c *conn) inspect(req wire.Request) {
 		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
 		return
 	}
-	go func() {
+	c.g.workers.run(func() {
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
 		info, err := c.g.l.Inspect(ctx, req.Key)
@@ -287,7 +314,7 @@ func (c *conn) inspect(req wire.Request) {
 			return
 		}
 		c.send(infoReply(req.ID, info))
-	}()
+	})
 }
 
 func infoReply(id string, info *lock.LockInfo) wire.Reply {
@@ -369,7 +396,14 @@ func (c *conn) send(r wire.Reply) {
 		return
 	}
 	c.ws.SetWriteDeadline(time.Now().Add(c.g.opts.WriteTimeout))
-	if err := c.ws.WriteJSON(r); err != nil {
+	// As WriteJSON wrote it (json.Encoder ends it with a newline), without
+	// its reflection.
+	c.wbuf = append(r.AppendJSON(c.wbuf[:0]), '\n')
+	err := c.ws.WriteMessage(websocket.TextMessage, c.wbuf)
+	if cap(c.wbuf) > maxKeptWriteBuffer {
+		c.wbuf = nil // an unusually large message: do not keep its buffer
+	}
+	if err != nil {
 		c.g.log.Info("websocket write failed; disconnecting", "client", c.clientID, "err", err)
 		c.ws.Close()
 	}

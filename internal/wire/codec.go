@@ -1,0 +1,462 @@
+package wire
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// Encoding and decoding without reflection. encoding/json costs a few µs
+// per message here, and every acquire + release cycle through the gateway
+// encodes and decodes four of them; these functions do the same in a
+// fraction of that. They are exact: Append* produce the bytes json.Marshal
+// produces, and Decode* the value json.Unmarshal produces. The decoders read
+// the messages the SDK and the gateway write (known fields, spelled as in
+// the struct tags, ASCII strings without escapes, integers, booleans) and
+// hand anything else (unknown or differently cased fields, escapes,
+// non-ASCII text, floats, nulls, repeated fields, errors) to
+// encoding/json, so that what a client may send and the errors it gets are
+// unchanged. FuzzDecodeRequest and FuzzAppendReply check both against
+// encoding/json.
+
+// AppendJSON appends r as json.Marshal encodes it.
+func (r *Request) AppendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, r.ID)
+	b = append(b, `,"commandType":`...)
+	b = strconv.AppendInt(b, int64(r.CommandType), 10)
+	if r.Key != "" {
+		b = append(b, `,"key":`...)
+		b = appendString(b, r.Key)
+	}
+	if r.ClientID != "" {
+		b = append(b, `,"clientId":`...)
+		b = appendString(b, r.ClientID)
+	}
+	if r.TTL != 0 {
+		b = append(b, `,"ttl":`...)
+		b = strconv.AppendInt(b, r.TTL, 10)
+	}
+	if r.Value != nil {
+		b = append(b, `,"value":`...)
+		b = appendString(b, *r.Value)
+	}
+	if r.LockToken != "" {
+		b = append(b, `,"lockToken":`...)
+		b = appendString(b, r.LockToken)
+	}
+	if r.FencingToken != nil {
+		b = append(b, `,"fencingToken":`...)
+		b = r.FencingToken.appendJSON(b)
+	}
+	if r.Ack {
+		b = append(b, `,"ack":true`...)
+	}
+	if r.ReleaseOnDisconnect {
+		b = append(b, `,"releaseOnDisconnect":true`...)
+	}
+	if r.Target != "" {
+		b = append(b, `,"target":`...)
+		b = appendString(b, r.Target)
+	}
+	return append(b, '}')
+}
+
+// AppendJSON appends r as json.Marshal encodes it.
+func (r *Reply) AppendJSON(b []byte) []byte {
+	if r.Error != nil {
+		// Rare, and nested: not worth a hand-written copy.
+		data, err := json.Marshal(r)
+		if err != nil { // cannot happen: every field encodes
+			panic(err)
+		}
+		return append(b, data...)
+	}
+	b = append(b, '{')
+	if r.ID != "" {
+		b = append(b, `"id":`...)
+		b = appendString(b, r.ID)
+		b = append(b, ',')
+	}
+	b = append(b, `"type":`...)
+	b = appendString(b, r.Type)
+	b = append(b, `,"success":`...)
+	b = strconv.AppendBool(b, r.Success)
+	if r.Key != "" {
+		b = append(b, `,"key":`...)
+		b = appendString(b, r.Key)
+	}
+	if r.FencingToken != nil {
+		b = append(b, `,"fencingToken":`...)
+		b = r.FencingToken.appendJSON(b)
+	}
+	if r.LockToken != "" {
+		b = append(b, `,"lockToken":`...)
+		b = appendString(b, r.LockToken)
+	}
+	if r.TTL != 0 {
+		b = append(b, `,"ttl":`...)
+		b = strconv.AppendInt(b, r.TTL, 10)
+	}
+	if r.Owner != "" {
+		b = append(b, `,"owner":`...)
+		b = appendString(b, r.Owner)
+	}
+	if r.Value != nil {
+		b = append(b, `,"value":`...)
+		b = appendString(b, *r.Value)
+	}
+	if r.ExpiresIn != nil {
+		b = append(b, `,"expiresIn":`...)
+		b = strconv.AppendInt(b, *r.ExpiresIn, 10)
+	}
+	if r.Waiters != nil {
+		b = append(b, `,"waiters":`...)
+		b = strconv.AppendInt(b, int64(*r.Waiters), 10)
+	}
+	return append(b, '}')
+}
+
+func (t *FencingToken) appendJSON(b []byte) []byte {
+	b = append(b, `{"key":`...)
+	b = appendString(b, t.Key)
+	b = append(b, `,"value":`...)
+	b = strconv.AppendUint(b, t.Value, 10)
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string the way encoding/json does:
+// plain ASCII is copied; anything that encoding/json escapes or checks
+// (quotes, backslashes, control characters, <, >, &, non-ASCII) makes it
+// encode s itself.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if !plain(s[i]) {
+			data, _ := json.Marshal(s) // a string always encodes
+			return append(b, data...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// plain reports whether encoding/json copies c as it is, and decodes it as
+// itself, in a string.
+func plain(c byte) bool {
+	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+}
+
+// DecodeRequest decodes data into *r as json.Unmarshal(data, r) does; r
+// must be the zero Request.
+func DecodeRequest(data []byte, r *Request) error {
+	if fastRequest(data, r) {
+		return nil
+	}
+	*r = Request{}
+	return json.Unmarshal(data, r)
+}
+
+// DecodeReply decodes data into *r as json.Unmarshal(data, r) does; r must
+// be the zero Reply.
+func DecodeReply(data []byte, r *Reply) error {
+	if fastReply(data, r) {
+		return nil
+	}
+	*r = Reply{}
+	return json.Unmarshal(data, r)
+}
+
+// scanner reads the subset of JSON the fast decoders accept. Every method
+// reports false for anything outside it; the caller then falls back.
+type scanner struct {
+	b []byte
+	i int
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// byte consumes c (after white space).
+func (s *scanner) byte(c byte) bool {
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string of plain characters (no escapes, ASCII only). The
+// result aliases the input.
+func (s *scanner) str() ([]byte, bool) {
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return nil, false
+	}
+	start := s.i + 1
+	for j := start; j < len(s.b); j++ {
+		c := s.b[j]
+		if c == '"' {
+			s.i = j + 1
+			return s.b[start:j], true
+		}
+		// < > & are plain for the decoder; control characters, escapes
+		// and non-ASCII bytes are left to encoding/json.
+		if c < 0x20 || c >= 0x80 || c == '\\' {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// digits reads an unsigned integer of at most max digits without leading
+// zeros, followed by a delimiter.
+func (s *scanner) digits(max int) (uint64, bool) {
+	start := s.i
+	var v uint64
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		v = v*10 + uint64(s.b[s.i]-'0')
+		s.i++
+	}
+	n := s.i - start
+	if n == 0 || n > max || n > 1 && s.b[start] == '0' {
+		return 0, false
+	}
+	if s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ',', '}', ' ', '\t', '\n', '\r':
+		default:
+			return 0, false // a fraction, an exponent, or garbage
+		}
+	}
+	return v, true
+}
+
+// int reads an integer of at most max digits (18 fit an int64, 9 an int
+// on any platform).
+func (s *scanner) int(max int) (int64, bool) {
+	s.space()
+	neg := s.i < len(s.b) && s.b[s.i] == '-'
+	if neg {
+		s.i++
+	}
+	v, ok := s.digits(max)
+	if neg {
+		return -int64(v), ok
+	}
+	return int64(v), ok
+}
+
+func (s *scanner) uint() (uint64, bool) {
+	s.space()
+	return s.digits(19)
+}
+
+func (s *scanner) bool() (bool, bool) {
+	s.space()
+	switch {
+	case hasPrefix(s.b[s.i:], "true"):
+		s.i += 4
+		return true, s.delim()
+	case hasPrefix(s.b[s.i:], "false"):
+		s.i += 5
+		return false, s.delim()
+	}
+	return false, false
+}
+
+// delim reports whether the next byte ends a value.
+func (s *scanner) delim() bool {
+	if s.i >= len(s.b) {
+		return true
+	}
+	switch s.b[s.i] {
+	case ',', '}', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+func hasPrefix(b []byte, p string) bool {
+	return len(b) >= len(p) && string(b[:len(p)]) == p
+}
+
+// object reads {"name": value, ...}, calling field for each member with
+// the scanner before the value; field reads the value. It fails on a
+// repeated name (seen by field's index).
+func (s *scanner) object(field func(name []byte) (index int, ok bool)) bool {
+	if !s.byte('{') {
+		return false
+	}
+	if s.byte('}') {
+		return true
+	}
+	var seen uint32
+	for {
+		name, ok := s.str()
+		if !ok || !s.byte(':') {
+			return false
+		}
+		idx, ok := field(name)
+		if !ok || seen&(1<<idx) != 0 {
+			return false
+		}
+		seen |= 1 << idx
+		if s.byte(',') {
+			continue
+		}
+		return s.byte('}')
+	}
+}
+
+// end reports whether only white space is left.
+func (s *scanner) end() bool {
+	s.space()
+	return s.i == len(s.b)
+}
+
+func fastRequest(data []byte, r *Request) bool {
+	s := &scanner{b: data}
+	var str []byte
+	ok := s.object(func(name []byte) (int, bool) {
+		var ok bool
+		switch string(name) {
+		case "id":
+			str, ok = s.str()
+			r.ID = string(str)
+			return 0, ok
+		case "commandType":
+			var v int64
+			v, ok = s.int(9)
+			r.CommandType = int(v)
+			return 1, ok
+		case "key":
+			str, ok = s.str()
+			r.Key = string(str)
+			return 2, ok
+		case "clientId":
+			str, ok = s.str()
+			r.ClientID = string(str)
+			return 3, ok
+		case "ttl":
+			r.TTL, ok = s.int(18)
+			return 4, ok
+		case "value":
+			str, ok = s.str()
+			v := string(str)
+			r.Value = &v
+			return 5, ok
+		case "lockToken":
+			str, ok = s.str()
+			r.LockToken = string(str)
+			return 6, ok
+		case "fencingToken":
+			r.FencingToken, ok = s.fencingToken()
+			return 7, ok
+		case "ack":
+			r.Ack, ok = s.bool()
+			return 8, ok
+		case "releaseOnDisconnect":
+			r.ReleaseOnDisconnect, ok = s.bool()
+			return 9, ok
+		case "target":
+			str, ok = s.str()
+			r.Target = string(str)
+			return 10, ok
+		}
+		return 0, false
+	})
+	return ok && s.end()
+}
+
+func fastReply(data []byte, r *Reply) bool {
+	s := &scanner{b: data}
+	var str []byte
+	ok := s.object(func(name []byte) (int, bool) {
+		var ok bool
+		switch string(name) {
+		case "id":
+			str, ok = s.str()
+			r.ID = string(str)
+			return 0, ok
+		case "type":
+			str, ok = s.str()
+			r.Type = string(str)
+			return 1, ok
+		case "success":
+			r.Success, ok = s.bool()
+			return 2, ok
+		case "key":
+			str, ok = s.str()
+			r.Key = string(str)
+			return 3, ok
+		case "fencingToken":
+			r.FencingToken, ok = s.fencingToken()
+			return 4, ok
+		case "lockToken":
+			str, ok = s.str()
+			r.LockToken = string(str)
+			return 5, ok
+		case "ttl":
+			r.TTL, ok = s.int(18)
+			return 6, ok
+		case "owner":
+			str, ok = s.str()
+			r.Owner = string(str)
+			return 7, ok
+		case "value":
+			str, ok = s.str()
+			v := string(str)
+			r.Value = &v
+			return 8, ok
+		case "expiresIn":
+			var v int64
+			v, ok = s.int(18)
+			r.ExpiresIn = &v
+			return 9, ok
+		case "waiters":
+			var v int64
+			v, ok = s.int(9)
+			n := int(v)
+			r.Waiters = &n
+			return 10, ok
+		}
+		return 0, false // "error" among them: left to encoding/json
+	})
+	return ok && s.end()
+}
+
+// fencingToken reads {"key": "...", "value": n} (either order, both
+// optional) or a bare n, as FencingToken.UnmarshalJSON reads them.
+func (s *scanner) fencingToken() (*FencingToken, bool) {
+	t := &FencingToken{}
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] != '{' {
+		v, ok := s.uint()
+		t.Value = v
+		return t, ok
+	}
+	ok := s.object(func(name []byte) (int, bool) {
+		var ok bool
+		switch string(name) {
+		case "key":
+			var str []byte
+			str, ok = s.str()
+			t.Key = string(str)
+			return 0, ok
+		case "value":
+			t.Value, ok = s.uint()
+			return 1, ok
+		}
+		return 0, false
+	})
+	return t, ok
+}

@@ -1,0 +1,168 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+var requestSeeds = []string{
+	`{"id":"1","commandType":1,"key":"k","ttl":1000}`,
+	`{"id":"2","commandType":2,"key":"k","lockToken":"ab","fencingToken":{"key":"k","value":1},"ack":true}`,
+	`{"id":"3","commandType":3,"key":"k","lockToken":"ab","fencingToken":{"value":18,"key":"k"},"ttl":5}`,
+	`{"id":"4","commandType":4,"key":"k"}`,
+	`{"id":"5","commandType":5,"key":"k","value":"v","clientId":"c","releaseOnDisconnect":true}`,
+	`{"id":"6","commandType":6,"target":"1"}`,
+	` { "id" : "7" , "commandType" : 2 , "fencingToken" : 9 } `,
+	`{"id":"8","commandType":2,"fencingToken":"9"}`,
+	`{"id":"9","commandType":1,"KEY":"k"}`,
+	`{"id":"10","commandType":1,"key":"k","key":"j"}`,
+	`{"id":"11","commandType":1,"key":"k\u00e9","other":[1,2]}`,
+	`{"id":"12","commandType":1.0}`, `{"commandType":1e3}`, `{"ttl":-0}`, `{"ttl":01}`,
+	`{"ttl":-9223372036854775808,"commandType":5,"key":"k"}`, `{"ttl":99999999999999999999}`,
+	`{"fencingToken":{"value":-1}}`, `{"fencingToken":{"value":18446744073709551615}}`,
+	`{"fencingToken":null}`, `{"value":null}`, `{"ack":tru}`, `{"ack":true,}`, `{}`, `{`, `[]`, `null`, ``,
+	`{"id":"<&>"}`, "{\"id\":\"a\x7fb\"}", `{"key":"a\"b"}`, `{"id":"1"} x`,
+}
+
+var replySeeds = []string{
+	`{"id":"1","type":"grant","success":true,"key":"k","fencingToken":{"key":"k","value":7},"lockToken":"ab","ttl":30000,"owner":"o"}`,
+	`{"id":"2","type":"released","success":true,"key":"k"}`,
+	`{"id":"3","type":"info","success":true,"key":"k","owner":"o","fencingToken":{"key":"k","value":7},"value":"v","expiresIn":12,"waiters":0}`,
+	`{"id":"4","type":"error","success":false,"error":{"code":"held","message":"m","holder":{"owner":"o","fencingToken":5,"expiresIn":1000}}}`,
+	`{"type":"queued","success":true}`,
+	`{"id":"5","type":"grant","success":true,"ttl":-5,"waiters":-1}`,
+	`{"id":"6","type":"grant","Success":true}`,
+}
+
+// FuzzDecodeRequest: DecodeRequest gives what json.Unmarshal gives, value
+// and error alike.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got Request
+		werr := json.Unmarshal(data, &want)
+		gerr := DecodeRequest(data, &got)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Fatalf("%q: error %v, encoding/json's %v", data, gerr, werr)
+		}
+		if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: decoded %+v, encoding/json %+v", data, got, want)
+		}
+	})
+}
+
+// FuzzDecodeReply: DecodeReply gives what json.Unmarshal gives.
+func FuzzDecodeReply(f *testing.F) {
+	for _, s := range replySeeds {
+		f.Add([]byte(s))
+	}
+	for _, s := range requestSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got Reply
+		werr := json.Unmarshal(data, &want)
+		gerr := DecodeReply(data, &got)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Fatalf("%q: error %v, encoding/json's %v", data, gerr, werr)
+		}
+		if werr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: decoded %+v, encoding/json %+v", data, got, want)
+		}
+	})
+}
+
+// FuzzAppendJSON: AppendJSON writes what json.Marshal writes, for requests
+// and replies with any field values.
+func FuzzAppendJSON(f *testing.F) {
+	f.Add("1", 1, "k", "c", int64(1000), "v", "ab", uint64(7), true, false, "t", "grant", "o", int64(5), -1, false)
+	f.Add("", 0, "", "", int64(0), "", "", uint64(0), false, false, "", "", "", int64(0), 0, true)
+	f.Add("<é>", -3, "a\"b\\c\n\u2028", "\xff", int64(-1), "\x00", "&", uint64(1<<64-1), false, true, "\u007f", "x", "y", int64(1<<62), 1<<30, true)
+	f.Fuzz(func(t *testing.T, id string, cmd int, key, client string, ttl int64, value, handle string, token uint64,
+		ack, rod bool, target, typ, owner string, n int64, waiters int, withErr bool) {
+		reqs := []Request{
+			{ID: id, CommandType: cmd, Key: key, ClientID: client, TTL: ttl, Value: &value, LockToken: handle,
+				FencingToken: &FencingToken{Key: key, Value: token}, Ack: ack, ReleaseOnDisconnect: rod, Target: target},
+			{ID: id, CommandType: cmd, Key: key, TTL: ttl, LockToken: handle},
+		}
+		for _, r := range reqs {
+			want, _ := json.Marshal(&r)
+			if got := r.AppendJSON(nil); !bytes.Equal(got, want) {
+				t.Fatalf("request %+v:\n got %s\nwant %s", r, got, want)
+			}
+		}
+		reps := []Reply{
+			{ID: id, Type: typ, Success: ack, Key: key, FencingToken: &FencingToken{Key: key, Value: token},
+				LockToken: handle, TTL: ttl, Owner: owner, Value: &value, ExpiresIn: &n, Waiters: &waiters},
+			{ID: id, Type: typ, Success: rod, Key: key},
+		}
+		if withErr {
+			reps = append(reps, Reply{ID: id, Type: "error", Error: &Error{Code: typ, Message: value,
+				Leader: &Leader{ID: owner, Addr: target}, Holder: &Holder{Owner: owner, FencingToken: token, ExpiresIn: n}}})
+		}
+		for _, r := range reps {
+			want, _ := json.Marshal(&r)
+			if got := r.AppendJSON(nil); !bytes.Equal(got, want) {
+				t.Fatalf("reply %+v:\n got %s\nwant %s", r, got, want)
+			}
+			// And what one side writes, the other reads as encoding/json would.
+			var back, wantBack Reply
+			json.Unmarshal(want, &wantBack)
+			if err := DecodeReply(want, &back); err != nil || !reflect.DeepEqual(back, wantBack) {
+				t.Fatalf("reply %s decoded as %+v, %v; want %+v", want, back, err, wantBack)
+			}
+		}
+	})
+}
+
+// TestFastPathTaken: the messages the SDK and the gateway exchange in an
+// acquire + release cycle decode without encoding/json (the point of the
+// fast decoders), and the fallback handles the rest.
+func TestFastPathTaken(t *testing.T) {
+	v := "v"
+	for _, r := range []Request{
+		{ID: "1z", CommandType: CmdAcquire, Key: "orders/42", ClientID: "sdk-0123456789ab", TTL: 30000, LockToken: "0123456789abcdef0123456789abcdef", Value: &v},
+		{ID: "2", CommandType: CmdRelease, Key: "orders/42", LockToken: "0123456789abcdef0123456789abcdef", FencingToken: &FencingToken{Key: "orders/42", Value: 123}, Ack: true},
+	} {
+		var got Request
+		if !fastRequest(r.AppendJSON(nil), &got) || !reflect.DeepEqual(got, r) {
+			t.Errorf("request %+v: fast path not taken or %+v", r, got)
+		}
+	}
+	for _, r := range []Reply{
+		{ID: "1z", Type: TypeGrant, Success: true, Key: "orders/42", FencingToken: &FencingToken{Key: "orders/42", Value: 123}, LockToken: "0123456789abcdef0123456789abcdef", TTL: 30000, Owner: "sdk-0123456789ab"},
+		{ID: "2", Type: TypeReleased, Success: true, Key: "orders/42"},
+	} {
+		var got Reply
+		if !fastReply(append(r.AppendJSON(nil), '\n'), &got) || !reflect.DeepEqual(got, r) {
+			t.Errorf("reply %+v: fast path not taken or %+v", r, got)
+		}
+	}
+	var r Request
+	if fastRequest([]byte(`{"ID":"1"}`), &r) {
+		t.Error("a field spelled in another case took the fast path")
+	}
+	if err := DecodeRequest([]byte(`{"ID":"1"}`), &r); err != nil || r.ID != "1" {
+		t.Errorf("fallback: %+v, %v", r, err)
+	}
+}
+
+func BenchmarkDecodeRequest(b *testing.B) {
+	data := []byte(`{"id":"2","commandType":2,"key":"orders/42","lockToken":"0123456789abcdef0123456789abcdef","fencingToken":{"key":"orders/42","value":123},"ack":true}`)
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			var r Request
+			DecodeRequest(data, &r)
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var r Request
+			json.Unmarshal(data, &r)
+		}
+	})
+}
