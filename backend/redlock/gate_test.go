@@ -28,7 +28,7 @@ func TestLocalHandoff(t *testing.T) {
 		}
 		got <- lease
 	}()
-	time.Sleep(50 * time.Millisecond)
+	awaitQueued(t, l, "handoff", 1)
 	if err := l.Release(bg(t, time.Minute), first); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestRebuiltReleasePassesTurn(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	awaitQueued(t, l, "rebuilt", 1)
 	dup := lock.NewLease(lock.Grant{Key: orig.Key, Owner: orig.Owner, Token: orig.Token, Handle: orig.Handle, TTL: time.Minute, Sent: time.Now()})
 	if err := l.Release(bg(t, time.Minute), dup); err != nil {
 		t.Fatal(err)
@@ -127,4 +127,16 @@ func TestHandoffFairness(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+}
+
+// awaitQueued waits until n callers of l queue for key in its local gate.
+func awaitQueued(t *testing.T, l *Locker, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.gate.Queued(key) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d callers queued for %q, want %d", l.gate.Queued(key), key, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -96,6 +96,16 @@ func (g *Gate) Enter(ctx context.Context, closed <-chan struct{}, key string, op
 	return nil, err
 }
 
+// Queued is how many callers wait in key's queue (for metrics and tests).
+func (g *Gate) Queued(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s := g.keys[key]; s != nil {
+		return len(s.queue)
+	}
+	return 0
+}
+
 // Exit passes key's turn to the next waiter, which goes to the server.
 func (g *Gate) Exit(key string) {
 	g.mu.Lock()
