@@ -2,6 +2,8 @@ package cli
 
 import (
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +49,19 @@ func TestRunPassesTokenAndStatus(t *testing.T) {
 // the lease runs out, and the command is stopped.
 func TestRunStopsCommandWhenLeaseLost(t *testing.T) {
 	stop, addr := startMemGateway(t)
+	started := filepath.Join(t.TempDir(), "started")
 	go func() {
-		time.Sleep(500 * time.Millisecond) // let the command start
+		// The gateway goes once the command runs, i.e. holds the lock.
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(started); err == nil {
+				break
+			}
+		}
 		stop()
 	}()
 	start := time.Now()
-	code, _, errOut := run(t, "run", "--endpoints", addr, "--key", "job", "--ttl", "1s", "--kill-after", "1s", "--", "sleep", "30")
+	code, _, errOut := run(t, "run", "--endpoints", addr, "--key", "job", "--ttl", "1s", "--kill-after", "1s", "--",
+		"sh", "-c", `touch "$0"; exec sleep 30`, started)
 	if code != ExitLeaseLost {
 		t.Fatalf("exit %d, want %d (stderr %q)", code, ExitLeaseLost, errOut)
 	}
