@@ -10,27 +10,40 @@ import (
 // on reused goroutines rather than one new goroutine each: a call through a
 // backend's driver (pgx, go-redis, the etcd client) needs a stack of tens of
 // KiB, which a fresh goroutine reaches by growing and copying its stack
-// several times, on every request — measured at 10–15 µs a call here. A
-// worker that has served one call keeps its grown stack for the next.
+// several times, on every request. A worker that has served one call keeps
+// its grown stack for the next.
+//
+// Idle workers carry no timer of their own: arming one per call would add
+// the earliest timer of the process at every call, and a new earliest timer
+// wakes the network poller (or another thread) to re-arm it. A sweep, armed
+// once per workerIdle while workers are idle, retires as many workers as
+// stayed idle through the whole interval.
 const (
 	// maxIdleWorkers bounds the workers parked waiting for a call; more
 	// concurrent calls than that run on goroutines that end afterwards.
 	maxIdleWorkers = 64
-	// workerIdle is how long a worker waits for a call before it ends.
-	workerIdle = 2 * time.Second
+	// workerIdle is the sweep interval: a worker idle for between one and
+	// two of them ends.
+	workerIdle = time.Second
 )
 
 type workers struct {
-	calls chan func() // unbuffered: a send succeeds only when a worker waits
+	interval time.Duration // between sweeps: workerIdle
 
-	mu     sync.Mutex
-	idle   int
-	closed bool
-	stop   chan struct{} // closed by close: idle workers end
+	// calls hands a call to an idle worker; nil tells it to end. It is
+	// unbuffered: a send succeeds only when a worker waits.
+	calls chan func()
+
+	mu       sync.Mutex
+	idle     int  // workers waiting on calls
+	minIdle  int  // the fewest idle workers since the last sweep
+	sweeping bool // a sweep is scheduled
+	closed   bool
+	stop     chan struct{} // closed by close: idle workers end
 }
 
 func newWorkers() *workers {
-	return &workers{calls: make(chan func()), stop: make(chan struct{})}
+	return &workers{interval: workerIdle, calls: make(chan func()), stop: make(chan struct{})}
 }
 
 // run calls f on an idle worker, or on a new one when none waits.
@@ -42,11 +55,10 @@ func (w *workers) run(f func()) {
 	}
 }
 
-// work runs f, then waits for more calls while the idle workers are fewer
-// than maxIdleWorkers, until workerIdle passes without one or the gateway
+// work runs f, then the calls handed to it while it is one of at most
+// maxIdleWorkers idle workers, until a sweep retires it or the gateway
 // closes.
 func (w *workers) work(f func()) {
-	var t *time.Timer
 	for {
 		f()
 		f = nil // let what f holds be collected while we wait
@@ -56,25 +68,46 @@ func (w *workers) work(f func()) {
 			return
 		}
 		w.idle++
-		w.mu.Unlock()
-		if t == nil {
-			t = time.NewTimer(workerIdle)
-		} else {
-			t.Reset(workerIdle)
+		if !w.sweeping {
+			w.sweeping = true
+			w.minIdle = w.idle
+			time.AfterFunc(w.interval, w.sweep)
 		}
+		w.mu.Unlock()
 		select {
 		case f = <-w.calls:
-		case <-t.C:
 		case <-w.stop:
 		}
 		w.mu.Lock()
 		w.idle--
+		w.minIdle = min(w.minIdle, w.idle)
 		w.mu.Unlock()
 		if f == nil {
 			return
 		}
-		t.Stop()
 	}
+}
+
+// sweep retires the workers that were idle through the last interval, and
+// schedules the next sweep while some are idle.
+func (w *workers) sweep() {
+	w.mu.Lock()
+	retire := w.minIdle
+	w.minIdle = w.idle - retire
+	w.mu.Unlock()
+	for range retire {
+		select {
+		case w.calls <- nil:
+		default: // busy since: it stays
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.idle > 0 && !w.closed {
+		time.AfterFunc(w.interval, w.sweep)
+		return
+	}
+	w.sweeping = false
 }
 
 // close ends the idle workers; busy ones end when their call returns.
