@@ -69,7 +69,12 @@ type Config struct {
 	// DefaultPoolSize.
 	PoolSize int
 
-	// QueryTimeout bounds each round trip. Zero means DefaultQueryTimeout.
+	// QueryTimeout bounds each round trip (through the connection's socket
+	// deadline), each new connection unless the URL sets connect_timeout,
+	// and the check of a pooled connection that was idle for over a
+	// second. Waiting for a pooled connection while all PoolSize are busy
+	// is bounded only by the caller's context and by the statements
+	// ahead. Zero means DefaultQueryTimeout.
 	QueryTimeout time.Duration
 
 	// SweepInterval is how often expired rows are deleted. Zero means

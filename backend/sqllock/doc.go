@@ -98,8 +98,10 @@
 // Connection failures, timeouts and transient server states (SQLSTATE
 // classes 08, 40, 53, 57, 58) give errors matching lock.ErrUnavailable with
 // the cause wrapped; Acquire retries them (Config.Retry) until its context
-// ends. An acquire is never cut short by its caller's cancellation (its
-// statement is bounded by Config.QueryTimeout instead), so a grant that
+// ends. Config.QueryTimeout bounds each statement through its connection's
+// socket deadline (a timer per statement on a context would cost the hot
+// path more than the deadline does). An acquire is never cut short by its
+// caller's cancellation (only by Config.QueryTimeout), so a grant that
 // raced the cancellation is learned and released. If the connection breaks
 // after an acquire or handoff was sent and before its answer arrived, the
 // grant may exist under a handle nobody knows: the Locker deletes it by

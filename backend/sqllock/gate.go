@@ -31,12 +31,10 @@ const MaxLocalHandoffs = 8
 func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Turn) error {
 	handle := lock.NewHandle()
 	opts := t.Opts
-	c, cancel := l.detached(ctx)
-	defer cancel()
 	sent := time.Now()
 	var token int64
-	err := l.pool.QueryRow(c, l.q.handoff, l.class, lease.Key, lease.Handle, int64(lease.Token),
-		opts.Owner, handle, opts.Value, opts.TTL.Microseconds()).Scan(&token)
+	err := l.queryRow(detached(ctx), l.q.handoff, []any{l.class, lease.Key, lease.Handle, int64(lease.Token),
+		opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token)
 	switch {
 	case err == nil:
 		l.stats.handoffs.Add(1)

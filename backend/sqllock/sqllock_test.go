@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
@@ -485,4 +487,71 @@ func TestServerPaused(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("waiter not granted within 20s of the release (holder TTL 1 min)")
 	}
+}
+
+// TestQueryTimeoutPaused: with the server frozen (SIGSTOP) and callers
+// whose contexts never end, every call still returns ErrUnavailable within
+// a few QueryTimeouts: a statement on a pooled connection through its
+// socket deadline, taking a pooled connection idle for over a second
+// through one bounded ping (not one per idle connection), and a new
+// connection through the connect timeout. A release cut off by the
+// deadline reports an unknown outcome.
+func TestQueryTimeoutPaused(t *testing.T) {
+	t.Parallel()
+	p := testenv.StartPostgres(t)
+	const timeout = 500 * time.Millisecond
+	l := newLocker(t, p, func(c *Config) { c.QueryTimeout = timeout; c.Retry = lock.NoRetry() })
+	ctx := context.Background()
+	held, err := l.Acquire(ctx, "paused.held", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Idle pooled connections: without a bound per take, pgxpool pings
+	// each in turn, every ping waiting out its timeout.
+	var conns []*pgxpool.Conn
+	for range 8 {
+		c, err := l.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	check := func(what string, f func() error, want string) {
+		t.Helper()
+		start := time.Now()
+		err := f()
+		elapsed := time.Since(start)
+		if !errors.Is(err, lock.ErrUnavailable) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s on a paused server: %v, want ErrUnavailable (%s)", what, err, want)
+		}
+		if elapsed > 4*timeout {
+			t.Errorf("%s on a paused server took %v, want at most 4 × QueryTimeout (%v)", what, elapsed, timeout)
+		}
+		t.Logf("%s: %v after %v", what, err, elapsed.Round(time.Millisecond))
+	}
+	p.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			p.Resume()
+		}
+	}()
+	// The most recently used connection: no ping, the socket deadline.
+	check("Release", func() error { return l.Release(ctx, held) }, "outcome unknown")
+	// The rest have been idle for over a second: one ping, then a
+	// connection unchecked, cut off by its deadline.
+	time.Sleep(1100 * time.Millisecond) // the idle time that makes pgxpool ping, not a synchronisation
+	check("Inspect", func() error { _, err := l.Inspect(ctx, "paused.other"); return err }, "inspect")
+	// No connection left: a new one, bounded by the connect timeout.
+	l.pool.Reset()
+	check("TryAcquire", func() error {
+		_, err := l.TryAcquire(ctx, "paused.other", lock.AcquireOptions{TTL: time.Minute})
+		return err
+	}, "acquire")
+	p.Resume()
+	resumed = true
+	recovered(t, l, "paused.other")
 }
