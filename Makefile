@@ -45,6 +45,8 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime 40000x ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 100000x ./backend/raftlock/fsm
 	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 3000x ./fencedstore
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 150000x ./internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 150000x ./internal/wire
 
 ## test-short: quick run without the race detector or the slow suites
 test-short:
