@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,4 +226,69 @@ func BenchmarkContended(b *testing.B) {
 			return true
 		})
 	})
+}
+
+// BenchmarkSequentialPaired: BenchmarkSequential's two cycles in
+// alternating blocks of 100, so that the load of a shared machine, which
+// moves over seconds, weighs on ours and raw alike. ratio is the median,
+// over consecutive pairs of blocks, of ours' p50 over raw's p50; ours-p50-µs
+// and raw-p50-µs are the p50s over all cycles. Each iteration is one cycle
+// of either.
+func BenchmarkSequentialPaired(b *testing.B) {
+	l, raw := benchSetup(b)
+	ctx := context.Background()
+	oursKey, rawKey := benchKey("paired"), benchKey("paired")
+	const block = 100
+	var all [2][]time.Duration // ours, raw
+	var blocks [2][]float64    // per-block p50s
+	var cur []time.Duration
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	i := 0
+	for b.Loop() {
+		side := (i / block) % 2
+		start := time.Now()
+		if side == 0 {
+			lease, err := l.Acquire(ctx, oursKey, lock.AcquireOptions{TTL: benchTTL})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx, lease); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			token, ok, err := raw.try(ctx, rawKey)
+			if err == nil && !ok {
+				err = fmt.Errorf("%q held", rawKey)
+			}
+			if err == nil {
+				err = raw.release(ctx, rawKey, token)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		d := time.Since(start)
+		all[side] = append(all[side], d)
+		cur = append(cur, d)
+		i++
+		if i%block == 0 {
+			blocks[side] = append(blocks[side], float64(median(cur)))
+			cur = cur[:0]
+		}
+	}
+	if len(blocks[1]) == 0 {
+		return // too few iterations for a pair
+	}
+	ratios := make([]float64, len(blocks[1]))
+	for k := range ratios {
+		ratios[k] = blocks[0][k] / blocks[1][k]
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(float64(median(all[0]).Microseconds()), "ours-p50-µs")
+	b.ReportMetric(float64(median(all[1]).Microseconds()), "raw-p50-µs")
+	b.ReportMetric(ratios[len(ratios)/2], "ratio")
 }
