@@ -100,30 +100,34 @@ func NewLease(g Grant) *Lease {
 		done:        make(chan struct{}),
 	}
 	l.mu.Lock()
-	l.armLocked()
+	l.armLocked() // no callbacks yet: nothing to run
 	l.mu.Unlock()
 	return l
 }
 
-// armLocked (re)starts the timer that ends the lease at its deadline.
-func (l *Lease) armLocked() {
+// armLocked (re)starts the timer that ends the lease at its deadline. If
+// the deadline has passed it ends the lease now and returns the AfterEnd
+// callbacks, for the caller to run once it has released mu.
+func (l *Lease) armLocked() (after []func()) {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
 	d := time.Until(l.deadline)
 	if d <= 0 {
-		l.endLocked(ErrExpired)
-		return
+		return l.endLocked(ErrExpired)
 	}
 	deadline := l.deadline
 	l.timer = time.AfterFunc(d, func() {
+		var fs []func()
 		l.mu.Lock()
-		defer l.mu.Unlock()
 		// A renewal may have moved the deadline after this timer fired.
 		if l.deadline.Equal(deadline) {
-			l.endLocked(ErrExpired)
+			fs = l.endLocked(ErrExpired)
 		}
+		l.mu.Unlock()
+		runAll(fs)
 	})
+	return nil
 }
 
 // TTL is the lease's current TTL (the last one granted or renewed).
@@ -145,18 +149,33 @@ func (l *Lease) Deadline() time.Time {
 // refused, or it was released. Err says which.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
-// AfterEnd arranges for f to run in a goroutine of its own once the lease
-// ends (at once if it has ended). Unlike a goroutine waiting on Done, it
-// costs nothing while the lease lives: a backend that tracks many held
-// leases registers one callback each, not one parked goroutine each.
+// AfterEnd arranges for f to run once the lease ends: on the goroutine that
+// ends it (a Release, a refused renewal, the deadline's timer), after the
+// lease's own lock is released; or at once, on the caller's goroutine, if
+// it has already ended. f must be quick and must not block — it runs on the
+// path of every release — nor end leases while holding a lock that another
+// callback takes. Unlike a goroutine waiting on Done, it costs nothing
+// while the lease lives, and nothing is started when it ends: a backend
+// that tracks many held leases registers one callback each. (Callbacks ran
+// on goroutines of their own before; starting one per release was the
+// largest Go-side cost of sqllock's release path.)
 func (l *Lease) AfterEnd(f func()) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		go f()
-		return
+	ended := l.err != nil
+	if !ended {
+		l.afterEnd = append(l.afterEnd, f)
 	}
-	l.afterEnd = append(l.afterEnd, f)
+	l.mu.Unlock()
+	if ended {
+		f()
+	}
+}
+
+// runAll runs the callbacks endLocked returned.
+func runAll(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
 }
 
 // Err is nil while the lease lives, then the reason it ended: ErrExpired,
@@ -176,27 +195,33 @@ func (l *Lease) Err() error {
 // whose Done is closed stays closed.
 func (l *Lease) Extend(sent time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.err != nil {
+		l.mu.Unlock()
 		return false
 	}
 	l.ttl = ttl
 	l.deadline = DeadlineFor(sent, ttl, l.driftFactor)
-	l.armLocked()
+	after := l.armLocked()
+	l.mu.Unlock()
+	runAll(after)
 	return true
 }
 
 // End closes Done with cause (ErrReleased after a release, a wrapped
-// ErrNotHeld after a refused renewal). Only the first call has an effect.
+// ErrNotHeld after a refused renewal) and runs the AfterEnd callbacks.
+// Only the first call has an effect.
 func (l *Lease) End(cause error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.endLocked(cause)
+	after := l.endLocked(cause)
+	l.mu.Unlock()
+	runAll(after)
 }
 
-func (l *Lease) endLocked(cause error) {
+// endLocked ends the lease and returns its AfterEnd callbacks, which the
+// caller must run after releasing mu.
+func (l *Lease) endLocked(cause error) (after []func()) {
 	if l.err != nil {
-		return
+		return nil
 	}
 	if cause == nil {
 		cause = ErrReleased
@@ -206,10 +231,8 @@ func (l *Lease) endLocked(cause error) {
 		l.timer.Stop()
 	}
 	close(l.done)
-	for _, f := range l.afterEnd {
-		go f()
-	}
-	l.afterEnd = nil
+	after, l.afterEnd = l.afterEnd, nil
+	return after
 }
 
 // Renewed records a backend's answer to a renewal of l for ttl whose request

@@ -191,3 +191,27 @@ func TestAfterEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestAfterEndSynchronous: a release or refusal has run the callbacks when
+// it returns (nothing is left to a goroutine), and a callback may use the
+// lease without deadlocking.
+func TestAfterEndSynchronous(t *testing.T) {
+	for _, end := range []struct {
+		name string
+		do   func(l *lock.Lease)
+	}{
+		{"released", func(l *lock.Lease) { l.Released(true) }},
+		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
+		{"extended into the past", func(l *lock.Lease) { l.Extend(time.Now().Add(-time.Hour), time.Second) }},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			l := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
+			var seen error
+			l.AfterEnd(func() { seen = l.Err(); l.AfterEnd(func() {}) })
+			end.do(l)
+			if seen == nil {
+				t.Fatal("the callback had not run when the lease's end returned")
+			}
+		})
+	}
+}
