@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,65 @@ func BenchmarkSequential(b *testing.B) {
 		locktest.BenchCycles(b, func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) })
 	})
 	b.Run("ours-ttl", ours(lock.AcquireOptions{TTL: 20 * time.Second}))
+}
+
+// BenchmarkSequentialPaired: BenchmarkSequential's "ours" and "mutex"
+// cycles alternated one by one (the order flipping every iteration), so
+// that both see the same machine load: on a shared 2-core VM the load
+// moves over seconds, and the two halves of BenchmarkSequential, which
+// run one after the other, differ by ±30 % from run to run for that alone.
+// It reports each side's p50 cycle and their ratio.
+func BenchmarkSequentialPaired(b *testing.B) {
+	e := benchCluster(b)
+	ctx := context.Background()
+	l := newLocker(b, e, nil)
+	key := benchKey("paired")
+	cli := rawClient(b, e.Endpoints...)
+	s, err := concurrency.NewSession(cli)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	m := concurrency.NewMutex(s, benchKey("paired"))
+	var lease *lock.Lease
+	sides := [2]struct{ acquire, release func() error }{
+		{func() (err error) { lease, err = l.Acquire(ctx, key, lock.AcquireOptions{}); return err },
+			func() error { return l.Release(ctx, lease) }},
+		{func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) }},
+	}
+	for _, side := range sides { // warm up: session leases, connections
+		if err := side.acquire(); err != nil {
+			b.Fatal(err)
+		}
+		if err := side.release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var cycles [2][]time.Duration
+	flip := 0
+	for b.Loop() {
+		flip ^= 1
+		for j := range 2 {
+			k := j ^ flip
+			start := time.Now()
+			if err := sides[k].acquire(); err != nil {
+				b.Fatal(err)
+			}
+			if err := sides[k].release(); err != nil {
+				b.Fatal(err)
+			}
+			cycles[k] = append(cycles[k], time.Since(start))
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds())
+	}
+	ours, mutex := p50(cycles[0]), p50(cycles[1])
+	b.ReportMetric(ours, "ours-p50-µs")
+	b.ReportMetric(mutex, "mutex-p50-µs")
+	b.ReportMetric(ours/mutex, "ours/mutex")
 }
 
 // contend runs clients goroutines, each with its own etcd connection, on
