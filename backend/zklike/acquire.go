@@ -29,7 +29,6 @@ type contender struct {
 
 	lease clientv3.LeaseID
 	sess  *session // the Locker's session lease the key is under, or nil
-	names *session // the session that minted the name (session.takeName), or nil
 	own   bool     // the lease was granted for this contender alone
 	// created: the key may exist in etcd (its create was sent), so giving
 	// up must delete it.
@@ -162,14 +161,8 @@ func (l *Locker) enter(ctx context.Context, key string, opts lock.AcquireOptions
 	}
 	// The lease id in the name, as in concurrency.Mutex, plus 64 random
 	// bits so that two calls under one session lease never share a key.
-	// Under a session lease, a name whose key is known deleted is reused
-	// (see session.takeName).
 	c.handle = opts.Handle
-	switch {
-	case c.handle != "":
-	case c.sess != nil:
-		c.handle, c.names = c.sess.takeName(c.dir), c.sess
-	default:
+	if c.handle == "" {
 		c.handle = fmt.Sprintf("%016x", uint64(c.lease)) + lock.NewHandle()[:16]
 	}
 	c.name = c.dir + c.handle
@@ -518,9 +511,6 @@ func (l *Locker) abandon(c *contender) {
 		defer c.sess.unuse()
 	}
 	if !c.own && !c.created {
-		if c.names != nil {
-			c.names.putName(c.dir, c.handle)
-		}
 		return
 	}
 	own, id, name := c.own, c.lease, c.name
@@ -540,9 +530,6 @@ func (l *Locker) abandon(c *contender) {
 	err := clean(ctx)
 	cancel()
 	if err == nil {
-		if c.names != nil && !own {
-			c.names.putName(c.dir, c.handle) // its key is deleted
-		}
 		return
 	}
 	l.cfg.Logger.Warn("zklike: could not remove an abandoned contender; retrying in the background", "key", c.key, "err", err)

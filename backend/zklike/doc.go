@@ -29,15 +29,7 @@
 //     its own key (the ZOOKEEPER-1262 lesson); and two calls that share a
 //     session lease never share a key (concurrency.Mutex puts every Mutex
 //     of a Session at <pfx>/<lease id>, so two of them on one key both
-//     "hold" it). A Locker reuses a name under its session lease once the
-//     key's delete is confirmed (a release or a cancelled wait), never one
-//     a caller chose: etcd keeps a deleted key's index entry until the next
-//     compaction and a range over the lock's directory walks every name
-//     it ever held, so a fresh name per acquisition made each acquiring
-//     Txn slower by about 0.3 µs per earlier acquisition of the key
-//     (+900 µs after 3,000 on the test machine). A stale Lease of a
-//     reused name has another create revision, so it is still refused
-//     with ErrNotHeld.
+//     "hold" it).
 //   - After a wait the waiter re-reads its own key before it reports a
 //     grant, and the grant's deadline counts from the last confirmed
 //     keep-alive of its lease: a waiter whose lease ran out while it waited
@@ -145,18 +137,8 @@
 // watch is synced before its turn comes, and both are bound by the Raft
 // commit of each release on this machine. An uncontended acquire and
 // release (BenchmarkSequential) costs two Txns on both sides, 2 to 6 ms
-// p50 here depending on the machine's load. Alternating ours and
-// concurrency.Mutex cycle by cycle (BenchmarkSequentialPaired) puts ours
-// 6 to 22 % behind (median 9 %) over a second of cycles, as before names
-// were reused (6 to 12 %, median 9 %): that short a run leaves few
-// tombstones. Over 1,500 cycles ours was 12 % behind before reuse and 6 %
-// after. What is left, timed
-// request by request on the same cluster: our release is a Txn that
-// deletes only if the create revision is still the token (ErrNotHeld
-// otherwise), where Mutex sends an unconditional Delete, about 100 µs
-// more of etcd's time; and about 60 to 90 µs of client CPU per cycle
-// (the Lease, its renewal goroutine, per-request timeouts). Our acquiring
-// Txn itself costs what Mutex's does. With an explicit TTL (a lease of
-// its own) an acquisition costs one LeaseGrant more, and its key takes a
-// fresh name each time (the name carries the lease id).
+// p50 here depending on the machine's load; interleaved runs put ours
+// 5 to 12 % behind concurrency.Mutex (about 150 µs per Txn, not a round
+// trip: the cause is not yet pinned down). With an explicit TTL (a lease
+// of its own) an acquisition costs one LeaseGrant more.
 package zklike

@@ -61,16 +61,8 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 		return lease.Released(false)
 	}
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
-		switch kv := prev[0]; {
-		case kv.Lease == 0:
-		case decode(kv.Value).Own:
+		if kv := prev[0]; kv.Lease != 0 && decode(kv.Value).Own {
 			l.revokeLater(clientv3.LeaseID(kv.Lease))
-		default:
-			// The key is deleted: its name may be reused, if one of this
-			// Locker's sessions minted it.
-			if s := l.sessionOf(clientv3.LeaseID(kv.Lease)); s != nil {
-				s.putName(l.dir(lease.Key), lease.Handle)
-			}
 		}
 	}
 	return lease.Released(true)
@@ -169,21 +161,17 @@ func (l *Locker) migrate(ctx context.Context, lease *lock.Lease, name string, kv
 // sessionRefreshed tells the session with lease id, if it is one of this
 // Locker's, that a keep-alive sent at sent succeeded.
 func (l *Locker) sessionRefreshed(id clientv3.LeaseID, sent time.Time) {
-	if s := l.sessionOf(id); s != nil {
-		s.refreshed(sent)
-	}
-}
-
-// sessionOf is this Locker's session with lease id, or nil.
-func (l *Locker) sessionOf(id clientv3.LeaseID) *session {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range l.sessions {
-		if s.id == id {
-			return s
+	var s *session
+	for _, x := range l.sessions {
+		if x.id == id {
+			s = x
 		}
 	}
-	return nil
+	l.mu.Unlock()
+	if s != nil {
+		s.refreshed(sent)
+	}
 }
 
 // Inspect implements lock.Locker: the oldest contender is the holder; its

@@ -2,13 +2,10 @@ package zklike
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/lockgate/lockgate/lock"
 )
 
 // sessionIdle is how long a session lease that no contender uses is kept
@@ -36,76 +33,6 @@ type session struct {
 	idleSince time.Time
 	gone      bool // dead or retired: takes no new users
 	died      bool // dead is closed
-
-	// Key names this session minted (see takeName): out holds the ones
-	// a contender or a held lock uses; free, by lock directory, the
-	// handles of ones whose keys are known deleted, for reuse.
-	out   map[string]struct{}
-	free  map[string][]string
-	nfree int
-}
-
-// maxNames bounds the names a session tracks (in use, and free): past it,
-// names are minted but not reused, as before reuse existed.
-const maxNames = 4096
-
-// takeName returns a handle for a new contender's key in dir under this
-// session's lease: one whose key is known deleted if there is one, else a
-// fresh one (the lease id in hex plus 64 random bits).
-//
-// Reusing names is what keeps a lock's directory small. etcd keeps a
-// deleted key's index entry (a tombstone) until the next compaction, and
-// a range over the directory (the acquiring Txn reads the two newest
-// contenders) walks every name ever created there: with a fresh name per
-// acquisition its cost grew with the number of acquisitions since the
-// last compaction (about 100 µs per 1,000 on the test machine). Reused
-// names keep the directory at the number of contenders a Locker ever had
-// at once, as concurrency.Mutex's <pfx>/<lease id> does. The name is still
-// this call's own while it lives: two live contenders never share one,
-// and a reused name is handed out only after the delete of its previous
-// key was confirmed, so a stale Lease of it has another create revision
-// and gets ErrNotHeld.
-func (s *session) takeName(dir string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var h string
-	if hs := s.free[dir]; len(hs) > 0 {
-		h = hs[len(hs)-1]
-		if len(hs) == 1 {
-			delete(s.free, dir)
-		} else {
-			s.free[dir] = hs[:len(hs)-1]
-		}
-		s.nfree--
-	} else {
-		h = fmt.Sprintf("%016x", uint64(s.id)) + lock.NewHandle()[:16]
-	}
-	if len(s.out) < maxNames {
-		if s.out == nil {
-			s.out = make(map[string]struct{})
-		}
-		s.out[dir+h] = struct{}{}
-	}
-	return h
-}
-
-// putName records that the key dir+h is deleted (or was never created):
-// if this session minted the name, it may be reused.
-func (s *session) putName(dir, h string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.out[dir+h]; !ok {
-		return // not ours, or already put back
-	}
-	delete(s.out, dir+h)
-	if s.gone || s.nfree >= maxNames {
-		return
-	}
-	if s.free == nil {
-		s.free = make(map[string][]string)
-	}
-	s.free[dir] = append(s.free[dir], h)
-	s.nfree++
 }
 
 // session returns the Locker's session lease for TTL secs, granting it if
