@@ -159,11 +159,15 @@ func (l *Locker) enter(ctx context.Context, key string, opts lock.AcquireOptions
 		c.lease, c.own = resp.ID, true
 		c.refreshed(sent, resp.TTL)
 	}
-	// The lease id in the name, as in concurrency.Mutex, plus 64 random
-	// bits so that two calls under one session lease never share a key.
+	// The lease id in the name, as in concurrency.Mutex, plus 128 random
+	// bits: two calls under one session lease never share a key, and the
+	// name's suffix is the lease's handle, the lock token that renew and
+	// release present, which must be unguessable (docs/security.md). A
+	// name is never reused for a later grant, or its earlier holder would
+	// know the later one's token.
 	c.handle = opts.Handle
 	if c.handle == "" {
-		c.handle = fmt.Sprintf("%016x", uint64(c.lease)) + lock.NewHandle()[:16]
+		c.handle = fmt.Sprintf("%016x", uint64(c.lease)) + lock.NewHandle()
 	}
 	c.name = c.dir + c.handle
 	return c, nil

@@ -24,7 +24,7 @@
 // that gave up and it watches the new predecessor. Waiters are granted in
 // create-revision order across all Lockers: FIFO.
 //
-//   - The handle (the lease id in hex plus 64 random bits) names the key, so
+//   - The handle (the lease id in hex plus 128 random bits) names the key, so
 //     a create whose reply was lost is retried with the same name and finds
 //     its own key (the ZOOKEEPER-1262 lesson); and two calls that share a
 //     session lease never share a key (concurrency.Mutex puts every Mutex
