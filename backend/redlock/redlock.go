@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -716,10 +717,10 @@ func (l *Locker) everyNode(ctx context.Context, early bool, f func(context.Conte
 
 // Inspect implements lock.Locker: it reads every node and reports the
 // holder that a quorum agrees on: its token as recorded by the token
-// propagation (sync.lua) where it landed, else the largest node-local token
-// among them (exact unless a node granted late, after the quorum formed,
-// and the propagation has not reached it yet), and the quorum's remaining
-// TTL. Waiters is -1: they are not tracked in Redis.
+// propagation (sync.lua) where it landed, else the quorum-th smallest
+// node-local token among them (exact unless a node that granted late,
+// after the quorum formed, holds a token below the grant's and the
+// propagation has not reached it yet), and the quorum's remaining TTL. Waiters is -1: they are not tracked in Redis.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	if !l.begin() {
 		return nil, lock.ErrClosed
@@ -744,8 +745,8 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	}
 	type view struct {
 		owner, value string
-		token        lock.Token // the largest node-local token seen
-		final        lock.Token // the grant's token, where sync recorded it
+		tokens       []lock.Token // the node-local tokens
+		final        lock.Token   // the grant's token, where sync recorded it
 		pttls        []time.Duration
 	}
 	views := map[string]*view{}
@@ -769,7 +770,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 			v = &view{owner: toString(r.val[1]), value: toString(r.val[3])}
 			views[h] = v
 		}
-		v.token = max(v.token, lock.Token(toInt(r.val[2])))
+		v.tokens = append(v.tokens, lock.Token(toInt(r.val[2])))
 		if len(r.val) >= 6 && toString(r.val[5]) == "1" {
 			v.final = lock.Token(toInt(r.val[2]))
 		}
@@ -780,7 +781,14 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 			continue
 		}
 		sort.Slice(v.pttls, func(i, j int) bool { return v.pttls[i] > v.pttls[j] })
-		token := v.token
+		// The grant's token is the largest of its quorum's. Where the
+		// propagation has not recorded it yet, take the quorum-th smallest
+		// node-local token: a node that granted late, after a failed
+		// earlier attempt had raised its counter, holds a larger one than
+		// the grant's (the largest token, used before, reported 2 for a
+		// lease with token 1 in a stress run).
+		slices.Sort(v.tokens)
+		token := v.tokens[l.quorum-1]
 		if v.final != 0 {
 			token = v.final
 		}

@@ -406,3 +406,31 @@ func TestInspectUnavailable(t *testing.T) {
 		r.Restart()
 	}
 }
+
+// TestInspectLateGrantToken: two nodes that granted late, with counters
+// an earlier aborted attempt had raised, hold larger node-local tokens
+// than the grant's until the propagation records the grant's; Inspect
+// still reports the grant's token (the largest local token, used before,
+// reported the late nodes' in a stress run).
+func TestInspectLateGrantToken(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	l := newLocker(t, rs, nil)
+	const key = "late-grant"
+	lease, err := l.TryAcquire(bg(t, time.Minute), key, lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := DefaultPrefix + ":meta:{" + key + "}"
+	for _, r := range rs[3:] {
+		if err := raw(t, r).HSet(bg(t, time.Minute), meta, "token", uint64(lease.Token)+1, "final", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := l.Inspect(bg(t, time.Minute), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Token != lease.Token {
+		t.Errorf("Inspect reports token %d, want the grant's %d", info.Token, lease.Token)
+	}
+}
