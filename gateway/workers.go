@@ -95,10 +95,16 @@ func (w *workers) sweep() {
 	retire := w.minIdle
 	w.minIdle = w.idle - retire
 	w.mu.Unlock()
+	// Each retired worker takes a nil. The send waits for one to take it:
+	// a worker counted idle may not have reached its receive yet (a
+	// non-blocking send then missed it, and a stress run saw a worker
+	// outlive its sweep), or may have taken a call since, in which case
+	// the next one to park ends instead. Close ends the wait.
 	for range retire {
 		select {
 		case w.calls <- nil:
-		default: // busy since: it stays
+		case <-w.stop:
+			return
 		}
 	}
 	w.mu.Lock()
