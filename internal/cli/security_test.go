@@ -186,8 +186,9 @@ func freeAddr(t *testing.T) string {
 }
 
 // startProcess runs bin with args until t ends (SIGTERM, then it must
-// exit cleanly) and returns once it printed a line starting with ready.
-func startProcess(t *testing.T, bin, ready string, args ...string) {
+// exit cleanly) and returns, once it printed a line starting with ready,
+// the rest of that line.
+func startProcess(t *testing.T, bin, ready string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
@@ -199,13 +200,16 @@ func startProcess(t *testing.T, bin, ready string, args ...string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	up := make(chan struct{}, 1)
+	up := make(chan string, 1)
 	exited := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), ready) {
-				up <- struct{}{}
+			if rest, ok := strings.CutPrefix(sc.Text(), ready); ok {
+				select {
+				case up <- rest:
+				default: // printed again: the first one counts
+				}
 			}
 		}
 		exited <- cmd.Wait()
@@ -223,10 +227,12 @@ func startProcess(t *testing.T, bin, ready string, args ...string) {
 		}
 	})
 	select {
-	case <-up:
+	case rest := <-up:
+		return rest
 	case err := <-exited:
 		t.Fatalf("lockgate %s exited: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("lockgate %s printed no %q within 60 s\n%s", args[0], ready, stderr.String())
 	}
+	return ""
 }

@@ -1,12 +1,9 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,46 +87,5 @@ func TestServeBackends(t *testing.T) {
 // exit cleanly.
 func startServe(t *testing.T, bin string, args []string) string {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "lockgate gateway on "); ok {
-				addr <- strings.Fields(rest)[0]
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("lockgate serve exited with %v after SIGTERM\n%s", err, stderr.String())
-			}
-		case <-time.After(15 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("lockgate serve did not exit within 15 s of SIGTERM")
-		}
-	})
-	select {
-	case a := <-addr:
-		return a
-	case err := <-exited:
-		t.Fatalf("lockgate %s exited: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("lockgate serve printed no address within 60 s\n%s", stderr.String())
-	}
-	return ""
+	return strings.Fields(startProcess(t, bin, "lockgate gateway on ", args...))[0]
 }
