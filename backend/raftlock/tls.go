@@ -102,23 +102,20 @@ func (t *TLS) PeerAuth() bool { return t != nil && t.ClientCAs != nil }
 
 // raftServerConfig is the Raft listener's: with ClientCAs, a peer without
 // a verified certificate cannot even complete the handshake.
-func (t *TLS) raftServerConfig() *tls.Config {
-	c := t.withCert(&tls.Config{MinVersion: tls.VersionTLS12}, false)
-	if t.ClientCAs != nil {
-		c.ClientCAs = t.ClientCAs
-		c.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return c
-}
+func (t *TLS) raftServerConfig() *tls.Config { return t.serverConfig(tls.RequireAndVerifyClientCert) }
 
 // APIServerConfig is the API listener's: lock clients present no
 // certificate, so one is verified only if given; the membership handlers
 // then require a verified one (see TLS).
-func (t *TLS) APIServerConfig() *tls.Config {
+func (t *TLS) APIServerConfig() *tls.Config { return t.serverConfig(tls.VerifyClientCertIfGiven) }
+
+// serverConfig serves this node's certificate and, with ClientCAs, checks
+// client certificates as auth says.
+func (t *TLS) serverConfig(auth tls.ClientAuthType) *tls.Config {
 	c := t.withCert(&tls.Config{MinVersion: tls.VersionTLS12}, false)
 	if t.ClientCAs != nil {
 		c.ClientCAs = t.ClientCAs
-		c.ClientAuth = tls.VerifyClientCertIfGiven
+		c.ClientAuth = auth
 	}
 	return c
 }
