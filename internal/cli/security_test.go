@@ -201,7 +201,10 @@ func startProcess(t *testing.T, bin, ready string, args ...string) string {
 		t.Fatal(err)
 	}
 	up := make(chan string, 1)
-	exited := make(chan error, 1)
+	// exited is closed when the process has exited, with its status in
+	// waitErr: both the start below and the cleanup wait for it.
+	exited := make(chan struct{})
+	var waitErr error
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -212,14 +215,15 @@ func startProcess(t *testing.T, bin, ready string, args ...string) string {
 				}
 			}
 		}
-		exited <- cmd.Wait()
+		waitErr = cmd.Wait()
+		close(exited)
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("lockgate %s exited with %v after SIGTERM\n%s", args[0], err, stderr.String())
+		case <-exited:
+			if waitErr != nil && !t.Failed() {
+				t.Errorf("lockgate %s exited with %v after SIGTERM\n%s", args[0], waitErr, stderr.String())
 			}
 		case <-time.After(15 * time.Second):
 			cmd.Process.Kill()
@@ -229,8 +233,8 @@ func startProcess(t *testing.T, bin, ready string, args ...string) string {
 	select {
 	case rest := <-up:
 		return rest
-	case err := <-exited:
-		t.Fatalf("lockgate %s exited: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	case <-exited:
+		t.Fatalf("lockgate %s exited: %v\n%s", strings.Join(args, " "), waitErr, stderr.String())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("lockgate %s printed no %q within 60 s\n%s", args[0], ready, stderr.String())
 	}

@@ -36,10 +36,11 @@ func newServeCmd() *cobra.Command {
 		Long: `Run the WebSocket/REST gateway (docs/protocol.md) on --listen over a backend.
 
 --backend raft (the default) embeds a local raftlock cluster of --nodes
-servers (Raft on 127.0.0.1:8080+id, each node's own gateway on
-127.0.0.1:50050+id) and serves the gateway on --listen over whichever node
-leads; no external servers are needed. Without --data-dir the cluster lives
-in a temporary directory that is removed at exit.
+servers and serves the gateway on --listen over whichever node leads; no
+external servers are needed. The embedded nodes take free loopback ports
+for Raft and their own APIs (logged at start) and keep them across restarts
+from the same --data-dir (DATA-DIR/serve-addrs.json). Without --data-dir the
+cluster lives in a temporary directory that is removed at exit.
 
 --backend redlock serves it over Redlock on the independent Redis masters of
 --redis-addrs (one address: plain single-Redis locking).
@@ -110,9 +111,14 @@ a CA made in memory at start. See docs/security.md.`,
 					return err
 				}
 			}
+			addrs, err := loadEmbeddedAddrs(dataDir)
+			if err != nil {
+				return err
+			}
 			var tlsErr error
 			c, err := raftlock.StartLocalCluster(startCtx, nodes, dataDir, func(cfg *raftlock.Config) {
 				cfg.Logger = slog.Default()
+				addrs.configure(cfg)
 				if internal != nil {
 					var err error
 					cfg.TLS, err = internal.NodeTLS(true, "127.0.0.1", "localhost")
@@ -126,6 +132,12 @@ a CA made in memory at start. See docs/security.md.`,
 				return err
 			}
 			defer c.Shutdown()
+			if err := addrs.save(c); err != nil {
+				return err
+			}
+			for _, n := range c.Nodes() {
+				slog.Info("embedded raftlock node", "id", n.ID(), "raft", n.RaftAddr(), "api", n.APIAddr())
+			}
 			if internal == nil {
 				for _, s := range c.Servers {
 					defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
