@@ -69,9 +69,11 @@ func (t OpType) String() string {
 	return fmt.Sprintf("op(%d)", uint8(t))
 }
 
-// Limits enforced by Decode (and by Op.Validate, which the leader should call
-// before batching an op: one over-limit op makes the whole Entry
-// undecodable, and Apply then rejects every op in it).
+// Limits enforced by Decode, and by Op.Validate with the same constants:
+// the leader validates every op before it joins a batch, because one
+// over-limit op makes the whole Entry undecodable, and Apply then rejects
+// every op in it. Client-facing limits (the lock package's) must be at most
+// these.
 const (
 	MaxKeyLen    = 1024    // bytes of Op.Key (a lock key, data key or server id)
 	MaxOwnerLen  = 1024    // bytes of Op.Owner
@@ -79,6 +81,34 @@ const (
 	MaxValueLen  = 1 << 20 // bytes of Op.Value
 	MaxOps       = 100000  // ops in one Entry
 )
+
+// The Field names of a LimitError.
+const (
+	FieldType   = "type"
+	FieldKey    = "key"
+	FieldOwner  = "owner"
+	FieldHandle = "handle"
+	FieldValue  = "value"
+)
+
+// LimitError is Op.Validate's error: which field of which op is outside the
+// limits. It matches ErrMalformed.
+type LimitError struct {
+	Op    OpType
+	Field string // one of the Field constants
+	Len   int    // the field's length in bytes (the type's value for FieldType)
+	Limit int    // the field's limit
+}
+
+func (e *LimitError) Error() string {
+	if e.Field == FieldType {
+		return fmt.Sprintf("%v: unknown op type %d", ErrMalformed, e.Len)
+	}
+	return fmt.Sprintf("%v: %s: %s is %d bytes, limit %d", ErrMalformed, e.Op, e.Field, e.Len, e.Limit)
+}
+
+// Unwrap returns ErrMalformed.
+func (e *LimitError) Unwrap() error { return ErrMalformed }
 
 // Op is one operation. See the OpType constants for which fields each type
 // reads.
@@ -93,20 +123,24 @@ type Op struct {
 }
 
 // Validate reports whether o can be encoded and decoded: a known Type and
-// fields within the limits. It does not judge semantics (an empty key or a
-// non-positive TTL is decodable; Apply answers StatusInvalid for it).
+// fields within the limits; the error is a *LimitError. It does not judge
+// semantics (an empty key or a non-positive TTL is decodable; Apply answers
+// StatusInvalid for it).
 func (o Op) Validate() error {
+	limit := func(field string, n, max int) error {
+		return &LimitError{Op: o.Type, Field: field, Len: n, Limit: max}
+	}
 	switch {
 	case o.Type < OpAcquire || o.Type > maxOpType:
-		return fmt.Errorf("%w: unknown op type %d", ErrMalformed, uint8(o.Type))
+		return limit(FieldType, int(o.Type), int(maxOpType))
 	case len(o.Key) > MaxKeyLen:
-		return fmt.Errorf("%w: %s: key is %d bytes, limit %d", ErrMalformed, o.Type, len(o.Key), MaxKeyLen)
+		return limit(FieldKey, len(o.Key), MaxKeyLen)
 	case len(o.Owner) > MaxOwnerLen:
-		return fmt.Errorf("%w: %s: owner is %d bytes, limit %d", ErrMalformed, o.Type, len(o.Owner), MaxOwnerLen)
+		return limit(FieldOwner, len(o.Owner), MaxOwnerLen)
 	case len(o.Handle) > MaxHandleLen:
-		return fmt.Errorf("%w: %s: handle is %d bytes, limit %d", ErrMalformed, o.Type, len(o.Handle), MaxHandleLen)
+		return limit(FieldHandle, len(o.Handle), MaxHandleLen)
 	case len(o.Value) > MaxValueLen:
-		return fmt.Errorf("%w: %s: value is %d bytes, limit %d", ErrMalformed, o.Type, len(o.Value), MaxValueLen)
+		return limit(FieldValue, len(o.Value), MaxValueLen)
 	}
 	return nil
 }
