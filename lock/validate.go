@@ -15,6 +15,12 @@ const (
 	MaxOwnerLen = 128
 	// MaxValueLen is the largest value stored with a lock, in bytes.
 	MaxValueLen = 4096
+	// MinHandleLen and MaxHandleLen bound a lease handle (lock token), in
+	// bytes: a caller-chosen handle is MinHandleLen to MaxHandleLen
+	// lowercase hex characters (128 to 256 bits); every backend mints
+	// handles in that form.
+	MinHandleLen = 32
+	MaxHandleLen = 64
 	// MinTTL is the shortest TTL a lease may ask for. Shorter leases would be
 	// eaten by the drift allowance and by one network round trip.
 	MinTTL = 10 * time.Millisecond
@@ -105,10 +111,23 @@ func ValidateRenew(lease *Lease, ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
-// ValidateLease checks that a lease given to Renew or Release is usable.
+// ValidateLease checks that a lease given to Renew or Release is usable: it
+// names a key (else ErrNilLease), the key passes ValidateKey, and its handle
+// is at most MaxHandleLen bytes (else a *ValidationError wrapping
+// ErrInvalidHandle). A lease rebuilt from a client's request is checked here
+// before a backend sees it: no backend could hold such a lease, and an
+// over-long field must not reach a shared write (a Raft entry, a script).
+// The handle's form is not checked: a well-formed but unknown handle is
+// simply not held.
 func ValidateLease(lease *Lease) error {
 	if lease == nil || lease.Key == "" {
 		return ErrNilLease
+	}
+	if err := ValidateKey(lease.Key); err != nil {
+		return err
+	}
+	if len(lease.Handle) > MaxHandleLen {
+		return invalid("handle", lease.Handle, fmt.Sprintf("is %d bytes, longer than the maximum of %d", len(lease.Handle), MaxHandleLen), ErrInvalidHandle)
 	}
 	return nil
 }
@@ -122,7 +141,7 @@ func invalid(field, value, reason string, sentinel error) error {
 }
 
 func isHandle(h string) bool {
-	if len(h) < 32 || len(h) > 64 {
+	if len(h) < MinHandleLen || len(h) > MaxHandleLen {
 		return false
 	}
 	for i := 0; i < len(h); i++ {

@@ -105,3 +105,51 @@ func TestNormalizeHandle(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateLease: Renew and Release check the key and the handle's length
+// of a lease (typically rebuilt from a client's request) before a backend
+// sees them (issue 15: an over-long lock token in a release reached the
+// Raft log and failed every op batched with it). Each limit at max-1, max
+// and max+1.
+func TestValidateLease(t *testing.T) {
+	lease := func(key, handle string) *lock.Lease {
+		return lock.NewLease(lock.Grant{Key: key, Token: 1, Handle: handle, TTL: time.Minute, Sent: time.Now()})
+	}
+	h := lock.NewHandle()
+	for _, tc := range []struct {
+		name  string
+		lease *lock.Lease
+		want  error
+		field string
+	}{
+		{"nil", nil, lock.ErrNilLease, ""},
+		{"no key", lease("", h), lock.ErrNilLease, ""},
+		{"key max-1", lease(strings.Repeat("k", lock.MaxKeyLen-1), h), nil, ""},
+		{"key max", lease(strings.Repeat("k", lock.MaxKeyLen), h), nil, ""},
+		{"key max+1", lease(strings.Repeat("k", lock.MaxKeyLen+1), h), lock.ErrInvalidKey, "key"},
+		{"key control", lease("a\x01", h), lock.ErrInvalidKey, "key"},
+		{"key invalid UTF-8", lease("a\xff", h), lock.ErrInvalidKey, "key"},
+		{"handle max-1", lease("k", strings.Repeat("a", lock.MaxHandleLen-1)), nil, ""},
+		{"handle max", lease("k", strings.Repeat("a", lock.MaxHandleLen)), nil, ""},
+		{"handle max+1", lease("k", strings.Repeat("a", lock.MaxHandleLen+1)), lock.ErrInvalidHandle, "handle"},
+		{"handle 300", lease("k", strings.Repeat("a", 300)), lock.ErrInvalidHandle, "handle"},
+		// A short or odd handle cannot be anyone's, but it is harmless:
+		// the backend answers that the lease is not held.
+		{"handle short", lease("k", "x"), nil, ""},
+	} {
+		err := lock.ValidateLease(tc.lease)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: ValidateLease = %v, want %v", tc.name, err, tc.want)
+			continue
+		}
+		var ve *lock.ValidationError
+		if tc.field != "" && (!errors.As(err, &ve) || ve.Field != tc.field || len(err.Error()) > 200) {
+			t.Errorf("%s: ValidateLease = %#v, want a short *ValidationError for %s", tc.name, err, tc.field)
+		}
+		if tc.lease != nil && tc.lease.Key != "" {
+			if _, rerr := lock.ValidateRenew(tc.lease, time.Second); !errors.Is(rerr, tc.want) || (tc.want == nil) != (rerr == nil) {
+				t.Errorf("%s: ValidateRenew = %v, want %v", tc.name, rerr, tc.want)
+			}
+		}
+	}
+}
