@@ -76,7 +76,7 @@ func TestPeerDial(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer direct.Close()
-	s, err := newFaultStream("127.0.0.1:0", map[string]string{"10.255.255.1:8081": proxy.Addr().String()}, nil)
+	s, err := newFaultStream("127.0.0.1:0", map[string]string{"10.255.255.1:8081": proxy.Addr().String()}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

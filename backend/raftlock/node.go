@@ -107,7 +107,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raftlock: snapshot store: %w", err)
 	}
-	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial, n.cfg.TLS); err != nil {
+	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial, n.cfg.TLS, n.log); err != nil {
 		return err
 	}
 	if n.cfg.RaftAdvertise != "" {

@@ -17,21 +17,24 @@ import (
 // listener (clients and the membership RPCs) and the membership RPCs this
 // node sends. With it, both listeners serve only TLS.
 //
-// With ClientCAs set, peers are authenticated too (mutual TLS): the Raft
-// transport refuses any connection without a client certificate signed by
-// ClientCAs, and the API accepts join and remove requests only from a
-// client presenting such a certificate (lock clients need none; a client
-// certificate that does not verify is refused at the handshake). Use a CA
-// that signs only your nodes' certificates.
+// Peers are always authenticated (mutual TLS, as Consul's verify_incoming):
+// the Raft transport completes a handshake only with a party presenting a
+// client certificate that verifies against ClientCAs (default RootCAs, the
+// cluster CA), and the API accepts join and remove requests from such a
+// party (or from an admin token, see Config.AdminTokens). Lock clients
+// need no certificate; one that does not verify is refused at the
+// handshake. Use a CA that signs only your nodes' certificates: anyone
+// holding a certificate from it is a member.
 type TLS struct {
 	// Certificate is this node's certificate and key: presented by its
 	// listeners, and as the client certificate when it dials peers. Its
 	// SANs must cover the host of the node's RaftAddr and APIAddr.
 	Certificate tls.Certificate
-	// RootCAs verifies the peers' (server) certificates. Nil: the system's
-	// roots.
+	// RootCAs verifies the peers' (server) certificates: the cluster CA.
+	// Nil: the system's roots, and then ClientCAs is required (public
+	// roots would admit anyone holding a public certificate as a peer).
 	RootCAs *x509.CertPool
-	// ClientCAs, when not nil, turns peer authentication on (see above).
+	// ClientCAs verifies the peers' client certificates. Nil: RootCAs.
 	ClientCAs *x509.CertPool
 
 	// keys, set by LoadTLS, serves Certificate's files and picks up a
@@ -39,9 +42,9 @@ type TLS struct {
 	keys *certfile.Keypair
 }
 
-// LoadTLS reads a TLS from PEM files. caFile (may be empty: the system
-// roots) verifies peers' certificates; clientCAFile (may be empty: no peer
-// authentication) verifies the client certificates of peers.
+// LoadTLS reads a TLS from PEM files. caFile (the cluster CA) verifies
+// peers' server certificates and, unless clientCAFile is given, their
+// client certificates too. At least one of them is required (ErrNoPeerCA).
 func LoadTLS(certFile, keyFile, caFile, clientCAFile string) (*TLS, error) {
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("raftlock: TLS needs both a certificate file and a key file")
@@ -52,6 +55,9 @@ func LoadTLS(certFile, keyFile, caFile, clientCAFile string) (*TLS, error) {
 	keys, err := certfile.Load(certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("raftlock: %w", err)
+	}
+	if caFile == "" && clientCAFile == "" {
+		return nil, ErrNoPeerCA
 	}
 	t := &TLS{Certificate: *keys.Current(), keys: keys}
 	if caFile != "" {
@@ -97,24 +103,51 @@ func (t *TLS) withCert(c *tls.Config, client bool) *tls.Config {
 	return c
 }
 
-// PeerAuth reports whether peers must present certificates.
-func (t *TLS) PeerAuth() bool { return t != nil && t.ClientCAs != nil }
+// ErrNoPeerCA: a TLS without a CA to verify peers' client certificates.
+var ErrNoPeerCA = errors.New("raftlock: TLS has no CA to verify peers' client certificates: " +
+	"set TLS.RootCAs (--tls-ca, the CA that signed the nodes' certificates) or TLS.ClientCAs (--tls-client-ca); " +
+	"the system's public roots would admit anyone holding a public certificate as a peer")
 
-// raftServerConfig is the Raft listener's: with ClientCAs, a peer without
-// a verified certificate cannot even complete the handshake.
+// clientCAs verifies peers' client certificates: ClientCAs, else RootCAs.
+func (t *TLS) clientCAs() *x509.CertPool {
+	if t.ClientCAs != nil {
+		return t.ClientCAs
+	}
+	return t.RootCAs
+}
+
+// validate reports a TLS that cannot authenticate peers.
+func (t *TLS) validate() error {
+	if t != nil && t.clientCAs() == nil {
+		return ErrNoPeerCA
+	}
+	return nil
+}
+
+// PeerAuth reports whether peers must present certificates: always, with
+// a valid TLS (validate).
+func (t *TLS) PeerAuth() bool { return t != nil && t.clientCAs() != nil }
+
+// raftServerConfig is the Raft listener's: a peer without a verified
+// certificate cannot complete the handshake.
 func (t *TLS) raftServerConfig() *tls.Config { return t.serverConfig(tls.RequireAndVerifyClientCert) }
 
 // APIServerConfig is the API listener's: lock clients present no
 // certificate, so one is verified only if given; the membership handlers
-// then require a verified one (see TLS).
+// then accept a verified one as a member's credential (see TLS).
 func (t *TLS) APIServerConfig() *tls.Config { return t.serverConfig(tls.VerifyClientCertIfGiven) }
 
-// serverConfig serves this node's certificate and, with ClientCAs, checks
-// client certificates as auth says.
+// serverConfig serves this node's certificate and checks client
+// certificates against clientCAs as auth says.
 func (t *TLS) serverConfig(auth tls.ClientAuthType) *tls.Config {
 	c := t.withCert(&tls.Config{MinVersion: tls.VersionTLS12}, false)
-	if t.ClientCAs != nil {
-		c.ClientCAs = t.ClientCAs
+	if cas := t.clientCAs(); cas != nil {
+		c.ClientCAs = cas
+		c.ClientAuth = auth
+	} else if auth == tls.RequireAndVerifyClientCert {
+		// Unreachable after validate; never fall back to no peer
+		// authentication: a certificate cannot verify against no pool.
+		c.ClientCAs = x509.NewCertPool()
 		c.ClientAuth = auth
 	}
 	return c

@@ -83,7 +83,7 @@ func TestTLSCluster(t *testing.T) {
 	})
 
 	t.Run("plaintext raft refused", func(t *testing.T) {
-		fs, err := newFaultStream("127.0.0.1:0", nil, nil)
+		fs, err := newFaultStream("127.0.0.1:0", nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -21,18 +22,19 @@ var ErrPartitioned = errors.New("raftlock: peer cut off by an injected network f
 // outbound dials (and closing the outbound connections already open) in
 // both directions severs two nodes completely.
 type faultStream struct {
-	net.Listener
-	advertise net.Addr
-	via       map[string]string // peer address → address to dial (Config.PeerDial)
-	tls       *tls.Config       // dial config; nil: plain TCP
+	net.Listener // with TLS, a peerListener: only verified peers come out of Accept
+	advertise    net.Addr
+	via          map[string]string // peer address → address to dial (Config.PeerDial)
+	tls          *tls.Config       // dial config; nil: plain TCP
 
 	mu      sync.Mutex
 	blocked map[raft.ServerAddress]bool
 	conns   map[net.Conn]raft.ServerAddress // open outbound connections
 }
 
-// newFaultStream listens on bind; with t, it serves and dials only TLS.
-func newFaultStream(bind string, via map[string]string, t *TLS) (*faultStream, error) {
+// newFaultStream listens on bind; with t, it serves and dials only TLS and
+// admits only peers with a verified certificate, logging refusals to log.
+func newFaultStream(bind string, via map[string]string, t *TLS, log *slog.Logger) (*faultStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("raftlock: raft transport listen on %s: %w", bind, err)
@@ -40,7 +42,7 @@ func newFaultStream(bind string, via map[string]string, t *TLS) (*faultStream, e
 	advertise := ln.Addr()
 	var dial *tls.Config
 	if t != nil {
-		ln = tls.NewListener(ln, t.raftServerConfig())
+		ln = newPeerListener(ln, t.raftServerConfig(), log)
 		dial = t.ClientConfig()
 	}
 	return &faultStream{
