@@ -103,10 +103,21 @@ func (n *Node) start() error {
 		return err
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLogOutput})
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(n.cfg.DataDir, "snapshots"), 3, hl)
+	// store.Open holds DataDir's lock, so the snapshots are this node's
+	// alone from here on.
+	snaps, err := store.OpenSnapshots(filepath.Join(n.cfg.DataDir, snapshotDirName), hl)
 	if err != nil {
-		return fmt.Errorf("raftlock: snapshot store: %w", err)
+		return fmt.Errorf("raftlock: %w", err)
 	}
+	// A corrupt newest snapshot: fall back to an older one and the log if
+	// they are complete, else refuse with the file's name (raft itself
+	// would panic on the first compacted entry).
+	if err := snaps.Recover(n.stores.Log, func(rc io.ReadCloser) error { return fsm.New().Restore(rc) }, hl); err != nil {
+		return fmt.Errorf("raftlock: %w", err)
+	}
+	// Compaction keeps the log back to the second newest snapshot, so
+	// that such a fallback is always possible.
+	logs := store.LogForFallback(n.stores.Log, snaps)
 	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial, n.cfg.TLS, n.log); err != nil {
 		return err
 	}
@@ -141,11 +152,11 @@ func (n *Node) start() error {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return fmt.Errorf("raftlock: %w", err)
 	}
-	has, err := raft.HasExistingState(n.stores.Log, n.stores.Stable, snaps)
+	has, err := raft.HasExistingState(logs, n.stores.Stable, snaps)
 	if err != nil {
 		return fmt.Errorf("raftlock: reading existing state: %w", err)
 	}
-	if n.raft, err = raft.NewRaft(rc, restoreCounter{n.fsm, &n.restores}, n.stores.Log, n.stores.Stable, snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, restoreCounter{n.fsm, &n.restores}, logs, n.stores.Stable, snaps, n.trans); err != nil {
 		return fmt.Errorf("raftlock: starting raft: %w", err)
 	}
 	if n.cfg.Bootstrap && !has {
@@ -311,6 +322,9 @@ func (n *Node) closeResources() {
 		}
 	}
 }
+
+// snapshotDirName is the directory under DataDir that holds the snapshots.
+const snapshotDirName = "snapshots"
 
 // pipelineOff is NetworkTransportConfig.MaxRPCsInFlight without pipelining.
 const pipelineOff = 1

@@ -21,7 +21,9 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	"go.etcd.io/bbolt"
 )
 
@@ -49,7 +51,6 @@ const (
 // File and directory names under the dir given to Open.
 const (
 	walDirName   = "raft-wal"
-	walLockName  = "LOCK"
 	boltFileName = "raft.db"
 )
 
@@ -91,9 +92,16 @@ func validKinds() string {
 }
 
 // Open opens, creating it if needed, the durable log and stable store of kind
-// under dir: dir/raft-wal for KindWAL, dir/raft.db for KindBolt. Only one
-// Stores may have a given dir and kind open at a time; a second Open fails
-// instead of waiting. Close must be called after raft.Shutdown.
+// under dir: dir/raft-wal for KindWAL, dir/raft.db for KindBolt.
+//
+// Before anything else it takes dir/LOCK (LockFileName): only one Stores,
+// of either kind, may have a dir open at a time, and a second Open fails at
+// once with a *LockedError (errors.Is ErrLocked) naming the directory and
+// the holder's PID. The lock also covers everything else the node keeps in
+// dir (its snapshots): hold it until raft.Shutdown has returned. A dir that
+// holds the other kind's log is refused (ErrOtherKind). dir and everything
+// in it are set to DirMode/FileMode. Close must be called after
+// raft.Shutdown.
 func Open(dir string, kind Kind) (*Stores, error) {
 	if _, err := ParseKind(string(kind)); err != nil {
 		return nil, err
@@ -104,12 +112,36 @@ func Open(dir string, kind Kind) (*Stores, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
+	// Tighten the directory itself before the lock file is created in it:
+	// an operator's 0755 directory must not expose even a moment's state.
+	if err := os.Chmod(dir, DirMode); err != nil {
+		return nil, fmt.Errorf("store: data directory permissions: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(dir, LockFileName))
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKind(dir, kind); err != nil {
+		return nil, errors.Join(err, unlock())
+	}
+	var s *Stores
 	switch kind {
 	case KindWAL:
-		return openWAL(filepath.Join(dir, walDirName))
+		s, err = openWAL(filepath.Join(dir, walDirName))
 	default:
-		return openBolt(filepath.Join(dir, boltFileName))
+		s, err = openBolt(filepath.Join(dir, boltFileName))
 	}
+	if err != nil {
+		return nil, errors.Join(err, unlock())
+	}
+	// Files earlier versions or other tools left with wider modes, and
+	// the ones the stores just created (raft-wal's meta database is 0644).
+	if err := Tighten(dir); err != nil {
+		return nil, errors.Join(err, s.Close(), unlock())
+	}
+	closeStores := s.Close
+	s.Close = sync.OnceValue(func() error { return errors.Join(closeStores(), unlock()) })
+	return s, nil
 }
 
 // ensureDir makes sure dir is a directory, creating it (and fsyncing its
@@ -125,7 +157,7 @@ func ensureDir(dir string) error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("store: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, DirMode); err != nil {
 		return fmt.Errorf("store: create directory: %w", err)
 	}
 	return syncDir(filepath.Dir(dir))
@@ -151,29 +183,26 @@ func openWAL(dir string) (*Stores, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	// raft-wal has no lock of its own except bbolt's on wal-meta.db, which
-	// waits forever; take one that fails at once.
-	unlock, err := lockFile(filepath.Join(dir, walLockName))
-	if err != nil {
-		return nil, err
-	}
 	// We keep the meta store: WAL.Close does not close it (raft-wal v0.4.0),
 	// and leaving it open would keep wal-meta.db locked until the process
-	// exits, so a re-Open in the same process would hang.
+	// exits, so a re-Open in the same process would hang. (Open's directory
+	// lock keeps a second node out before bbolt's lock, which would wait
+	// forever, is reached.)
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(dir,
 		wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(dir, privateFS{walfs.New()})),
 		wal.WithLogger(hclog.Default().Named("raft-wal")),
 	)
 	if err != nil {
-		err = errors.Join(fmt.Errorf("store: open wal %s: %w", dir, err), meta.Close(), unlock())
+		err = errors.Join(fmt.Errorf("store: open wal %s: %w", dir, err), meta.Close())
 		return nil, err
 	}
 	return &Stores{
 		Log:    w,
 		Stable: w,
 		Close: sync.OnceValue(func() error {
-			return errors.Join(w.Close(), meta.Close(), unlock())
+			return errors.Join(w.Close(), meta.Close())
 		}),
 	}, nil
 }

@@ -145,7 +145,8 @@ func TestReopenKeepsData(t *testing.T) {
 	}
 }
 
-// Each kind lives at its documented path and nowhere else in dir.
+// Each kind lives at its documented path and nowhere else in dir, beside
+// the directory's lock file.
 func TestLayout(t *testing.T) {
 	want := map[store.Kind]string{store.KindWAL: "raft-wal", store.KindBolt: "raft.db"}
 	for _, kind := range allKinds {
@@ -157,8 +158,8 @@ func TestLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(ents) != 1 || ents[0].Name() != want[kind] {
-				t.Fatalf("%s contains %v, want only %s", dir, ents, want[kind])
+			if len(ents) != 2 || ents[0].Name() != store.LockFileName || ents[1].Name() != want[kind] {
+				t.Fatalf("%s contains %v, want only %s and %s", dir, ents, store.LockFileName, want[kind])
 			}
 		})
 	}
@@ -243,14 +244,17 @@ func TestOpenNotADirectory(t *testing.T) {
 
 // The store's own path occupied by the wrong type of file is an error too.
 func TestOpenStorePathWrongType(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "raft-wal"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(dir, "raft.db"), 0o700); err != nil {
-		t.Fatal(err)
-	}
 	for kind, want := range map[store.Kind]string{store.KindWAL: "not a directory", store.KindBolt: "not a regular file"} {
+		dir := t.TempDir()
+		var err error
+		if kind == store.KindWAL {
+			err = os.WriteFile(filepath.Join(dir, "raft-wal"), nil, 0o600)
+		} else {
+			err = os.Mkdir(filepath.Join(dir, "raft.db"), 0o700)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		s, err := store.Open(dir, kind)
 		if err == nil {
 			s.Close()
