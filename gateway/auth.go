@@ -148,8 +148,12 @@ func (t *Tokens) Authorized(r *http.Request) bool {
 	return t.Valid(tok) && ok
 }
 
-// writeUnauthorized answers 401 with one body for every failure.
+// writeUnauthorized answers 401 with one body for every failure, and
+// closes the connection after it ("Connection: close"): a client without a
+// valid token has nothing more to do on it, and must not keep it (and its
+// descriptor) open by idling. Whatever server the gateway is mounted on.
 func writeUnauthorized(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
 	w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
 	writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]any{
 		"code": "unauthorized", "message": ErrUnauthorized.Error(),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock/store"
+	"github.com/lockgate/lockgate/internal/netguard"
 )
 
 // Default ports (seed 000): the Raft transport listens on 8080+id and the
@@ -65,16 +66,26 @@ type Config struct {
 	// Peers not in the map are dialled directly.
 	PeerDial map[string]string
 	// TLS, when not nil, makes the Raft transport and the API serve only
-	// TLS and the membership RPCs use it (see TLS, and PeerAuth for mutual
-	// TLS between nodes).
+	// TLS, the membership RPCs use it, and peers authenticate each other
+	// with certificates from the cluster CA (see TLS).
 	TLS *TLS
-	// AuthorizeMembership, when not nil and TLS.ClientCAs is not set, must
-	// approve every join and remove request this node serves (the CLI
-	// checks bearer tokens with it). With TLS.ClientCAs, a verified peer
-	// certificate is required instead.
-	AuthorizeMembership func(*http.Request) bool
+	// InsecureNoPeerAuth lets a node without TLS use a Raft address that
+	// is not loopback (--insecure-raft-no-peer-auth). Its Raft port then
+	// processes any party's RPCs: whoever reaches it can rewrite the lock
+	// table. Only for a network where every host is trusted.
+	InsecureNoPeerAuth bool
+	// AdminTokens, when not nil, are the bearer tokens that authorize join
+	// and remove (--admin-tokens-file); a verified peer certificate (with
+	// TLS) does too. See docs/security.md for the full rules.
+	AdminTokens TokenSet
+	// ClientTokens, when not nil, are the lock clients' bearer tokens
+	// (--auth-tokens-file). They never authorize membership changes (403),
+	// and their presence closes the loopback development mode, in which a
+	// node with no admin credential accepts join and remove from anyone.
+	ClientTokens TokenSet
 	// MembershipToken, when not empty, is sent as a bearer token with the
-	// membership RPCs this node makes (its own join, forwarded requests).
+	// membership RPCs this node makes (its own join, forwarded requests):
+	// an admin token of the cluster.
 	MembershipToken string
 	// FaultInjection mounts POST /v1/debug/clock on the API, which shifts
 	// this node's leader clock (a SkewClock) by {"offsetMs": N}: the chaos
@@ -106,11 +117,65 @@ type Config struct {
 	// MaxWaitersPerKey bounds each key's queue on the leader.
 	MaxWaitersPerKey int
 
+	// HTTPLimits are the API server's connection limits: timeouts and
+	// caps on open connections (zero fields: netguard's defaults).
+	HTTPLimits netguard.Limits
+
 	// Logger receives the node's structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// RaftLogOutput receives hashicorp/raft's own log (at warn level and
 	// above). Default io.Discard.
 	RaftLogOutput io.Writer
+}
+
+// TokenSet is a set of bearer tokens (gateway.Tokens is one). Valid must
+// take the same time whichever token, if any, matches.
+type TokenSet interface {
+	Valid(token string) bool
+}
+
+// ErrNoPeerAuth: a node without TLS on a Raft address other parties can
+// reach, and no InsecureNoPeerAuth.
+var ErrNoPeerAuth = errors.New("raftlock: the Raft transport would process any party's RPCs")
+
+// loopbackAddr reports whether addr (host:port) is on the loopback
+// interface: 127.0.0.0/8, ::1 or "localhost". Wildcards and other names
+// are not: any host may reach them.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkPeerAuth refuses a node whose Raft port others could reach with
+// nothing to tell members from strangers.
+func (c *Config) checkPeerAuth() error {
+	if c.TLS != nil {
+		return c.TLS.validate()
+	}
+	if c.InsecureNoPeerAuth {
+		return nil
+	}
+	for _, a := range []string{c.RaftAddr, c.RaftAdvertise} {
+		if a != "" && !loopbackAddr(a) {
+			return fmt.Errorf("%w: Raft address %s is not loopback and the node has no TLS. "+
+				"Add --tls-cert, --tls-key and --tls-ca (Config.TLS) so that peers prove membership with certificates, "+
+				"or --insecure-raft-no-peer-auth (Config.InsecureNoPeerAuth) if every host that can reach it is trusted", ErrNoPeerAuth, a)
+		}
+	}
+	return nil
+}
+
+// insecurePeers reports whether the Raft port is reachable by others and
+// trusts them all (InsecureNoPeerAuth in use): worth a warning at start.
+func (c *Config) insecurePeers() bool {
+	return c.TLS == nil && c.InsecureNoPeerAuth && (!loopbackAddr(c.RaftAddr) || c.RaftAdvertise != "" && !loopbackAddr(c.RaftAdvertise))
 }
 
 // DefaultConfig returns a Config for server id with every default filled.
@@ -181,6 +246,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("raftlock: Config.LeaderLeaseTimeout %v exceeds HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
 	case c.MaxWaitersPerKey < 1:
 		return fmt.Errorf("raftlock: Config.MaxWaitersPerKey %d: want at least 1", c.MaxWaitersPerKey)
+	}
+	// Before the address checks: a wildcard bind without peer
+	// authentication needs the peer-authentication flags first.
+	if err := c.checkPeerAuth(); err != nil {
+		return err
 	}
 	host, _, err := net.SplitHostPort(c.RaftAddr)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -41,6 +42,8 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("raftlock: API listen on %s: %w", listen, err)
 	}
+	// The caps apply before TLS: a refused connection costs no handshake.
+	ln = netguard.Listen(ln, cfg.HTTPLimits, cfg.Logger.With("node", cfg.ID, "listener", "api"))
 	if cfg.APIListen == "" {
 		cfg.APIAddr = ln.Addr().String()
 	}
@@ -62,8 +65,7 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	}
 	// Connection-level errors (a plaintext client at a TLS port, a client
 	// certificate refused) are the client's problem: debug level.
-	s.http = &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+	s.http = netguard.NewServer(s.Mux, cfg.HTTPLimits, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
 	go s.http.Serve(ln)
 	if len(join) > 0 {
 		args := JoinArgs{ServerID: cfg.ID, ServerAddr: n.RaftAddr(), APIAddr: cfg.APIAddr}

@@ -105,6 +105,9 @@ docs/security.md.`,
 			cfg.Logger = slog.Default()
 			cfg.RaftLogOutput = cmd.ErrOrStderr()
 			cfg.TLS = nodeTLS
+			if cfg.HTTPLimits, err = netLimits(cmd); err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			toks, first, err := sec.tokens(ctx)
@@ -138,6 +141,7 @@ docs/security.md.`,
 	cmd.Flags().StringToStringVar(&raftDial, "raft-dial", nil, "dial these peers' Raft addresses through other addresses (proxies): raftaddr=dialaddr,...")
 	cmd.Flags().BoolVar(&faults, "fault-injection", false, "serve POST /v1/debug/clock to skew this node's clock (chaos testing only; never in production)")
 	sec.register(cmd, true)
+	registerNetFlags(cmd)
 	cmd.MarkFlagRequired("id")
 	return cmd
 }

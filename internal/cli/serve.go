@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -154,6 +155,7 @@ a CA made in memory at start. See docs/security.md.`,
 	cmd.Flags().StringVar(&pgURL, "postgres-url", "", "postgres: connection URL of the database holding the lock table")
 	cmd.Flags().StringSliceVar(&etcdEPs, "etcd-endpoints", nil, "etcd: client URLs of the etcd cluster")
 	sec.register(cmd, false)
+	registerNetFlags(cmd)
 	return cmd
 }
 
@@ -182,14 +184,17 @@ func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, sec *s
 	if err != nil {
 		return err
 	}
-	ln, err := listenOn(listen, tlsCfg)
+	lim, err := netLimits(cmd)
+	if err != nil {
+		return err
+	}
+	ln, err := listenGuarded(listen, lim, tlsCfg, slog.Default().With("listener", "gateway"))
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
 	g := gateway.New(l, gateway.Options{Logger: slog.Default(), Tokens: toks})
 	defer g.Close()
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug)}
+	srv := netguard.NewServer(g, lim, slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug))
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("gateway stopped", "err", err)

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lockgate/lockgate/fencedstore"
+	"github.com/lockgate/lockgate/internal/netguard"
 )
 
 func newStoreCmd() *cobra.Command {
@@ -42,15 +42,17 @@ tail. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 			if err != nil {
 				return err
 			}
-			ln, err := net.Listen("tcp", listen)
+			lim, err := netLimits(cmd)
 			if err != nil {
 				s.Close()
 				return err
 			}
-			srv := &http.Server{
-				Handler:           fencedstore.NewHandler(s, logger),
-				ReadHeaderTimeout: 10 * time.Second,
+			ln, err := listenGuarded(listen, lim, nil, logger.With("listener", "store"))
+			if err != nil {
+				s.Close()
+				return err
 			}
+			srv := netguard.NewServer(fencedstore.NewHandler(s, logger), lim, nil)
 			serveErr := make(chan error, 1)
 			go func() { serveErr <- srv.Serve(ln) }()
 			st := s.Stats()
@@ -74,6 +76,7 @@ tail. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8000", "HTTP listen address")
 	cmd.Flags().StringVar(&data, "data", "", "data file (created if missing) (required)")
+	registerNetFlags(cmd)
 	cmd.MarkFlagRequired("data")
 	return cmd
 }
