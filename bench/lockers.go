@@ -7,14 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"time"
 
 	"github.com/lockgate/lockgate/backend/redlock"
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -109,8 +108,10 @@ func (s *Servers) serveGateway(ctx context.Context, backend string) (string, fun
 		return "", nil, err
 	}
 	g := gateway.New(l, gateway.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
+	// The product's connection limits, so that the bench measures the
+	// server `lockgate serve` runs.
+	srv := netguard.NewServer(g, netguard.Limits{}, nil)
+	go srv.Serve(netguard.Listen(ln, netguard.Limits{}, nil))
 	return ln.Addr().String(), func() error {
 		g.Close()
 		srv.Close()
