@@ -140,10 +140,11 @@ type conn struct {
 	once sync.Once
 }
 
+// Close gives the place back before it closes the socket, so that a client
+// that sees the close and connects again finds the place free.
 func (c *conn) Close() error {
-	err := c.Conn.Close()
 	c.once.Do(func() { c.ln.release(c.ip) })
-	return err
+	return c.Conn.Close()
 }
 
 // CloseWrite keeps net/http's graceful close (a FIN, then a pause before
