@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,27 +110,87 @@ func (n *Node) handlePeers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, pl)
 }
 
-// authorized reports whether r may change the membership (Config.TLS and
-// Config.AuthorizeMembership), answering 403 or 401 itself when not.
+// authorized reports whether r may change the membership, answering 401
+// or 403 itself when not (membershipPolicy.decide has the rules).
 func (n *Node) authorized(w http.ResponseWriter, r *http.Request) bool {
-	switch {
-	case n.cfg.TLS.PeerAuth():
-		if peerVerified(r) {
-			return true
-		}
-		n.log.Warn("membership change refused: no verified peer certificate", "remote", r.RemoteAddr, "path", r.URL.Path)
-		writeJSON(w, http.StatusForbidden, Reply{Error: "a client certificate signed by the cluster's peer CA is required"})
-		return false
-	case n.cfg.AuthorizeMembership != nil:
-		if n.cfg.AuthorizeMembership(r) {
-			return true
-		}
-		n.log.Warn("membership change refused: not authorized", "remote", r.RemoteAddr, "path", r.URL.Path)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
-		writeJSON(w, http.StatusUnauthorized, Reply{Error: "a valid bearer token is required (Authorization: Bearer <token>)"})
-		return false
+	code, msg := n.membershipPolicy().decide(r)
+	if code == 0 {
+		return true
 	}
-	return true
+	n.log.Warn("membership change refused", "remote", r.RemoteAddr, "path", r.URL.Path, "status", code, "reason", msg)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+	}
+	writeJSON(w, code, Reply{Error: msg})
+	return false
+}
+
+func (n *Node) membershipPolicy() membershipPolicy {
+	listen := n.cfg.APIListen
+	if listen == "" {
+		listen = n.cfg.APIAddr
+	}
+	return membershipPolicy{admin: n.cfg.AdminTokens, client: n.cfg.ClientTokens,
+		peerAuth: n.cfg.TLS.PeerAuth(), loopbackAPI: loopbackAddr(listen)}
+}
+
+// membershipPolicy is what a node knows to authorize join and remove.
+type membershipPolicy struct {
+	admin, client TokenSet // nil: not configured
+	peerAuth      bool     // TLS: peers hold certificates from the cluster CA
+	loopbackAPI   bool     // the API listens on loopback only
+}
+
+// Refusals of membership requests.
+const (
+	msgHowToAdmin    = "present an admin bearer token (the node's --admin-tokens-file) or a client certificate from the cluster CA (nodes with --tls-cert, --tls-key, --tls-ca)"
+	msgNoAdminConfig = "membership changes are closed: this node has no admin credential configured and its API is not loopback-only development; " +
+		"start the nodes with --admin-tokens-file or with TLS peer authentication (--tls-cert, --tls-key, --tls-ca)"
+)
+
+// decide returns 0 when r may change the membership, else the status
+// (401: no or unknown credential; 403: a credential that does not
+// authorize membership, or membership closed) and a message saying what
+// is needed:
+//
+//   - a client certificate verified against the cluster CA: allowed;
+//   - a valid admin token: allowed;
+//   - no admin credential configured at all (no admin tokens, no TLS):
+//     allowed only when the API listens on loopback and no client tokens
+//     are configured (development), else 403;
+//   - a client token: 403; no credential or an unknown token: 401.
+func (p membershipPolicy) decide(r *http.Request) (int, string) {
+	if p.peerAuth && peerVerified(r) {
+		return 0, ""
+	}
+	tok, hasTok := bearerToken(r)
+	if hasTok && p.admin != nil && p.admin.Valid(tok) {
+		return 0, ""
+	}
+	if p.admin == nil && !p.peerAuth {
+		if p.loopbackAPI && p.client == nil {
+			return 0, ""
+		}
+		return http.StatusForbidden, msgNoAdminConfig
+	}
+	if hasTok && p.client != nil && p.client.Valid(tok) {
+		return http.StatusForbidden, "a client token does not authorize membership changes: " + msgHowToAdmin
+	}
+	if hasTok {
+		return http.StatusUnauthorized, "unknown bearer token: " + msgHowToAdmin
+	}
+	return http.StatusUnauthorized, "no credential: " + msgHowToAdmin
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
 }
 
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {

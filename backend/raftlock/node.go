@@ -79,6 +79,10 @@ func New(cfg Config) (*Node, error) {
 		notify:   make(chan bool, 16),
 		shutdown: make(chan struct{}),
 	}
+	if cfg.insecurePeers() {
+		n.log.Warn("INSECURE: the Raft transport authenticates no peer (--insecure-raft-no-peer-auth): anyone who reaches it can rewrite the lock table",
+			"raft_addr", cfg.RaftAddr, "raft_advertise", cfg.RaftAdvertise)
+	}
 	n.members = &MembershipClient{Token: cfg.MembershipToken}
 	if cfg.TLS != nil {
 		n.members.TLS = cfg.TLS.ClientConfig()

@@ -41,6 +41,7 @@ type peerListener struct {
 	net.Listener // the TCP listener
 	cfg          *tls.Config
 	refusals     *refusalLog
+	timeout      time.Duration // of one handshake
 
 	ready   chan net.Conn
 	pending chan struct{}   // semaphore of handshakes in progress
@@ -49,11 +50,14 @@ type peerListener struct {
 	once    sync.Once
 }
 
-func newPeerListener(ln net.Listener, cfg *tls.Config, log *slog.Logger) *peerListener {
+// newPeerListener admits verified peers from ln; each handshake may take
+// up to timeout (PeerHandshakeTimeout in production).
+func newPeerListener(ln net.Listener, cfg *tls.Config, log *slog.Logger, timeout time.Duration) *peerListener {
 	l := &peerListener{
 		Listener: ln,
 		cfg:      cfg,
 		refusals: &refusalLog{log: log},
+		timeout:  timeout,
 		ready:    make(chan net.Conn),
 		pending:  make(chan struct{}, MaxPendingPeerHandshakes),
 	}
@@ -92,7 +96,7 @@ func (l *peerListener) handshake(c net.Conn) {
 	defer func() { <-l.pending }()
 	tc := tls.Server(c, l.cfg)
 	// The context's end closes c and so interrupts the handshake.
-	ctx, cancel := context.WithTimeout(l.ctx, PeerHandshakeTimeout)
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 	defer cancel()
 	err := tc.HandshakeContext(ctx)
 	if err == nil && len(tc.ConnectionState().VerifiedChains) == 0 {

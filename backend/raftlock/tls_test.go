@@ -169,43 +169,6 @@ func requireNotMember(t *testing.T, l *Node, id string) {
 	}
 }
 
-// TestMembershipToken: with AuthorizeMembership, a join without the token
-// is refused with 401 and the configuration does not change; with the
-// token (MembershipToken on the joining node) it succeeds.
-func TestMembershipToken(t *testing.T) {
-	const token = "0123456789abcdef0123"
-	auth := func(r *http.Request) bool { return r.Header.Get("Authorization") == "Bearer "+token }
-	c := startCluster(t, 1, func(cfg *Config) {
-		cfg.AuthorizeMembership = auth
-		cfg.MembershipToken = token
-	})
-	l := leader(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := Join(ctx, []string{l.APIAddr()}, JoinArgs{ServerID: "9", ServerAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:2"})
-	if err == nil || rep == nil || !strings.Contains(rep.Error, "bearer token") {
-		t.Fatalf("join without token: %+v, %v; want 401", rep, err)
-	}
-	requireNotMember(t, l, "9")
-
-	cfg := DefaultConfig("2")
-	fastConfig(t)(&cfg)
-	cfg.DataDir = t.TempDir()
-	cfg.AuthorizeMembership = auth
-	cfg.MembershipToken = token
-	s2, err := StartServer(ctx, cfg, []string{l.APIAddr()})
-	if err != nil {
-		t.Fatalf("join with the token: %v", err)
-	}
-	t.Cleanup(func() { s2.Shutdown() })
-	if _, err := Remove(ctx, []string{l.APIAddr()}, "2"); err == nil {
-		t.Fatal("remove without a token succeeded")
-	}
-	if _, err := (&MembershipClient{Token: token}).Remove(ctx, []string{l.APIAddr()}, "2"); err != nil {
-		t.Fatalf("remove with the token: %v", err)
-	}
-}
-
 // TestTLSRotation: a node loaded from certificate files serves a rotated
 // certificate on its API and Raft listeners without a restart.
 func TestTLSRotation(t *testing.T) {

@@ -42,7 +42,7 @@ func newFaultStream(bind string, via map[string]string, t *TLS, log *slog.Logger
 	advertise := ln.Addr()
 	var dial *tls.Config
 	if t != nil {
-		ln = newPeerListener(ln, t.raftServerConfig(), log)
+		ln = newPeerListener(ln, t.raftServerConfig(), log, PeerHandshakeTimeout)
 		dial = t.ClientConfig()
 	}
 	return &faultStream{

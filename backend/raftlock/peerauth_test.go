@@ -1,0 +1,142 @@
+package raftlock
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPeerAuthRequired: a node without TLS refuses a Raft address others
+// can reach unless InsecureNoPeerAuth says so, and says which settings to
+// add; the check comes before the wildcard-bind one. A TLS with no CA to
+// verify peers is refused too.
+func TestPeerAuthRequired(t *testing.T) {
+	ca := newCA(t, "cluster CA")
+	base := func(raftAddr, advertise string) Config {
+		c := DefaultConfig("1")
+		c.DataDir, c.RaftAddr, c.RaftAdvertise = t.TempDir(), raftAddr, advertise
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  func() Config
+		want error
+	}{
+		{"loopback", func() Config { return base("127.0.0.1:8081", "") }, nil},
+		{"localhost", func() Config { return base("localhost:8081", "") }, nil},
+		{"wildcard", func() Config { return base("0.0.0.0:8081", "") }, ErrNoPeerAuth},
+		{"wildcard advertised", func() Config { return base("0.0.0.0:8081", "raft1:8081") }, ErrNoPeerAuth},
+		{"loopback advertised elsewhere", func() Config { return base("127.0.0.1:8081", "10.0.0.1:8081") }, ErrNoPeerAuth},
+		{"private address", func() Config { return base("10.0.0.1:8081", "") }, ErrNoPeerAuth},
+		{"insecure flag", func() Config {
+			c := base("0.0.0.0:8081", "raft1:8081")
+			c.InsecureNoPeerAuth = true
+			return c
+		}, nil},
+		{"TLS", func() Config {
+			c := base("0.0.0.0:8081", "raft1:8081")
+			c.TLS = nodeTLS(t, ca, false)
+			return c
+		}, nil},
+		{"TLS without a CA", func() Config {
+			c := base("0.0.0.0:8081", "raft1:8081")
+			c.TLS = &TLS{Certificate: nodeTLS(t, ca, false).Certificate}
+			return c
+		}, ErrNoPeerCA},
+	} {
+		cfg := tc.cfg()
+		err := cfg.Validate()
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: Validate() = %v, want %v", tc.name, err, tc.want)
+			continue
+		}
+		if errors.Is(err, ErrNoPeerAuth) {
+			for _, flag := range []string{"--insecure-raft-no-peer-auth", "--tls-cert", "--tls-ca"} {
+				if !strings.Contains(err.Error(), flag) {
+					t.Errorf("%s: %q does not name %s", tc.name, err, flag)
+				}
+			}
+		}
+	}
+	if _, err := LoadTLS("c.pem", "k.pem", "", ""); !errors.Is(err, ErrNoPeerCA) {
+		// The files need not exist: the missing CA is refused first.
+		if err == nil || !strings.Contains(err.Error(), "c.pem") {
+			t.Errorf("LoadTLS without a CA: %v, want ErrNoPeerCA", err)
+		}
+	}
+}
+
+// TestForgedSlowHandshake: a stranger that connects to the Raft port and
+// sends nothing is disconnected after the handshake timeout, and a peer
+// connecting meanwhile is accepted at once (handshakes run off the Accept
+// loop).
+func TestForgedSlowHandshake(t *testing.T) {
+	ca := newCA(t, "cluster CA")
+	nt := nodeTLS(t, ca, false)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := newLogCapture(t)
+	ln := newPeerListener(tcp, nt.raftServerConfig(), logs.logger(), 300*time.Millisecond)
+	defer ln.Close()
+
+	silent, err := net.Dial("tcp", tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	peer, err := tls.Dial("tcp", tcp.Addr().String(), nt.ClientConfig())
+	if err != nil {
+		t.Fatalf("a member's dial: %v", err)
+	}
+	defer peer.Close()
+	peer.Write([]byte{0}) // TLS 1.3: the server reads the client's certificate with the first record
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("a member was not accepted while a silent stranger was handshaking")
+	}
+
+	silent.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadAll(silent); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the Raft listener kept a silent connection open")
+		}
+	}
+	logs.waitFor(t, "raft peer refused", 5*time.Second)
+}
+
+// TestForgedRefusalLogBounded: refusals are logged once per remote host
+// per window and at most MaxPeerRefusalLogs times in all.
+func TestForgedRefusalLogBounded(t *testing.T) {
+	logs := newLogCapture(t)
+	r := &refusalLog{log: slog.New(slog.NewTextHandler(logs, nil))}
+	for i := 0; i < 5; i++ {
+		r.refuse(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1000 + i}, errors.New("bad certificate"))
+	}
+	for i := 0; i < 3*MaxPeerRefusalLogs; i++ {
+		r.refuse(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i)), Port: 1}, errors.New("bad certificate"))
+	}
+	logs.mu.Lock()
+	lines := strings.Count(logs.buf.String(), "raft peer refused")
+	logs.mu.Unlock()
+	if lines != MaxPeerRefusalLogs {
+		t.Fatalf("%d lines logged for %d refusals, want %d", lines, 5+3*MaxPeerRefusalLogs, MaxPeerRefusalLogs)
+	}
+}
