@@ -1,10 +1,14 @@
 package raftlock
 
 import (
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/lock"
 )
 
 // Group commit: lock operations that arrive while the Raft pipeline is full
@@ -16,6 +20,14 @@ import (
 // exactly one Raft commit per operation. The ops of one submission stay
 // contiguous and in order (a release and the grant it hands over commit
 // together).
+//
+// One bad op must never fail the others it would share an entry with: the
+// state machine rejects a whole entry that does not decode. So every op is
+// checked against the state machine's own limits (fsm.Op.Validate) before
+// it joins a batch, and a submission with an op outside them fails alone.
+// Should the state machine reject an entry anyway (validation missed
+// something), the batch is committed again in halves until the rejected
+// submission is alone: the others commit and are answered normally.
 
 const (
 	// maxInflight is how many entries may be in the Raft pipeline at once
@@ -34,19 +46,43 @@ type submission struct {
 	done    chan applied // buffered 1
 }
 
+// The lock package's client-facing limits are within the state machine's,
+// so that an op built from a request that passed lock validation always
+// passes fsm.Op.Validate. (Each constant below is negative, and so does
+// not compile, if a lock limit grows past the state machine's.)
+const (
+	_ = uint(fsm.MaxKeyLen - lock.MaxKeyLen)
+	_ = uint(fsm.MaxOwnerLen - lock.MaxOwnerLen)
+	_ = uint(fsm.MaxHandleLen - lock.MaxHandleLen)
+	_ = uint(fsm.MaxValueLen - lock.MaxValueLen)
+)
+
 type batcher struct {
 	n *Node
 
 	mu       sync.Mutex
 	pending  []*submission
 	inflight int
+	// check validates one op before it joins a batch: fsm.Op.Validate.
+	// Tests replace it to let through an op the state machine rejects.
+	check atomic.Pointer[func(fsm.Op) error]
 }
 
-func newBatcher(n *Node) *batcher { return &batcher{n: n} }
+func newBatcher(n *Node) *batcher {
+	b := &batcher{n: n}
+	check := fsm.Op.Validate
+	b.check.Store(&check)
+	return b
+}
 
 // submit commits ops (in an entry of their own or shared with others) and
-// returns their results.
+// returns their results. Ops outside the state machine's limits are refused
+// before they join a batch, with the error of checkOps.
 func (b *batcher) submit(ops []fsm.Op, timeout time.Duration) (*fsm.ApplyResult, error) {
+	if err := b.checkOps(ops...); err != nil {
+		b.n.log.Warn("op refused before batching", "err", err)
+		return nil, err
+	}
 	s := &submission{ops: ops, timeout: timeout, done: make(chan applied, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, s)
@@ -95,7 +131,9 @@ func (b *batcher) takeLocked() []*submission {
 }
 
 // commit applies the submissions' ops as one entry and hands each its
-// results.
+// results. An entry the state machine rejects (it does not decode: an op
+// that validation should have stopped) is committed again in halves, so
+// that only the submission with the offending op fails.
 func (b *batcher) commit(batch []*submission) {
 	e := fsm.Entry{}
 	timeout := batch[0].timeout
@@ -104,6 +142,18 @@ func (b *batcher) commit(batch []*submission) {
 		timeout = min(timeout, s.timeout)
 	}
 	res, err := b.n.apply(e, timeout)
+	if err != nil && errors.Is(err, fsm.ErrMalformed) {
+		// The rejected entry changed nothing (Apply decodes the whole
+		// entry before applying any op), so committing its submissions
+		// again is safe. Each level of halving costs two commits.
+		b.n.log.Error("state machine rejected an entry that passed validation", "submissions", len(batch), "ops", len(e.Ops), "err", err)
+		if len(batch) > 1 {
+			half := len(batch) / 2
+			b.commit(batch[:half])
+			b.commit(batch[half:])
+			return
+		}
+	}
 	i := 0
 	for _, s := range batch {
 		if err != nil {
@@ -113,4 +163,33 @@ func (b *batcher) commit(batch []*submission) {
 		s.done <- applied{res: &fsm.ApplyResult{Index: res.Index, Results: res.Results[i : i+len(s.ops)]}}
 		i += len(s.ops)
 	}
+}
+
+// checkOps validates ops with the state machine's limits (b.check:
+// fsm.Op.Validate). An op over a field's limit gives a *lock.ValidationError
+// wrapping the field's sentinel (ErrInvalidKey, ErrInvalidOwner,
+// ErrInvalidHandle, ErrInvalidValue), so that the caller is told what was
+// wrong (400 invalid_* at the gateway); any other failure is returned
+// wrapped.
+func (b *batcher) checkOps(ops ...fsm.Op) error {
+	check := *b.check.Load()
+	for _, op := range ops {
+		err := check(op)
+		if err == nil {
+			continue
+		}
+		var le *fsm.LimitError
+		if errors.As(err, &le) {
+			sentinel := map[string]error{
+				fsm.FieldKey: lock.ErrInvalidKey, fsm.FieldOwner: lock.ErrInvalidOwner,
+				fsm.FieldHandle: lock.ErrInvalidHandle, fsm.FieldValue: lock.ErrInvalidValue,
+			}[le.Field]
+			if sentinel != nil {
+				return &lock.ValidationError{Field: le.Field, Value: fmt.Sprintf("(%d bytes)", le.Len),
+					Reason: fmt.Sprintf("is longer than the maximum of %d bytes for a %s", le.Limit, op.Type), Err: sentinel}
+			}
+		}
+		return fmt.Errorf("raftlock: %s op refused: %w", op.Type, err)
+	}
+	return nil
 }

@@ -317,6 +317,10 @@ func acquireOp(w *waiter) fsm.Op {
 	return fsm.Op{Type: fsm.OpAcquire, Key: w.key, Owner: w.opts.Owner, Handle: w.handle, TTL: w.opts.TTL, Value: w.opts.Value}
 }
 
+func releaseOp(key, handle string, token uint64) fsm.Op {
+	return fsm.Op{Type: fsm.OpRelease, Key: key, Handle: handle, Token: token}
+}
+
 // handoffLocked appends to entry a grant of key to its next waiter, so that
 // a release and the next grant commit together: one commit per handoff.
 func (s *scheduler) handoffLocked(key string, entry *fsm.Entry, grants map[int]*waiter) {
@@ -341,7 +345,7 @@ func (s *scheduler) handoffLocked(key string, entry *fsm.Entry, grants map[int]*
 // key to its next waiter in the same entry. done, if not nil, receives the
 // outcome.
 func (s *scheduler) releaseLocked(key, handle string, token uint64, done chan applied) {
-	entry := fsm.Entry{Ops: []fsm.Op{{Type: fsm.OpRelease, Key: key, Handle: handle, Token: token}}}
+	entry := fsm.Entry{Ops: []fsm.Op{releaseOp(key, handle, token)}}
 	grants := map[int]*waiter{}
 	s.handoffLocked(key, &entry, grants)
 	s.proposeLocked(entry, grants, done)

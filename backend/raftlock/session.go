@@ -56,6 +56,11 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 		handle = lock.NewHandle()
 	}
 	w := &waiter{key: key, opts: opts, handle: handle, try: try, res: make(chan result, 1)}
+	// Checked before it queues: a waiter whose grant the state machine
+	// would refuse must not sit at the head of the key's queue.
+	if err := s.n.batch.checkOps(acquireOp(w)); err != nil {
+		return nil, err
+	}
 	if err := s.n.sched.enqueue(w); err != nil {
 		return nil, err
 	}
@@ -102,6 +107,13 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 		return lock.ErrClosed
 	}
 	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	// The release may share its entry with the grant to the key's next
+	// waiter: it must be valid before it is proposed, or it would fail
+	// that grant too.
+	op := releaseOp(lease.Key, lease.Handle, uint64(lease.Token))
+	if err := s.n.batch.checkOps(op); err != nil {
 		return err
 	}
 	sc := s.n.sched
