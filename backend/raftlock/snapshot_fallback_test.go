@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -41,9 +42,9 @@ func startSingle(t *testing.T, dataDir, raftAddr string, configure ...func(*Conf
 	return n, nil
 }
 
-// snapshotDirs lists dataDir's snapshot directories, newest first
-// (hashicorp/raft names them term-index-millis, so the name orders them
-// within one test).
+// snapshotDirs lists dataDir's snapshot directories, newest first, as
+// hashicorp/raft orders them (term, then index: the names are
+// term-index-millis).
 func snapshotDirs(t *testing.T, dataDir string) []string {
 	t.Helper()
 	// hashicorp/raft's FileSnapshotStore keeps them in a "snapshots"
@@ -53,13 +54,31 @@ func snapshotDirs(t *testing.T, dataDir string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dirs []string
-	for _, e := range ents {
-		if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
-			dirs = append(dirs, filepath.Join(root, e.Name()))
-		}
+	type snap struct {
+		path        string
+		term, index uint64
 	}
-	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	var snaps []snap
+	for _, e := range ents {
+		var s snap
+		var ms uint64
+		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		if _, err := fmt.Sscanf(e.Name(), "%d-%d-%d", &s.term, &s.index, &ms); err != nil {
+			t.Fatalf("snapshot directory %s: %v", e.Name(), err)
+		}
+		s.path = filepath.Join(root, e.Name())
+		snaps = append(snaps, s)
+	}
+	sort.Slice(snaps, func(i, j int) bool {
+		a, b := snaps[i], snaps[j]
+		return a.term > b.term || (a.term == b.term && a.index > b.index)
+	})
+	dirs := make([]string, len(snaps))
+	for i, s := range snaps {
+		dirs[i] = s.path
+	}
 	return dirs
 }
 
@@ -143,6 +162,10 @@ func testSnapshotFallback(t *testing.T, corrupt func(*testing.T, string), config
 	if err := n.Raft().Snapshot().Error(); err != nil {
 		t.Fatalf("second snapshot: %v", err)
 	}
+	if n.cfg.TrailingLogs < 10 && n.cfg.Store == store.KindBolt && firstIndex(n) <= 1 {
+		// Bolt deletes what raft compacts (raft-wal only whole segments).
+		t.Fatalf("the log still starts at index %d: the test did not exercise compaction", firstIndex(n))
+	}
 	grant(20, 25) // only in the log
 	if err := n.Shutdown(); err != nil {
 		t.Fatal(err)
@@ -174,5 +197,77 @@ func testSnapshotFallback(t *testing.T, corrupt func(*testing.T, string), config
 	}
 	if next.Token <= maxToken {
 		t.Errorf("first token after restart %d, want > %d (every earlier token)", next.Token, maxToken)
+	}
+}
+
+// TestSnapshotFallbackRefusesGap: when the newest snapshot is corrupt and
+// the log no longer reaches back to the older one (compacted by a version
+// without the store's guard, or damaged), the node refuses to start, naming
+// the corrupt file, instead of panicking in hashicorp/raft or starting with
+// a hole in its history; nothing on disk is changed.
+func TestSnapshotFallbackRefusesGap(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := startSingle(t, dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr := n.RaftAddr()
+	for i := range 3 {
+		for j := range 5 {
+			if _, err := n.Acquire(ctx, fmt.Sprintf("k%d-%d", i, j), lock.AcquireOptions{TTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i < 2 {
+			if err := n.Raft().Snapshot().Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	snaps := snapshotDirs(t, dir)
+	if len(snaps) != 2 {
+		t.Fatalf("snapshots %v, want 2", snaps)
+	}
+	var term, older, ms uint64
+	if _, err := fmt.Sscanf(filepath.Base(snaps[1]), "%d-%d-%d", &term, &older, &ms); err != nil {
+		t.Fatal(err)
+	}
+	// Cut the log as an unguarded compaction would have: past the older
+	// snapshot's index.
+	st, err := store.Open(dir, store.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Log.DeleteRange(1, older+2); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(snaps[0], "state.bin")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err = startSingle(t, dir, raftAddr)
+	if err == nil {
+		n.Shutdown()
+		t.Fatal("the node started with a corrupt newest snapshot and a log that does not reach the older one")
+	}
+	if !errors.Is(err, store.ErrCorruptSnapshot) || !strings.Contains(err.Error(), state) {
+		t.Errorf("start error %q: want store.ErrCorruptSnapshot naming %s", err, state)
+	}
+	if got := snapshotDirs(t, dir); len(got) != 2 || got[0] != snaps[0] {
+		t.Errorf("a refused start moved snapshots: %v, was %v", got, snaps)
 	}
 }

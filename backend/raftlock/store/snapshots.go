@@ -123,6 +123,11 @@ func (s *SnapshotStore) Recover(logs raft.LogStore, load func(io.ReadCloser) err
 		break
 	}
 	if base == 0 && len(hidden) == 0 {
+		// raft replays the log from the snapshot: a log compacted past
+		// it (damaged, or truncated by hand) would panic NewRaft.
+		if err := logReaches(logs, metas[0].Index); err != nil {
+			return fmt.Errorf("store: snapshot %s: %v", s.snapshotPath(metas[0].ID), err)
+		}
 		return nil
 	}
 	if len(metas) == 0 && len(hidden) == 0 {
@@ -223,10 +228,6 @@ func newerID(name string, m *raft.SnapshotMeta) bool {
 // log matching property the entries up to it are then exactly those the
 // corrupt snapshot was taken from.
 func logCovers(logs raft.LogStore, from, wantIndex, wantTerm uint64) error {
-	first, err := logs.FirstIndex()
-	if err != nil {
-		return err
-	}
 	last, err := logs.LastIndex()
 	if err != nil {
 		return err
@@ -234,8 +235,8 @@ func logCovers(logs raft.LogStore, from, wantIndex, wantTerm uint64) error {
 	if wantIndex > last {
 		return fmt.Errorf("the log ends at index %d, before the corrupt snapshot's index %d", last, wantIndex)
 	}
-	if last > from && first > from+1 {
-		return fmt.Errorf("the log was compacted to index %d; replaying from the snapshot that loads needs index %d", first, from+1)
+	if err := logReaches(logs, from); err != nil {
+		return err
 	}
 	var e raft.Log
 	for i := from + 1; i <= last; i++ {
@@ -245,6 +246,23 @@ func logCovers(logs raft.LogStore, from, wantIndex, wantTerm uint64) error {
 		if i == wantIndex && e.Term != wantTerm {
 			return fmt.Errorf("log entry %d has term %d, the corrupt snapshot's last entry term %d", i, e.Term, wantTerm)
 		}
+	}
+	return nil
+}
+
+// logReaches checks that logs, if it has entries after from, has the one
+// right after it.
+func logReaches(logs raft.LogStore, from uint64) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return err
+	}
+	if last > from && first > from+1 {
+		return fmt.Errorf("the log was compacted to index %d; replaying from the snapshot at %d needs index %d", first, from, from+1)
 	}
 	return nil
 }
