@@ -72,14 +72,15 @@ func (ln *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse closes c at once. A reset (linger 0) rather than a FIN leaves no
-// TIME_WAIT socket behind on this side.
+// refuse closes c at once, counted first (as Close gives a place back
+// first): a client that sees the close sees it counted. A reset (linger
+// 0) rather than a FIN leaves no TIME_WAIT socket behind on this side.
 func (ln *Listener) refuse(c net.Conn, ip, over string) {
+	n := ln.refused.Add(1)
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetLinger(0)
 	}
 	c.Close()
-	n := ln.refused.Add(1)
 	now := time.Now()
 	ln.mu.Lock()
 	due := now.Sub(ln.lastLog) >= refusalLogInterval
