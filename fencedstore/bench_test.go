@@ -72,7 +72,7 @@ func BenchmarkHTTPWrite32(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: NewHandler(s, nil)}
+	srv := &http.Server{Handler: NewHandler(s, HandlerOptions{})}
 	go srv.Serve(ln)
 	defer srv.Close()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}

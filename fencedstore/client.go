@@ -13,22 +13,35 @@ import (
 
 // Client talks to a store served by NewHandler.
 type Client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string
 }
 
 // NewClient returns a client for the server at baseURL (such as
 // "http://127.0.0.1:8000"). A nil httpClient means http.DefaultClient.
-func NewClient(baseURL string, httpClient *http.Client) *Client {
+func NewClient(baseURL string, httpClient *http.Client, opts ...ClientOption) *Client {
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), hc: httpClient}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: httpClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
+// ClientOption configures NewClient.
+type ClientOption func(*Client)
+
+// WithToken makes the client send "Authorization: Bearer token" with every
+// request, for a server with `lockgate store --auth-tokens-file`.
+func WithToken(token string) ClientOption { return func(c *Client) { c.token = token } }
+
 // StatusError is an error answer of the server other than a stale token.
-// It matches ErrInvalid (errors.Is) for codes bad_json, invalid and
-// too_large.
+// It matches (errors.Is) ErrInvalid for codes bad_json, invalid,
+// invalid_key, invalid_client_id and too_large; ErrInvalidKey and
+// ErrInvalidClientID for their codes; ErrUnauthorized for a 401.
 type StatusError struct {
 	StatusCode int
 	Code       string
@@ -42,9 +55,23 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("fencedstore: server answered %d %s: %s", e.StatusCode, e.Code, e.Message)
 }
 
-// Is makes errors.Is(err, ErrInvalid) true for rejected input.
+// Is makes errors.Is(err, ErrInvalid) true for rejected input, and matches
+// the sentinels of the specific codes.
 func (e *StatusError) Is(target error) bool {
-	return target == ErrInvalid && (e.Code == CodeBadJSON || e.Code == CodeInvalid || e.Code == CodeTooLarge)
+	switch target {
+	case ErrInvalid:
+		switch e.Code {
+		case CodeBadJSON, CodeInvalid, CodeInvalidKey, CodeInvalidClientID, CodeTooLarge:
+			return true
+		}
+	case ErrInvalidKey:
+		return e.Code == CodeInvalidKey
+	case ErrInvalidClientID:
+		return e.Code == CodeInvalidClientID
+	case ErrUnauthorized:
+		return e.StatusCode == http.StatusUnauthorized
+	}
+	return false
 }
 
 // Write sends req. A stale token gives a *StaleTokenError, so
@@ -112,6 +139,9 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 
 // do sends req and decodes a JSON body into v.
 func (c *Client) do(req *http.Request, v any) (int, error) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return 0, err

@@ -45,7 +45,7 @@ func crashHelper(path string) {
 		os.Exit(2)
 	}
 	fmt.Printf("ADDR %s\n", ln.Addr())
-	err = http.Serve(ln, NewHandler(s, nil))
+	err = http.Serve(ln, NewHandler(s, HandlerOptions{}))
 	fmt.Fprintln(os.Stderr, "helper:", err)
 	os.Exit(3)
 }

@@ -14,6 +14,46 @@ package fencedstore
 //
 // Kind 1 is an accepted write; kind 2 a rejected (stale) one, logged so the
 // rejection counters survive restarts.
+//
+// # Torn tail or corruption
+//
+// Replay must tell a write cut short by a crash (never acknowledged: cut it
+// off) from damage to bytes that were once written whole (possibly an
+// acknowledged write: refuse to open, never guess). The rule:
+//
+//   - A record is complete when its length field is in range and the
+//     record it announces fits in the file. Only an incomplete last record
+//     (the file ends inside its frame or its payload) is a torn tail.
+//   - A complete record whose checksum fails is corruption when it ends
+//     exactly at the end of the file or when a valid record follows
+//     anywhere after it. A damaged record followed only by bytes that are
+//     no record (a frame that runs past the end, zeros, noise) is still
+//     treated as the torn tail of the last batch.
+//
+// Why a crash does not leave a complete last record with bad content: the
+// writer (writer.go) appends a whole batch with one write(2) and answers no
+// caller before the fsync that follows returns. What a crash leaves of an
+// unsynced batch is what reached the disk: with ext4 (data=ordered, the
+// default) and XFS, the size on disk grows only as the data I/O completes,
+// so the file ends inside the batch (a record cut short) or at its end
+// (whole records). A filesystem that could persist the size first shows
+// zeros (a length of 0, below minPayload: not a frame) or, with ext4
+// data=writeback, stale blocks, whose first four bytes would have to be a
+// length landing exactly on the end of the file (one value in 2^32) or be
+// followed by an intact, correctly salted record to be taken for
+// corruption. Only such a filesystem, persisting the size and the first
+// pages of a multi-page record but not its later ones, could make a crash
+// look like corruption; that mistake costs a refusal to start naming the
+// offset, never lost data. A complete last record with a bad checksum is therefore a
+// bit flip on disk or in memory, or an edit, of a write that was fsynced,
+// probably acknowledged, and possibly the highest token of its key:
+// dropping it would let a stale writer in. So Open refuses it; an operator
+// who knows it was never acknowledged truncates the file to the offset
+// named in the error.
+//
+// What this cannot catch: damage to the length field of the last record
+// that makes it run past the end of the file looks exactly like a cut-short
+// write and is cut off as a torn tail.
 
 import (
 	"bufio"
@@ -163,9 +203,11 @@ func decodePayload(p []byte) (logRecord, error) {
 
 // replay reads every record after the header of f (size bytes long) and
 // hands it to apply, in order. It returns the offset just past the last good
-// record. A damaged record with no valid record anywhere after it is a torn
-// tail: replay stops there and the caller truncates. A damaged record
-// followed by a valid one is mid-file corruption: an error.
+// record. An incomplete last record, or a damaged one followed by no valid
+// record, is a torn tail: replay stops there and the caller truncates. A
+// complete record that fails its checksum and ends at the end of the file,
+// or any damaged record followed by a valid one, is corruption: an error
+// naming the offset (see "Torn tail or corruption" above).
 func replay(f *os.File, size int64, seed uint32, apply func(off int64, r logRecord) error) (int64, error) {
 	r := bufio.NewReaderSize(io.NewSectionReader(f, headerSize, size-headerSize), 1<<16)
 	off := int64(headerSize)
@@ -190,6 +232,11 @@ func replay(f *os.File, size int64, seed uint32, apply func(off int64, r logReco
 			return 0, err // checkFrame saw the bytes in the file
 		}
 		if frameCRC(seed, frame, payload) != binary.LittleEndian.Uint32(frame[4:]) {
+			if end := off + frameSize + int64(n); end == size {
+				return 0, fmt.Errorf("%w: the last record, at offset %d (%d bytes, ending exactly at the end of the file), is complete but fails its checksum: "+
+					"it was damaged after it was written, not torn by a crash, and may be an acknowledged write; refusing to drop it "+
+					"(if you know it was never acknowledged, truncate the file to %d bytes)", ErrCorrupt, off, frameSize+n, off)
+			}
 			return damaged(f, off, size, seed)
 		}
 		rec, err := decodePayload(payload)

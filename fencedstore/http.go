@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -22,6 +21,9 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeNotFound         = "not_found"          // 404
 	CodeUnavailable      = "unavailable"        // 503
+	CodeInvalidKey       = "invalid_key"        // 400
+	CodeInvalidClientID  = "invalid_client_id"  // 400
+	CodeUnauthorized     = "unauthorized"       // 401
 )
 
 // writeResponse is the body of POST /write's answers (seed 000's
@@ -39,17 +41,33 @@ type errorBody struct {
 	Highest *uint64 `json:"highest,omitempty"`
 }
 
+// HandlerOptions configure NewHandler. The zero value serves everyone: fit
+// for loopback and tests only (the CLI refuses it on other addresses).
+type HandlerOptions struct {
+	// Logger receives write failures; nil discards.
+	Logger *slog.Logger
+	// Authorize, when set, decides whether a request may use the store:
+	// every path but /healthz needs it to answer true. The CLI passes the
+	// gateway's bearer-token check (gateway.Tokens.Authorized); the package
+	// asks only for this function so that it depends on no server.
+	Authorize func(*http.Request) bool
+}
+
 // NewHandler serves s:
 //
 //	POST /write        WriteRequest → 200 {"success": true}; 409 stale_token;
-//	                   400 bad_json / invalid; 413 too_large
+//	                   400 bad_json / invalid_key / invalid_client_id /
+//	                   invalid; 413 too_large
 //	GET  /read/{key}   200 Record, 404 not_found
 //	GET  /stats        200 Stats
 //	GET  /healthz      200, or 503 once the store failed a write
 //
 // Other methods get 405. Errors are {"success": false, "error": {"code",
-// "message", ...}}. A nil logger discards.
-func NewHandler(s *Store, logger *slog.Logger) http.Handler {
+// "message", ...}}. With opts.Authorize, a refused request (anything but
+// /healthz) gets 401 unauthorized, the same whatever was wrong, and its
+// connection is closed.
+func NewHandler(s *Store, opts HandlerOptions) http.Handler {
+	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -59,7 +77,21 @@ func NewHandler(s *Store, logger *slog.Logger) http.Handler {
 	mux.HandleFunc("/read/{key...}", h.read)
 	mux.HandleFunc("/stats", h.stats)
 	mux.HandleFunc("/healthz", h.healthz)
-	return mux
+	if opts.Authorize == nil {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && !opts.Authorize(r) {
+			logger.Debug("fenced store: unauthorized request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+			// A client without a token has no business keeping a
+			// connection (and a file descriptor) of the store.
+			w.Header().Set("Connection", "close")
+			fail(w, http.StatusUnauthorized, &errorBody{Code: CodeUnauthorized, Message: ErrUnauthorized.Error()})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 type handler struct {
@@ -76,27 +108,16 @@ func (h *handler) write(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("body is %d bytes, limit %d", r.ContentLength, MaxBodyBytes)})
 		return
 	}
-	var req WriteRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
-	err := dec.Decode(&req)
-	if err == nil {
-		switch _, terr := dec.Token(); {
-		case terr == nil:
-			err = errors.New("trailing data after the JSON object")
-		case terr != io.EOF:
-			err = fmt.Errorf("after the JSON object: %w", terr)
+	req, e := decodeWrite(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if e != nil {
+		status := http.StatusBadRequest
+		if e.Code == CodeTooLarge {
+			status = http.StatusRequestEntityTooLarge
 		}
-	}
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			fail(w, http.StatusRequestEntityTooLarge, &errorBody{Code: CodeTooLarge,
-				Message: fmt.Sprintf("body exceeds %d bytes", mbe.Limit)})
-			return
-		}
-		fail(w, http.StatusBadRequest, &errorBody{Code: CodeBadJSON, Message: "malformed write request: " + err.Error()})
+		fail(w, status, e)
 		return
 	}
-	_, err = h.s.Write(r.Context(), req)
+	_, err := h.s.Write(r.Context(), req)
 	var stale *StaleTokenError
 	switch {
 	case err == nil:
@@ -104,6 +125,10 @@ func (h *handler) write(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &stale):
 		fail(w, http.StatusConflict, &errorBody{Code: CodeStaleToken, Message: stale.Error(),
 			Key: stale.Key, Token: &stale.Token, Highest: &stale.Highest})
+	case errors.Is(err, ErrInvalidKey):
+		fail(w, http.StatusBadRequest, &errorBody{Code: CodeInvalidKey, Message: err.Error()})
+	case errors.Is(err, ErrInvalidClientID):
+		fail(w, http.StatusBadRequest, &errorBody{Code: CodeInvalidClientID, Message: err.Error()})
 	case errors.Is(err, ErrInvalid):
 		fail(w, http.StatusBadRequest, &errorBody{Code: CodeInvalid, Message: err.Error()})
 	default:

@@ -20,7 +20,7 @@ func serve(t *testing.T) (*Store, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: NewHandler(s, nil)}
+	srv := &http.Server{Handler: NewHandler(s, HandlerOptions{})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return s, "http://" + ln.Addr().String()
@@ -33,20 +33,27 @@ func call(t *testing.T, method, url, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	resp, m := do(t, r)
+	return resp.StatusCode, m
+}
+
+// do sends r and decodes the JSON answer, which must be an object.
+func do(t *testing.T, r *http.Request) (*http.Response, map[string]any) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("%s %s: Content-Type %q", method, url, ct)
+		t.Fatalf("%s %s: Content-Type %q", r.Method, r.URL, ct)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s %s: %d, body %q is not a JSON object", method, url, resp.StatusCode, b)
+		t.Fatalf("%s %s: %d, body %q is not a JSON object", r.Method, r.URL, resp.StatusCode, b)
 	}
-	return resp.StatusCode, m
+	return resp, m
 }
 
 func wantStatus(t *testing.T, status, want int, body map[string]any, code string) {
@@ -99,11 +106,63 @@ func TestHTTP400(t *testing.T) {
 		`{"clientID": "c", "fencingToken": {"key": "k", "value": -1}}`: CodeBadJSON,
 		`{"clientID": "c", "fencingToken": `:                           CodeBadJSON,
 		seedWrite + ` {}`:                                              CodeBadJSON,
-		`{"clientID": "c", "fencingToken": {"value": 1}}`:              CodeInvalid,
-		`{"fencingToken": {"key": "k", "value": 1}}`:                   CodeInvalid,
+		`{"clientID": "c", "fencingToken": {"value": 1}}`:              CodeInvalidKey,
+		`{"fencingToken": {"key": "k", "value": 1}}`:                   CodeInvalidClientID,
 	} {
 		status, resp := call(t, "POST", url+"/write", body)
 		wantStatus(t, status, 400, resp, code)
+	}
+}
+
+// TestWriteInputRefused: keys follow the lock keys' rules (lock.ValidateKey),
+// and a body is exactly one JSON object of the documented fields. Each
+// refusal has its own code and leaves the store untouched.
+func TestWriteInputRefused(t *testing.T) {
+	s, url := serve(t)
+	// write builds a body around a key, given as JSON string content.
+	write := func(key string) string {
+		return `{"clientID": "c", "data": "x", "fencingToken": {"key": "` + key + `", "value": 1}}`
+	}
+	const ok = `"clientID": "c", "data": "x"`
+	cases := []struct {
+		name, body, code string
+	}{
+		{"escaped newline in key", write(`a\nb`), CodeInvalidKey},
+		{"escaped NUL in key", write(`a\u0000`), CodeInvalidKey},
+		{"escaped DEL in key", write(`a\u007f`), CodeInvalidKey},
+		{"raw tab in key", write("a\tb"), CodeBadJSON}, // JSON forbids raw control characters in strings
+		{"invalid UTF-8 in key", write("a\xff"), CodeInvalidKey},
+		{"lone surrogate in key", write(`a\ud800`), CodeInvalidKey},
+		{"empty key", write(""), CodeInvalidKey},
+		{"key too long", write(strings.Repeat("k", MaxKeyLen+1)), CodeInvalidKey},
+		{"control character in clientID", `{"clientID": "c\r", "fencingToken": {"key": "k", "value": 1}}`, CodeInvalidClientID},
+		{"invalid UTF-8 in clientID", "{\"clientID\": \"c\xfe\", \"fencingToken\": {\"key\": \"k\", \"value\": 1}}", CodeInvalidClientID},
+		{"invalid UTF-8 in data", "{\"clientID\": \"c\", \"data\": \"x\xfe\", \"fencingToken\": {\"key\": \"k\", \"value\": 1}}", CodeBadJSON},
+		{"unknown field", `{` + ok + `, "fencingToken": {"key": "k", "value": 1}, "admin": true}`, CodeBadJSON},
+		{"unknown token field", `{` + ok + `, "fencingToken": {"key": "k", "value": 1, "epoch": 2}}`, CodeBadJSON},
+		{"null", `null`, CodeBadJSON},
+		{"null with spaces", " null \n", CodeBadJSON},
+		{"null token", `{` + ok + `, "fencingToken": null}`, CodeInvalid},
+		{"no token value", `{` + ok + `, "fencingToken": {"key": "k"}}`, CodeInvalid},
+		{"array", `[]`, CodeBadJSON},
+		{"trailing object", write("k") + `{}`, CodeBadJSON},
+		{"trailing garbage", write("k") + ` x`, CodeBadJSON},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			status, resp := call(t, "POST", url+"/write", c.body)
+			wantStatus(t, status, 400, resp, c.code)
+		})
+	}
+	if st := s.Stats(); st.Accepted != 0 || st.Rejected != 0 || st.Keys != 0 {
+		t.Fatalf("Stats %+v: a refused write reached the store", st)
+	}
+	// The Go API refuses the same keys, matchably.
+	for _, key := range []string{"a\nb", "a\xff", "a\x7f", "\x00"} {
+		_, err := s.Write(context.Background(), WriteRequest{ClientID: "c", Token: FencingToken{Key: key, Value: 1}})
+		if !errors.Is(err, ErrInvalidKey) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("Write(key %q): err = %v, want ErrInvalidKey", key, err)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package fencedstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -55,10 +56,8 @@ func TestTornTailRepaired(t *testing.T) {
 			return err
 		}, n},
 		{"zeros appended", func(f *os.File, ends []int64) error { _, err := f.WriteAt(make([]byte, 4096), ends[n-1]); return err }, n},
-		{"bad checksum in last record", func(f *os.File, ends []int64) error {
-			_, err := f.WriteAt([]byte{'!'}, ends[n-1]-2)
-			return err
-		}, n - 1},
+		{"last record cut inside its header", func(f *os.File, ends []int64) error { return f.Truncate(ends[n-2] + frameSize - 1) }, n - 1},
+		{"last record cut one byte short", func(f *os.File, ends []int64) error { return f.Truncate(ends[n-1] - 1) }, n - 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +100,67 @@ func TestTornTailRepaired(t *testing.T) {
 			}
 			wantRecord(t, s2, "after", 1, "after-repair")
 		})
+	}
+}
+
+// TestCorruptLastRecordRefused: a last record that is all there (its length
+// ends exactly at the end of the file) but fails its checksum was damaged
+// after it was written, not torn by a crash (format.go explains why), and
+// it may be an acknowledged write: dropping it would take the key's highest
+// token back and let a stale writer in. Open refuses, naming the file and
+// the record's offset, and leaves the file alone.
+func TestCorruptLastRecordRefused(t *testing.T) {
+	for _, n := range []int{9, 10} { // 9: the last record is an accepted write; 10: a rejection
+		path := filepath.Join(t.TempDir(), "data")
+		ends := writeLog(t, path, n)
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := lastRecordStart(t, orig, ends[n-2])
+		for name, off := range map[string]int64{
+			"payload: token": last + frameSize + 3,
+			"payload: end":   int64(len(orig)) - 2,
+			"checksum":       last + 5,
+		} {
+			t.Run(fmt.Sprintf("n=%d/%s", n, name), func(t *testing.T) {
+				bad := bytes.Clone(orig)
+				bad[off] ^= 0x01
+				p := filepath.Join(t.TempDir(), "data")
+				if err := os.WriteFile(p, bad, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				s, err := Open(p, Options{})
+				if err == nil {
+					st := s.Stats()
+					s.Close()
+					t.Fatalf("Open of a file whose complete last record is corrupt succeeded (repaired %d bytes): an acknowledged write was dropped", st.RepairedBytes)
+				}
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("offset %d", last)) || !strings.Contains(err.Error(), p) {
+					t.Fatalf("err = %v, want ErrCorrupt naming %s and offset %d", err, p, last)
+				}
+				if after, _ := os.ReadFile(p); !bytes.Equal(after, bad) {
+					t.Fatal("a failed Open changed the file")
+				}
+			})
+		}
+	}
+}
+
+// lastRecordStart walks the records of a valid file from offset from and
+// returns where the last one starts.
+func lastRecordStart(t *testing.T, file []byte, from int64) int64 {
+	t.Helper()
+	off := from
+	for {
+		n := int64(binary.LittleEndian.Uint32(file[off:]))
+		if off+frameSize+n == int64(len(file)) {
+			return off
+		}
+		if off+frameSize+n > int64(len(file)) {
+			t.Fatalf("record at %d runs past the end", off)
+		}
+		off += frameSize + n
 	}
 }
 
@@ -159,7 +219,9 @@ func TestBadHeader(t *testing.T) {
 
 // FuzzReplay: any bytes as a data file: Open never panics, and when it
 // succeeds, the repaired file opens again to the same state with nothing
-// left to repair.
+// left to repair; the repair only ever cut a tail off, and that tail did not
+// start with a complete record (one whose length ends exactly at the end of
+// the file: a corrupt acknowledged write must be refused, not cut).
 func FuzzReplay(f *testing.F) {
 	dir := f.TempDir()
 	p := filepath.Join(dir, "seed")
@@ -174,6 +236,9 @@ func FuzzReplay(f *testing.F) {
 	f.Add(valid[:headerSize])
 	f.Add([]byte{})
 	f.Add([]byte("LGFS\x01\x00\x00\x00"))
+	flipped := bytes.Clone(valid)
+	flipped[len(flipped)-2] ^= 1 // inside the last record: corruption
+	f.Add(flipped)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(t.TempDir(), "data")
 		if err := os.WriteFile(p, data, 0o644); err != nil {
@@ -185,6 +250,23 @@ func FuzzReplay(f *testing.F) {
 		}
 		st := s.Stats()
 		s.Close()
+		repaired, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) >= headerSize && !bytes.HasPrefix(data, repaired) {
+			t.Fatalf("Open rewrote the file instead of cutting a tail off")
+		}
+		if cut := int64(len(repaired)); st.RepairedBytes > 0 {
+			if cut+st.RepairedBytes != int64(len(data)) {
+				t.Fatalf("RepairedBytes %d, but the file went from %d to %d bytes", st.RepairedBytes, len(data), cut)
+			}
+			if st.RepairedBytes >= frameSize {
+				if n := int64(binary.LittleEndian.Uint32(data[cut:])); n >= minPayload && n <= maxPayload && cut+frameSize+n == int64(len(data)) {
+					t.Fatalf("cut off a complete %d-byte record at offset %d as a torn tail", frameSize+n, cut)
+				}
+			}
+		}
 		s2, err := Open(p, Options{})
 		if err != nil {
 			t.Fatalf("reopening a repaired file: %v", err)

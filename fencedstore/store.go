@@ -25,14 +25,21 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"unicode/utf8"
+
+	"github.com/lockgate/lockgate/lock"
 )
 
-// Input limits.
+// Input limits. A key obeys the lock keys' rules (lock.ValidateKey): it is
+// the key of the lock whose fencing token guards the write. A clientID is
+// shown in answers and logs, so it is UTF-8 text without control characters
+// too. The data file's format (maxPayload) depends on these bounds.
 const (
-	MaxKeyLen      = 256     // bytes
-	MaxClientIDLen = 256     // bytes
-	MaxDataLen     = 1 << 20 // bytes
+	MaxKeyLen      = lock.MaxKeyLen // bytes
+	MaxClientIDLen = 256            // bytes
+	MaxDataLen     = 1 << 20        // bytes
 )
 
 var (
@@ -44,6 +51,15 @@ var (
 	ErrClosed = errors.New("fencedstore: store closed")
 	// ErrCorrupt is wrapped by Open's errors about a damaged data file.
 	ErrCorrupt = errors.New("fencedstore: data file corrupt")
+	// ErrInvalidKey is wrapped by errors about a key that breaks the lock
+	// keys' rules; it matches ErrInvalid too.
+	ErrInvalidKey = fmt.Errorf("%w: fencingToken.key", ErrInvalid)
+	// ErrInvalidClientID is wrapped by errors about a bad clientID; it
+	// matches ErrInvalid too.
+	ErrInvalidClientID = fmt.Errorf("%w: clientID", ErrInvalid)
+	// ErrUnauthorized is the error of a request refused for want of a valid
+	// bearer token (HTTP 401), the same whatever was wrong with it.
+	ErrUnauthorized = errors.New("fencedstore: a valid bearer token is required (Authorization: Bearer <token>)")
 )
 
 // StaleTokenError reports a write refused because a higher token was already
@@ -113,16 +129,25 @@ type Options struct {
 }
 
 // Validate reports why req cannot be written, as an error wrapping ErrInvalid.
+// A bad key wraps ErrInvalidKey, a bad clientID ErrInvalidClientID.
 func (req *WriteRequest) Validate() error {
+	if err := lock.ValidateKey(req.Token.Key); err != nil {
+		if ve := (*lock.ValidationError)(nil); errors.As(err, &ve) {
+			return fmt.Errorf("%w %s %s", ErrInvalidKey, ve.Value, ve.Reason)
+		}
+		return fmt.Errorf("%w: %v", ErrInvalidKey, err)
+	}
+	switch id := req.ClientID; {
+	case id == "":
+		return fmt.Errorf("%w is empty", ErrInvalidClientID)
+	case len(id) > MaxClientIDLen:
+		return fmt.Errorf("%w is %d bytes, limit %d", ErrInvalidClientID, len(id), MaxClientIDLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w %q is not valid UTF-8", ErrInvalidClientID, id)
+	case strings.IndexFunc(id, isControl) >= 0:
+		return fmt.Errorf("%w %q contains a control character", ErrInvalidClientID, id)
+	}
 	switch {
-	case req.Token.Key == "":
-		return fmt.Errorf("%w: fencingToken.key is empty", ErrInvalid)
-	case len(req.Token.Key) > MaxKeyLen:
-		return fmt.Errorf("%w: fencingToken.key is %d bytes, limit %d", ErrInvalid, len(req.Token.Key), MaxKeyLen)
-	case req.ClientID == "":
-		return fmt.Errorf("%w: clientID is empty", ErrInvalid)
-	case len(req.ClientID) > MaxClientIDLen:
-		return fmt.Errorf("%w: clientID is %d bytes, limit %d", ErrInvalid, len(req.ClientID), MaxClientIDLen)
 	case len(req.Data) > MaxDataLen:
 		return fmt.Errorf("%w: data is %d bytes, limit %d", ErrInvalid, len(req.Data), MaxDataLen)
 	}
@@ -352,6 +377,10 @@ func (s *Store) apply(off int64, r logRecord) error {
 	s.seq++
 	return nil
 }
+
+// isControl matches what lock.ValidateKey refuses in keys: C0 controls
+// and DEL.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func fmtHighest(h uint64, seen bool) string {
 	if !seen {

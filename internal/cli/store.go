@@ -52,7 +52,7 @@ tail. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 				s.Close()
 				return err
 			}
-			srv := netguard.NewServer(fencedstore.NewHandler(s, logger), lim, nil)
+			srv := netguard.NewServer(fencedstore.NewHandler(s, fencedstore.HandlerOptions{Logger: logger}), lim, nil)
 			serveErr := make(chan error, 1)
 			go func() { serveErr <- srv.Serve(ln) }()
 			st := s.Stats()

@@ -155,7 +155,7 @@ func startStore(path string, logger *slog.Logger) (*fencedstore.Store, string, f
 		s.Close()
 		return nil, "", nil, err
 	}
-	srv := &http.Server{Handler: fencedstore.NewHandler(s, logger), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: fencedstore.NewHandler(s, fencedstore.HandlerOptions{Logger: logger}), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
