@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -15,7 +16,11 @@ import (
 )
 
 func newStoreCmd() *cobra.Command {
-	var listen, data string
+	var (
+		listen, data string
+		sec          securityFlags
+		insecure     bool
+	)
 	cmd := &cobra.Command{
 		Use:   "store",
 		Short: "Run the fenced data store",
@@ -31,13 +36,41 @@ overwrite the next holder's data.
   GET  /healthz
 
 Accepted writes are fsynced to --data (an append-only, checksummed log)
-before they are acknowledged; a restart replays the file and cuts off a torn
-tail. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
+before they are acknowledged; a restart replays the file, cuts off a torn
+tail (a write cut short by a crash) and refuses a file with a damaged
+record. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.
+
+With --auth-tokens-file every request but /healthz needs
+"Authorization: Bearer <token>" (401 otherwise; the file is re-read on
+SIGHUP), as with the gateway. A --listen address that is not loopback needs
+--auth-tokens-file, or --insecure-no-auth on a network where every host is
+trusted: whoever can write to the store can write the highest fencing token
+of a key and lock every legitimate writer out for good.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := sec.check(); err != nil {
+				return err
+			}
+			if err := checkStoreAuth(listen, sec.tokensFile != "", insecure); err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			logger := slog.Default()
+			toks, _, err := sec.tokens(ctx)
+			if err != nil {
+				return err
+			}
+			tlsCfg, err := sec.serverTLS()
+			if err != nil {
+				return err
+			}
+			hopts := fencedstore.HandlerOptions{Logger: logger}
+			if toks != nil {
+				hopts.Authorize = toks.Authorized
+			} else if insecure && !loopbackListen(listen) {
+				logger.Warn("INSECURE: the fenced store serves without authentication on an address other hosts can reach (--insecure-no-auth)", "listen", listen)
+			}
 			s, err := fencedstore.Open(data, fencedstore.Options{Logger: logger})
 			if err != nil {
 				return err
@@ -47,17 +80,21 @@ tail. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 				s.Close()
 				return err
 			}
-			ln, err := listenGuarded(listen, lim, nil, logger.With("listener", "store"))
+			ln, err := listenGuarded(listen, lim, tlsCfg, logger.With("listener", "store"))
 			if err != nil {
 				s.Close()
 				return err
 			}
-			srv := netguard.NewServer(fencedstore.NewHandler(s, fencedstore.HandlerOptions{Logger: logger}), lim, nil)
+			srv := netguard.NewServer(fencedstore.NewHandler(s, hopts), lim, nil)
 			serveErr := make(chan error, 1)
 			go func() { serveErr <- srv.Serve(ln) }()
 			st := s.Stats()
-			fmt.Fprintf(cmd.OutOrStdout(), "fenced store listening on http://%s (data %s: %d keys, %d accepted, %d rejected)\n",
-				ln.Addr(), data, st.Keys, st.Accepted, st.Rejected)
+			scheme := "http"
+			if tlsCfg != nil {
+				scheme = "https"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "fenced store listening on %s://%s (data %s: %d keys, %d accepted, %d rejected)\n",
+				scheme, ln.Addr(), data, st.Keys, st.Accepted, st.Rejected)
 
 			select {
 			case err = <-serveErr:
@@ -76,7 +113,39 @@ tail. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.`,
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8000", "HTTP listen address")
 	cmd.Flags().StringVar(&data, "data", "", "data file (created if missing) (required)")
+	sec.register(cmd, false)
+	cmd.Flags().BoolVar(&insecure, "insecure-no-auth", false, "INSECURE: serve without --auth-tokens-file on an address that is not loopback; anyone who reaches it can write the highest fencing token of a key and lock out every legitimate writer (only for a network where every host is trusted)")
 	registerNetFlags(cmd)
 	cmd.MarkFlagRequired("data")
 	return cmd
+}
+
+// ErrStoreNoAuth: `lockgate store` on an address other hosts can reach,
+// without tokens and without --insecure-no-auth.
+var ErrStoreNoAuth = errors.New("the fenced store would accept anyone's writes")
+
+// checkStoreAuth refuses to serve the store without authentication where
+// other hosts can reach it: secure by default, as the gateway's Raft port.
+func checkStoreAuth(listen string, tokens, insecure bool) error {
+	if tokens || insecure || loopbackListen(listen) {
+		return nil
+	}
+	return fmt.Errorf("%w: --listen %s is not a loopback address and no --auth-tokens-file is given, so anyone who reaches it could write the highest fencing token of a key and lock every legitimate writer out; "+
+		"give --auth-tokens-file FILE (one token per line; clients send Authorization: Bearer <token>), "+
+		"or --insecure-no-auth to serve without authentication on a network where every host is trusted", ErrStoreNoAuth, listen)
+}
+
+// loopbackListen reports whether the listen address addr (host:port) is on
+// the loopback interface: 127.0.0.0/8, ::1 or "localhost". An empty host
+// and the wildcards listen on every interface.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
