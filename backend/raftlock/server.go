@@ -34,6 +34,11 @@ type Server struct {
 // until ctx ends.
 func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error) {
 	cfg.fill()
+	// Before listening: a refused configuration (say, a Raft port without
+	// peer authentication) is reported as such, not as a busy API port.
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	listen := cfg.APIListen
 	if listen == "" {
 		listen = cfg.APIAddr

@@ -51,6 +51,7 @@ func newNodeCmd() *cobra.Command {
 		advertise string
 		raftDial  map[string]string
 		faults    bool
+		insecure  bool
 		sec       securityFlags
 	)
 	cmd := &cobra.Command{
@@ -64,14 +65,16 @@ Start the first server of a new cluster with --bootstrap and the others with
 --join pointing at any member's API address. A restarted server needs
 neither. Ctrl-C (SIGINT) or SIGTERM shuts it down cleanly.
 
-With --tls-cert and --tls-key the Raft transport and the API serve only TLS
-and the node dials its peers over TLS (verified against --tls-ca);
---tls-client-ca makes nodes authenticate each other with client
-certificates (a node without one signed by it cannot join). With
---auth-tokens-file every API request except /healthz and /readyz needs a
-bearer token; without --tls-client-ca the membership endpoints need one
-too, and the node presents the file's first token to its peers. See
-docs/security.md.`,
+With --tls-cert, --tls-key and --tls-ca the Raft transport and the API
+serve only TLS, and nodes authenticate each other with certificates from
+the cluster CA (--tls-ca; --tls-client-ca if peers' client certificates
+come from another CA): the Raft port admits no other party. Without TLS,
+a Raft address that is not loopback needs --insecure-raft-no-peer-auth.
+With --auth-tokens-file every API request except /healthz and /readyz
+needs a bearer token. Join and remove need an admin credential: a peer
+certificate, or a token from --admin-tokens-file (the node presents the
+file's first token to its peers); with neither, they are open only on a
+loopback API without client tokens. See docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if bootstrap && len(join) > 0 {
@@ -108,14 +111,24 @@ docs/security.md.`,
 			if cfg.HTTPLimits, err = netLimits(cmd); err != nil {
 				return err
 			}
+			cfg.InsecureNoPeerAuth = insecure
 			ctx, stop := signalContext()
 			defer stop()
-			toks, first, err := sec.tokens(ctx)
+			toks, _, err := sec.tokens(ctx)
 			if err != nil {
 				return err
 			}
+			admin, first, err := sec.adminTokens(ctx)
+			if err != nil {
+				return err
+			}
+			// Only non-nil sets: a nil *gateway.Tokens in the interface
+			// would read as configured.
 			if toks != nil {
-				cfg.AuthorizeMembership = toks.Authorized
+				cfg.ClientTokens = toks
+			}
+			if admin != nil {
+				cfg.AdminTokens = admin
 				cfg.MembershipToken = first
 			}
 			s, err := raftlock.StartServer(ctx, cfg, join)
@@ -139,6 +152,7 @@ docs/security.md.`,
 	cmd.Flags().StringSliceVar(&join, "join", nil, "API address(es) of existing members to join through")
 	cmd.Flags().StringVar(&apiListen, "api-listen", "", "address the API listens on, when clients reach it at --api-addr through a proxy (default --api-addr)")
 	cmd.Flags().StringToStringVar(&raftDial, "raft-dial", nil, "dial these peers' Raft addresses through other addresses (proxies): raftaddr=dialaddr,...")
+	cmd.Flags().BoolVar(&insecure, "insecure-raft-no-peer-auth", false, "INSECURE: run the Raft transport without TLS on an address that is not loopback; anyone who reaches it can rewrite the lock table (only for a network where every host is trusted)")
 	cmd.Flags().BoolVar(&faults, "fault-injection", false, "serve POST /v1/debug/clock to skew this node's clock (chaos testing only; never in production)")
 	sec.register(cmd, true)
 	registerNetFlags(cmd)

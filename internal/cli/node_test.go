@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,51 @@ func TestNodeFlags(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want it to mention %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestNodePeerAuthRequired: a node whose Raft port others can reach
+// refuses to start without peer authentication and says which flags to
+// add; with TLS but no CA to verify peers it names --tls-ca. Nothing
+// listens and nothing is written to the data directory.
+func TestNodePeerAuthRequired(t *testing.T) {
+	dir, _ := secureFiles(t)
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--raft-addr", "0.0.0.0:0"}, []string{"--insecure-raft-no-peer-auth", "--tls-cert", "--tls-ca"}},
+		{[]string{"--raft-addr", "0.0.0.0:0", "--raft-advertise", "raft1:8081"}, []string{"--insecure-raft-no-peer-auth", "--tls-cert"}},
+		{[]string{"--raft-addr", "127.0.0.1:0", "--raft-advertise", "10.1.2.3:8081"}, []string{"--insecure-raft-no-peer-auth"}},
+		{[]string{"--raft-addr", "0.0.0.0:0", "--tls-cert", filepath.Join(dir, "cert.pem"), "--tls-key", filepath.Join(dir, "key.pem")}, []string{"--tls-ca"}},
+	} {
+		data := t.TempDir()
+		args := append([]string{"node", "--id", "1", "--data-dir", data, "--bootstrap", "--api-addr", "127.0.0.1:0"}, tc.args...)
+		done := make(chan struct{})
+		var code int
+		var errOut string
+		go func() { code, _, errOut = run(t, args...); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v is still running after 30 s; want a refusal", tc.args)
+		}
+		if code == 0 {
+			t.Errorf("%v: exit 0, want a refusal", tc.args)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%v: stderr %q does not name %s", tc.args, errOut, w)
+			}
+		}
+		if entries, _ := os.ReadDir(data); len(entries) != 0 {
+			t.Errorf("%v: the refused node wrote to its data dir: %v", tc.args, entries)
+		}
+	}
+	// The insecure flag is the way out (the wildcard bind then needs an
+	// advertised address, the next check).
+	code, _, errOut := run(t, "node", "--id", "1", "--data-dir", t.TempDir(), "--raft-addr", "0.0.0.0:0", "--insecure-raft-no-peer-auth")
+	if code == 0 || strings.Contains(errOut, "--insecure-raft-no-peer-auth") || !strings.Contains(errOut, "--raft-advertise") {
+		t.Errorf("with --insecure-raft-no-peer-auth: exit %d, %q; want the --raft-advertise check next", code, errOut)
 	}
 }

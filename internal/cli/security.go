@@ -22,18 +22,22 @@ import (
 // securityFlags are the TLS and token settings of `serve` and `node`
 // (docs/security.md).
 type securityFlags struct {
-	cert, key    string
-	ca, clientCA string // node only
-	tokensFile   string
+	cert, key       string
+	ca, clientCA    string // node only
+	tokensFile      string
+	adminTokensFile string // node only
+	node            bool
 }
 
 func (f *securityFlags) register(cmd *cobra.Command, node bool) {
+	f.node = node
 	fl := cmd.Flags()
 	fl.StringVar(&f.cert, "tls-cert", "", "PEM certificate file: serve the API only over TLS (needs --tls-key)")
 	fl.StringVar(&f.key, "tls-key", "", "PEM private key file of --tls-cert")
 	if node {
-		fl.StringVar(&f.ca, "tls-ca", "", "PEM CA file that verifies the other nodes' certificates (default: the system's roots)")
-		fl.StringVar(&f.clientCA, "tls-client-ca", "", "PEM CA file: require peers to present a client certificate it signed (Raft transport, join and remove)")
+		fl.StringVar(&f.ca, "tls-ca", "", "PEM file of the cluster CA: verifies the other nodes' certificates, server and client (mutual TLS); required with --tls-cert unless --tls-client-ca is given")
+		fl.StringVar(&f.clientCA, "tls-client-ca", "", "PEM CA file that verifies peers' client certificates (Raft transport, join and remove), when it differs from --tls-ca")
+		fl.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "file of admin bearer tokens, same format as --auth-tokens-file: they authorize join and remove (client tokens never do); the node presents the first to its peers; re-read on SIGHUP")
 	}
 	fl.StringVar(&f.tokensFile, "auth-tokens-file", "", "file of bearer tokens, one per line (# comments): every request but /healthz and /readyz needs one; re-read on SIGHUP")
 }
@@ -49,6 +53,9 @@ func (f *securityFlags) check() error {
 		return errors.New("--tls-ca needs --tls-cert and --tls-key: it verifies peers of a node that speaks TLS")
 	case f.cert == "" && f.clientCA != "":
 		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: peers are verified over TLS")
+	case f.node && f.cert != "" && f.ca == "" && f.clientCA == "":
+		return errors.New("--tls-cert needs --tls-ca (the CA that signed the nodes' certificates): peers must present a certificate from it; " +
+			"the system's public roots would admit anyone holding a public certificate")
 	}
 	return nil
 }
@@ -95,21 +102,34 @@ func logCertReload(file string) func(error) {
 
 // tokens loads --auth-tokens-file (nil without it) and reloads it on
 // SIGHUP until ctx ends; a reload that fails keeps the previous tokens.
-// first is the file's first token (a node presents it to its peers).
+// first is the file's first token.
 func (f *securityFlags) tokens(ctx context.Context) (toks *gateway.Tokens, first string, err error) {
-	if f.tokensFile == "" {
+	return loadTokens(ctx, "--auth-tokens-file", f.tokensFile)
+}
+
+// adminTokens loads --admin-tokens-file like tokens; first is what the
+// node presents to its peers with its membership RPCs.
+func (f *securityFlags) adminTokens(ctx context.Context) (toks *gateway.Tokens, first string, err error) {
+	return loadTokens(ctx, "--admin-tokens-file", f.adminTokensFile)
+}
+
+// loadTokens reads the tokens file path of flag (nil without it) and
+// reloads it on SIGHUP until ctx ends; a reload that fails keeps the
+// previous tokens.
+func loadTokens(ctx context.Context, flag, path string) (toks *gateway.Tokens, first string, err error) {
+	if path == "" {
 		return nil, "", nil
 	}
-	data, err := os.ReadFile(f.tokensFile)
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("--auth-tokens-file: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", flag, err)
 	}
 	list, err := gateway.ParseTokens(bytes.NewReader(data))
 	if err != nil {
-		return nil, "", fmt.Errorf("--auth-tokens-file %s: %w", f.tokensFile, err)
+		return nil, "", fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	if toks, err = gateway.NewTokens(list...); err != nil {
-		return nil, "", fmt.Errorf("--auth-tokens-file %s: %w", f.tokensFile, err)
+		return nil, "", fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -120,11 +140,11 @@ func (f *securityFlags) tokens(ctx context.Context) (toks *gateway.Tokens, first
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := toks.Reload(f.tokensFile); err != nil {
-					slog.Error("SIGHUP: tokens file not reloaded; the previous tokens stay in force", "err", err)
+				if err := toks.Reload(path); err != nil {
+					slog.Error("SIGHUP: tokens file not reloaded; the previous tokens stay in force", "flag", flag, "err", err)
 					continue
 				}
-				slog.Info("SIGHUP: tokens file reloaded", "file", f.tokensFile, "tokens", toks.Len())
+				slog.Info("SIGHUP: tokens file reloaded", "flag", flag, "file", path, "tokens", toks.Len())
 			}
 		}
 	}()

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
@@ -239,4 +240,42 @@ func startProcess(t *testing.T, bin, ready string, args ...string) string {
 		t.Fatalf("lockgate %s printed no %q within 60 s\n%s", args[0], ready, stderr.String())
 	}
 	return ""
+}
+
+// TestMembershipAdminTokensCLI: two `lockgate node` processes with client
+// and admin tokens: the second joins with the admin token it presents;
+// a join with a client token is 403 and one without a token 401.
+func TestMembershipAdminTokensCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs lockgate")
+	}
+	dir, _ := secureFiles(t)
+	f := func(name string) string { return filepath.Join(dir, name) }
+	if err := os.WriteFile(f("admin"), []byte("# admins\ncli-admin-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := testenv.BuildLockgate(t)
+	api1 := freeAddr(t)
+	common := []string{"--auth-tokens-file", f("tokens"), "--admin-tokens-file", f("admin")}
+	startProcess(t, bin, "raftlock node 1:", append([]string{"node", "--id", "1", "--bootstrap", "--data-dir", f("node-1"),
+		"--raft-addr", freeAddr(t), "--api-addr", api1}, common...)...)
+	startProcess(t, bin, "raftlock node 2:", append([]string{"node", "--id", "2", "--join", api1, "--data-dir", f("node-2"),
+		"--raft-addr", freeAddr(t), "--api-addr", freeAddr(t)}, common...)...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pl, err := (&raftlock.MembershipClient{}).FetchPeers(ctx, api1)
+	if err != nil || len(pl.Voters) != 2 {
+		t.Fatalf("peers after the admin-token join: %+v, %v; want 2 voters", pl, err)
+	}
+	bogus := raftlock.JoinArgs{ServerID: "9", ServerAddr: "127.0.0.1:1", APIAddr: "127.0.0.1:2"}
+	for token, want := range map[string]string{"cli-test-token-0123456789": "403", "": "401"} {
+		rep, err := (&raftlock.MembershipClient{Token: token}).Join(ctx, []string{api1}, bogus)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("join with token %q: %+v, %v; want %s", token, rep, err, want)
+		}
+	}
+	if pl, err := (&raftlock.MembershipClient{}).FetchPeers(ctx, api1); err != nil || len(pl.PeerAddress) != 2 {
+		t.Errorf("peers after refused joins: %+v, %v; want the 2 members only", pl, err)
+	}
 }
