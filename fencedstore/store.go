@@ -11,11 +11,20 @@
 // append-only file of checksummed records (see format.go), and one writer
 // goroutine group-commits: it takes every pending write, decides each in
 // order against the highest tokens, appends them all, fsyncs once, and only
-// then answers the callers. Open replays the file, repairs a torn tail and
-// refuses a file damaged in the middle.
+// then answers the callers. Open replays the file, cuts off a torn tail (a
+// last record cut short by a crash, never acknowledged) and refuses a file
+// with a complete record that fails its checksum, naming its offset: that
+// may be an acknowledged write, and dropping it would take its key's highest
+// token back.
+//
+// Keys obey the lock keys' rules (lock.ValidateKey): a key is the key of the
+// lock whose fencing token guards the write.
 //
 // NewHandler serves the store over HTTP (POST /write, GET /read/{key},
-// GET /stats, GET /healthz) and Client talks to it.
+// GET /stats, GET /healthz) and Client talks to it. Whoever can write can
+// write a key's highest possible token and refuse every later writer, so a
+// store reachable by others needs HandlerOptions.Authorize (the CLI's
+// --auth-tokens-file) and clients WithToken.
 package fencedstore
 
 import (
@@ -287,9 +296,10 @@ func (s *Store) Close() error {
 }
 
 // Open opens (creating it if needed) the data file at path, replays it and
-// starts the writer. A torn tail is cut off and reported in
-// Stats.RepairedBytes; damage before the last valid record is an error
-// wrapping ErrCorrupt.
+// starts the writer. A torn tail (a last record cut short) is cut off and
+// reported in Stats.RepairedBytes; a complete record that fails its
+// checksum at the end of the file, or damage followed by a valid record, is
+// an error wrapping ErrCorrupt that names the path and the byte offset.
 func Open(path string, opts Options) (*Store, error) {
 	s := &Store{
 		path:          path,
