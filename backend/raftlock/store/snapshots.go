@@ -268,7 +268,7 @@ func logReaches(logs raft.LogStore, from uint64) error {
 }
 
 // LogForFallback wraps logs so that compaction after a snapshot keeps the
-// entries after the second newest snapshot in snaps: without them a node
+// entries after the second newest snapshot in snaps, once there are two: without them a node
 // whose newest snapshot is damaged has nothing to start from but a backup.
 // The disk cost is one snapshot interval of log entries beyond
 // TrailingLogs (docs/raftlock-store.md).
@@ -308,12 +308,11 @@ func (g *fallbackLog) DeleteRange(min, max uint64) error {
 		if err != nil {
 			return fmt.Errorf("store: list snapshots: %w", err)
 		}
-		floor := uint64(0) // fewer than two snapshots: keep the log
-		if len(metas) >= 2 {
-			floor = metas[1].Index
-		}
-		if max > floor {
-			max = floor
+		// With a single snapshot there is nothing to fall back to (a
+		// corrupt only snapshot is refused by name either way), so
+		// compaction goes as far as raft asks.
+		if len(metas) >= 2 && max > metas[1].Index {
+			max = metas[1].Index
 		}
 		if max < min {
 			return nil
