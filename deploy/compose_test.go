@@ -14,6 +14,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/lockgate/lockgate/gateway"
 	lgcli "github.com/lockgate/lockgate/internal/cli"
 )
 
@@ -246,6 +247,40 @@ func TestComposeRaftCluster(t *testing.T) {
 	}
 	if bootstraps != 1 {
 		t.Errorf("%d nodes bootstrap, want exactly 1", bootstraps)
+	}
+}
+
+// TestComposeRaftSecurity: the nodes bind every interface, so each needs
+// peer authentication or the explicit insecure flag (the node refuses to
+// start otherwise), and an admin tokens file, mounted from a config whose
+// content is a valid tokens file, for the joins to be allowed.
+func TestComposeRaftSecurity(t *testing.T) {
+	p := loadCompose(t)
+	for _, name := range []string{"raft1", "raft2", "raft3"} {
+		s := p.Services[name]
+		_, tls := flagValue(s.Command, "tls-cert")
+		if !tls && !slices.Contains(s.Command, "--insecure-raft-no-peer-auth") {
+			t.Errorf("%s: binds 0.0.0.0 without --tls-cert or --insecure-raft-no-peer-auth: it would refuse to start", name)
+		}
+		file, ok := flagValue(s.Command, "admin-tokens-file")
+		if !ok {
+			t.Errorf("%s: no --admin-tokens-file: joins would be refused (403)", name)
+			continue
+		}
+		i := slices.IndexFunc(s.Configs, func(c types.ServiceConfigObjConfig) bool { return c.Target == file })
+		if i < 0 {
+			t.Errorf("%s: --admin-tokens-file %s is not a mounted config", name, file)
+			continue
+		}
+		cfg, ok := p.Configs[s.Configs[i].Source]
+		if !ok {
+			t.Errorf("%s: config %q is not defined", name, s.Configs[i].Source)
+			continue
+		}
+		toks, err := gateway.ParseTokens(strings.NewReader(cfg.Content))
+		if err != nil || len(toks) == 0 {
+			t.Errorf("%s: config %s is not a tokens file: %v (%q)", name, s.Configs[i].Source, err, cfg.Content)
+		}
 	}
 }
 
