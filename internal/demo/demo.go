@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +24,7 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
@@ -155,8 +155,8 @@ func startStore(path string, logger *slog.Logger) (*fencedstore.Store, string, f
 		s.Close()
 		return nil, "", nil, err
 	}
-	srv := &http.Server{Handler: fencedstore.NewHandler(s, fencedstore.HandlerOptions{Logger: logger}), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	srv := netguard.NewServer(fencedstore.NewHandler(s, fencedstore.HandlerOptions{Logger: logger}), netguard.Limits{}, nil)
+	go srv.Serve(netguard.Listen(ln, netguard.Limits{}, logger))
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
