@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,6 +43,33 @@ func TestStoreNeedsAuthOffLoopback(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStoreAuthCheck: which listen addresses need tokens, and the two ways
+// to satisfy the check. (The tests never bind a wildcard address: that
+// would expose the test's store to the network.)
+func TestStoreAuthCheck(t *testing.T) {
+	for _, c := range []struct {
+		listen           string
+		tokens, insecure bool
+		refused          bool
+	}{
+		{"127.0.0.1:8000", false, false, false},
+		{"127.9.9.9:0", false, false, false},
+		{"localhost:8000", false, false, false},
+		{"[::1]:0", false, false, false},
+		{"0.0.0.0:8000", false, false, true},
+		{":8000", false, false, true},
+		{"10.1.2.3:8000", false, false, true},
+		{"store.internal:8000", false, false, true}, // a name may resolve anywhere
+		{"0.0.0.0:8000", true, false, false},
+		{"0.0.0.0:8000", false, true, false},
+	} {
+		err := checkStoreAuth(c.listen, c.tokens, c.insecure)
+		if got := errors.Is(err, ErrStoreNoAuth); got != c.refused || (err != nil && !c.refused) {
+			t.Errorf("checkStoreAuth(%q, tokens %v, insecure %v) = %v, want refused %v", c.listen, c.tokens, c.insecure, err, c.refused)
+		}
 	}
 }
 
