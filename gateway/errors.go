@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -68,4 +70,52 @@ func toAPIError(err error) *apiError {
 		// the outcome is unknown, retrying is the right move.
 		return newError("unavailable", http.StatusServiceUnavailable, msg)
 	}
+}
+
+// checkObject answers bad_json unless data starts (after white space) a
+// JSON object. encoding/json alone is not enough: it decodes `null` into a
+// struct as "no fields" (a REST `null` body was a grant). The decoders
+// used after it (json.Unmarshal, wire.DecodeRequest, decodeStrict) refuse
+// anything after the object.
+func checkObject(data []byte) *apiError {
+	if i := bytes.IndexFunc(data, notJSONSpace); i < 0 || data[i] != '{' {
+		return newError("bad_json", http.StatusBadRequest, "malformed JSON: the message must be one JSON object")
+	}
+	return nil
+}
+
+func notJSONSpace(r rune) bool { return r != ' ' && r != '\t' && r != '\n' && r != '\r' }
+
+// decodeStrict is json.Unmarshal refusing unknown fields, as REST does.
+// Like json.Unmarshal (and unlike a bare Decoder, which stops after the
+// first value: trailing data went unnoticed), it refuses anything after
+// the value.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if rest := data[dec.InputOffset():]; bytes.IndexFunc(rest, notJSONSpace) >= 0 {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+// validateLeaseRef checks the key and lock token that a renew or release
+// names, with the lock package's limits, before the backend sees them: a
+// malformed one gets its own 400 (invalid_key, invalid_handle) and never
+// joins a backend's batch with other clients' operations (issue 15).
+//
+// Normalize applies the lock package's one rule for handles (the rule a
+// client-chosen acquire handle meets, and every backend's handles are) and
+// its key rule; the other options are left zero, which it accepts.
+func validateLeaseRef(key, handle string) *apiError {
+	if handle == "" {
+		return newError("missing_field", http.StatusBadRequest, "lockToken is required")
+	}
+	if _, err := (lock.AcquireOptions{Handle: handle}).Normalize(key, "gateway"); err != nil {
+		return toAPIError(err)
+	}
+	return nil
 }

@@ -24,8 +24,7 @@ func FuzzFrame(f *testing.F) {
 	g := New(locktest.NewMemStore().NewLocker(), Options{})
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		ctx, cancel := context.WithCancel(context.Background())
-		c := &conn{g: g, ctx: ctx, cancel: cancel, clientID: "fuzz",
-			waits: map[string]context.CancelFunc{}, leases: map[string]*heldLease{}}
+		c := g.newConn(nil, ctx, cancel)
 		c.handle(frame)
 		cancel() // ends any wait the frame started
 	})

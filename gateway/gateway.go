@@ -24,6 +24,22 @@ const (
 	DefaultIdleTimeout       = 45 * time.Second
 	DefaultSyncWindow        = 2 * time.Second
 	DefaultMaxWait           = 5 * time.Minute
+	// DefaultMaxInFlightPerConn bounds the frames of one WebSocket
+	// connection being served at once (try-acquire, renew, release,
+	// inspect). The reader stops reading while that many are in flight:
+	// back-pressure, not an error. Waiting acquires are bounded apart
+	// (MaxWaitersPerConn) and take no slot, so that a connection's waits
+	// cannot starve its own renews.
+	DefaultMaxInFlightPerConn = 64
+	// DefaultMaxLocksPerConn bounds the leases one WebSocket connection
+	// holds, counting its acquires in progress; one more is refused with
+	// too_many_locks.
+	DefaultMaxLocksPerConn = 10000
+	// DefaultMaxTicketsPerClient bounds the REST tickets (acquires waiting
+	// in the gateway, and results not yet collected) of one client: its
+	// bearer token when the gateway has tokens, else its IP address. One
+	// more is refused with 429 too_many_tickets.
+	DefaultMaxTicketsPerClient = 1024
 	// opTimeout bounds one renew, release or inspect on the backend.
 	opTimeout = 10 * time.Second
 )
@@ -41,6 +57,11 @@ type Options struct {
 	SyncWindow time.Duration
 	// MaxWait bounds a REST acquire's wait_ms.
 	MaxWait time.Duration
+	// MaxInFlightPerConn, MaxLocksPerConn and MaxTicketsPerClient are the
+	// per-client limits (see their defaults).
+	MaxInFlightPerConn  int
+	MaxLocksPerConn     int
+	MaxTicketsPerClient int
 	// Ready reports whether the backend can serve (for /readyz); nil means
 	// always ready.
 	Ready func() error
@@ -57,9 +78,15 @@ func (o *Options) fill() {
 	if o.MaxMessageBytes <= 0 {
 		o.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	if o.MaxWaitersPerConn <= 0 {
-		o.MaxWaitersPerConn = DefaultMaxWaitersPerConn
+	defInt := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
 	}
+	defInt(&o.MaxWaitersPerConn, DefaultMaxWaitersPerConn)
+	defInt(&o.MaxInFlightPerConn, DefaultMaxInFlightPerConn)
+	defInt(&o.MaxLocksPerConn, DefaultMaxLocksPerConn)
+	defInt(&o.MaxTicketsPerClient, DefaultMaxTicketsPerClient)
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -93,7 +120,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	opts.fill()
 	g := &Gateway{l: l, opts: opts, log: opts.Logger, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
 	g.metrics = newMetrics(g)
-	g.tickets = newTickets()
+	g.tickets = newTickets(opts.MaxTicketsPerClient)
 	g.workers = newWorkers()
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)

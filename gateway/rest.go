@@ -1,13 +1,15 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -66,6 +68,13 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	if !g.readBody(w, r, &b, false) {
 		return
 	}
+	// Bounded before it becomes a duration: a large wait_ms overflowed
+	// the multiplication into a negative wait (issue 15).
+	if maxMS := durationMS(g.opts.MaxWait); b.WaitMS < 0 || b.WaitMS > maxMS {
+		g.writeError(w, r, newError("invalid_wait", http.StatusBadRequest,
+			fmt.Sprintf("wait_ms is %d; it must be 0 (do not wait) to %d", b.WaitMS, maxMS)))
+		return
+	}
 	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
 	if opts.Owner == "" {
 		opts.Owner = "rest-" + lock.NewHandle()[:12]
@@ -73,14 +82,25 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	if b.Value != nil {
 		opts.Value = []byte(*b.Value)
 	}
+	// The backend validates too; checking here keeps bad input from
+	// taking a ticket.
+	if _, err := opts.Normalize(key, opts.Owner); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
 	start := time.Now()
-	if b.WaitMS <= 0 {
+	if b.WaitMS == 0 {
 		lease, err := g.l.TryAcquire(r.Context(), key, opts)
 		g.answerGrant(w, r, start, lease, err)
 		return
 	}
-	wait := min(time.Duration(b.WaitMS)*time.Millisecond, g.opts.MaxWait)
-	t := g.tickets.start(g, key, opts, wait)
+	wait := time.Duration(b.WaitMS) * time.Millisecond
+	t, ok := g.tickets.start(g, g.clientOf(r), key, opts, wait)
+	if !ok {
+		g.writeError(w, r, newError("too_many_tickets", http.StatusTooManyRequests,
+			fmt.Sprintf("this client already has %d tickets, the maximum: collect or cancel some first", g.opts.MaxTicketsPerClient)))
+		return
+	}
 	select {
 	case <-t.done:
 		g.tickets.collect(t.id)
@@ -88,7 +108,15 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	case <-time.After(min(wait, g.opts.SyncWindow)):
 		writeJSON(w, http.StatusAccepted, map[string]any{"ticket": t.id, "poll": "/tickets/" + t.id, "wait_ms": durationMS(wait)})
 	case <-r.Context().Done():
+		// The client left before it learnt the ticket: nobody can collect
+		// it, so it ends here rather than count against the client.
 		t.cancel()
+		<-t.done
+		if g.tickets.collect(t.id) && t.lease != nil {
+			rctx, rcancel := context.WithTimeout(context.Background(), opTimeout)
+			defer rcancel()
+			g.l.Release(rctx, t.lease)
+		}
 	}
 }
 
@@ -127,6 +155,10 @@ func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key stri
 		g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "fencing_token is required"))
 		return nil, 0, false
 	}
+	if aerr := validateLeaseRef(key, b.LockToken); aerr != nil {
+		g.writeError(w, r, aerr)
+		return nil, 0, false
+	}
 	ttl := ttlOption(b.TTLMS)
 	return rebuild(key, b.LockToken, *b.FencingToken, ttl), ttl, true
 }
@@ -156,6 +188,10 @@ func (g *Gateway) restRelease(w http.ResponseWriter, r *http.Request, key string
 }
 
 func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string) {
+	if err := lock.ValidateKey(key); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
 	info, err := g.l.Inspect(r.Context(), key)
 	if err != nil {
 		g.writeError(w, r, toAPIError(err))
@@ -236,13 +272,34 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, requir
 		}
 		return true
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if aerr := checkObject(data); aerr != nil {
+		g.writeError(w, r, aerr)
+		return false
+	}
+	if err := decodeStrict(data, v); err != nil {
 		g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "malformed JSON body: "+err.Error()))
 		return false
 	}
 	return true
+}
+
+// clientOf names the client a REST request counts against for
+// Options.MaxTicketsPerClient: its bearer token (by digest, so that the
+// table holds no secret) when the gateway checks tokens, else the IP
+// address it connects from. An unchecked Authorization header does not
+// count: a client could vary it to escape the limit.
+func (g *Gateway) clientOf(r *http.Request) string {
+	if g.opts.Tokens != nil {
+		if tok, ok := bearer(r); ok {
+			d := sha256.Sum256([]byte(tok))
+			return "token:" + hex.EncodeToString(d[:8])
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host
 }
 
 // writeError answers with a JSON error body; a not-leader error with a known

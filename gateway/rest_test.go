@@ -120,7 +120,10 @@ func TestRESTErrors(t *testing.T) {
 		{"PATCH", u, "", ``, 405, "method_not_allowed"},
 		{"GET", srv.URL + "/nope", "", ``, 404, "not_found"},
 		{"GET", srv.URL + "/tickets/nope", "", ``, 404, "not_found"},
-		{"PUT", u, "application/json", `{"lock_token":"x","fencing_token":1}`, 409, "not_held"},
+		{"PUT", u, "application/json", `{"lock_token":"0123456789abcdef0123456789abcdef","fencing_token":1}`, 409, "not_held"},
+		{"PUT", u, "application/json", `{"lock_token":"x","fencing_token":1}`, 400, "invalid_handle"},
+		{"POST", u, "application/json", `null`, 400, "bad_json"},
+		{"POST", u, "application/json", `{"wait_ms":9223372036855}`, 400, "invalid_wait"},
 	} {
 		code, m, _ := do(t, tc.method, tc.url, tc.ct, tc.body)
 		if code != tc.status || errCode(m) != tc.code {

@@ -10,13 +10,19 @@ import (
 
 // tickets are REST acquires that outlived the synchronous window (seed
 // 003's hybrid): the wait goes on in the gateway and the client polls.
+// Each client (Gateway.clientOf) has at most max of them, waiting or
+// waiting to be collected: each holds a goroutine and a backend waiter.
 type tickets struct {
-	mu sync.Mutex
-	m  map[string]*ticket
+	max int
+
+	mu       sync.Mutex
+	m        map[string]*ticket
+	byClient map[string]int // how many of m each client has
 }
 
 type ticket struct {
 	id     string
+	client string
 	start  time.Time
 	cancel context.CancelFunc
 	done   chan struct{} // closed when lease/err are set
@@ -29,13 +35,22 @@ type ticket struct {
 // its whole TTL.
 const ticketGrace = time.Minute
 
-func newTickets() *tickets { return &tickets{m: map[string]*ticket{}} }
+func newTickets(max int) *tickets {
+	return &tickets{max: max, m: map[string]*ticket{}, byClient: map[string]int{}}
+}
 
-func (ts *tickets) start(g *Gateway, key string, opts lock.AcquireOptions, wait time.Duration) *ticket {
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	t := &ticket{id: lock.NewHandle(), start: time.Now(), cancel: cancel, done: make(chan struct{})}
+// start begins a waiting acquire for client, or reports false when the
+// client already has the maximum number of tickets.
+func (ts *tickets) start(g *Gateway, client, key string, opts lock.AcquireOptions, wait time.Duration) (*ticket, bool) {
 	ts.mu.Lock()
+	if ts.byClient[client] >= ts.max {
+		ts.mu.Unlock()
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, done: make(chan struct{})}
 	ts.m[t.id] = t
+	ts.byClient[client]++
 	ts.mu.Unlock()
 	g.metrics.waiters.Inc()
 	go func() {
@@ -51,7 +66,7 @@ func (ts *tickets) start(g *Gateway, key string, opts lock.AcquireOptions, wait 
 			}
 		})
 	}()
-	return t
+	return t, true
 }
 
 func (ts *tickets) get(id string) *ticket {
@@ -64,9 +79,15 @@ func (ts *tickets) get(id string) *ticket {
 func (ts *tickets) collect(id string) bool {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	_, ok := ts.m[id]
+	t, ok := ts.m[id]
+	if !ok {
+		return false
+	}
 	delete(ts.m, id)
-	return ok
+	if ts.byClient[t.client]--; ts.byClient[t.client] == 0 {
+		delete(ts.byClient, t.client)
+	}
+	return true
 }
 
 func (ts *tickets) cancelAll() {

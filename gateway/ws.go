@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/websocket"
 
@@ -42,10 +43,23 @@ type conn struct {
 	ping    *time.Timer
 	wbuf    []byte // the message being written, under writeMu
 
+	// slots bounds the frames in flight (Options.MaxInFlightPerConn): a
+	// frame's call takes a slot before it starts and gives it back when it
+	// has answered. Waiting acquires do not take one (MaxWaitersPerConn
+	// bounds them), so that a connection's waits never starve its renews.
+	slots chan struct{}
+
 	mu     sync.Mutex
 	waits  map[string]context.CancelFunc // by wire.Request id
 	nwaits int
-	leases map[string]*heldLease // by lock token
+	// leases holds the connection's live leases by lock token. A lease
+	// leaves it when it ends (AfterEnd: released, expired, refused), so
+	// that a grant costs O(1) whatever the connection holds, and its size
+	// is what the connection holds.
+	leases map[string]*heldLease
+	// acquiring counts acquires started and not yet answered; with leases
+	// it is bounded by Options.MaxLocksPerConn.
+	acquiring int
 }
 
 type heldLease struct {
@@ -59,12 +73,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered with an HTTP error
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{
-		g: g, ws: ws, ctx: ctx, cancel: cancel,
-		clientID: "ws-" + lock.NewHandle()[:12],
-		waits:    map[string]context.CancelFunc{},
-		leases:   map[string]*heldLease{},
-	}
+	c := g.newConn(ws, ctx, cancel)
 	if !g.track(c) {
 		ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
 		ws.Close()
@@ -75,6 +84,18 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.ping = time.AfterFunc(g.opts.PingInterval, c.sendPing)
 	c.reader()
 	c.finish()
+}
+
+// newConn makes the state of one connection; ws is nil for the fuzz
+// target's connection-less handler.
+func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel context.CancelFunc) *conn {
+	return &conn{
+		g: g, ws: ws, ctx: ctx, cancel: cancel,
+		clientID: "ws-" + lock.NewHandle()[:12],
+		slots:    make(chan struct{}, g.opts.MaxInFlightPerConn),
+		waits:    map[string]context.CancelFunc{},
+		leases:   map[string]*heldLease{},
+	}
 }
 
 // reader handles frames until the connection fails or goes idle.
@@ -90,26 +111,42 @@ func (c *conn) reader() {
 		if err != nil {
 			return
 		}
-		c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
 		if typ != websocket.TextMessage {
 			c.fail("", newError("bad_json", http.StatusBadRequest, "binary frames are not part of the protocol; send JSON text frames"))
-			continue
+		} else if !c.handle(data) {
+			return
 		}
-		c.handle(data)
+		// The idle deadline runs from when the reader is ready for the
+		// next frame: time spent waiting for an in-flight slot
+		// (back-pressure) is the gateway's, not the client's idleness.
+		c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
 	}
 }
 
 // handle decodes one frame and runs its command. Bad input gets an error
-// reply and the connection stays usable.
-func (c *conn) handle(data []byte) {
+// reply and the connection stays usable, except for a frame that is not
+// UTF-8: handle then closes the connection with 1007 and reports false.
+func (c *conn) handle(data []byte) bool {
+	// RFC 6455 §8.1: an endpoint that finds a text frame is not UTF-8 must
+	// fail the connection. Decoding it instead would turn each invalid
+	// byte into U+FFFD, making "a\xff" and "a\xfe" one lock.
+	if !utf8.Valid(data) {
+		c.g.metrics.errors.WithLabelValues("invalid_utf8").Inc()
+		c.closeWith(websocket.CloseInvalidFramePayloadData, "text frames must be valid UTF-8")
+		return false
+	}
+	if aerr := checkObject(data); aerr != nil {
+		c.fail("", aerr)
+		return true
+	}
 	var req wire.Request
 	if err := wire.DecodeRequest(data, &req); err != nil {
 		c.fail("", newError("bad_json", http.StatusBadRequest, "malformed JSON: "+err.Error()))
-		return
+		return true
 	}
 	if len(req.ID) > wire.MaxIDLen {
 		c.fail("", newError("bad_json", http.StatusBadRequest, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
-		return
+		return true
 	}
 	switch req.CommandType {
 	case wire.CmdAcquire, wire.CmdTryAcquire:
@@ -127,6 +164,35 @@ func (c *conn) handle(data []byte) {
 	default:
 		c.fail(req.ID, newError("unknown_command", http.StatusBadRequest, fmt.Sprintf("commandType %d is unknown: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel", req.CommandType)))
 	}
+	return true
+}
+
+// takeSlot waits for one of the connection's in-flight slots, holding up
+// the reader meanwhile (back-pressure: the client's frames wait in TCP
+// buffers, not in goroutines). It reports false once the connection ended.
+// The call that took the slot gives it back with giveSlot.
+func (c *conn) takeSlot() bool {
+	select {
+	case c.slots <- struct{}{}:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+func (c *conn) giveSlot() { <-c.slots }
+
+// reserveLock counts an acquire against Options.MaxLocksPerConn; granted
+// gives the reservation back (or turns it into a held lease).
+func (c *conn) reserveLock() *apiError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.leases)+c.acquiring >= c.g.opts.MaxLocksPerConn {
+		return newError("too_many_locks", http.StatusTooManyRequests,
+			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn))
+	}
+	c.acquiring++
+	return nil
 }
 
 func (c *conn) acquire(req wire.Request) {
@@ -142,7 +208,16 @@ func (c *conn) acquire(req wire.Request) {
 		opts.Value = []byte(*req.Value)
 	}
 	if req.CommandType == wire.CmdTryAcquire {
+		if !c.takeSlot() {
+			return
+		}
+		if aerr := c.reserveLock(); aerr != nil {
+			c.giveSlot()
+			c.fail(req.ID, aerr)
+			return
+		}
 		c.g.workers.run(func() {
+			defer c.giveSlot()
 			start := time.Now()
 			lease, err := c.g.l.TryAcquire(c.ctx, req.Key, opts)
 			c.granted(req, start, lease, err)
@@ -158,6 +233,14 @@ func (c *conn) acquire(req wire.Request) {
 			fmt.Sprintf("this connection already waits for %d acquires", c.g.opts.MaxWaitersPerConn)))
 		return
 	}
+	if len(c.leases)+c.acquiring >= c.g.opts.MaxLocksPerConn {
+		c.mu.Unlock()
+		cancel(nil)
+		c.fail(req.ID, newError("too_many_locks", http.StatusTooManyRequests,
+			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn)))
+		return
+	}
+	c.acquiring++
 	c.nwaits++
 	if req.ID != "" {
 		c.waits[req.ID] = func() { cancel(errCancelledByClient) }
@@ -184,22 +267,31 @@ func (c *conn) acquire(req wire.Request) {
 
 var errCancelledByClient = errors.New("the client cancelled the wait")
 
-// granted reports an acquire's outcome; a grant that arrives after the
-// connection ended is kept (or released, if asked) like any other lease.
+// granted reports an acquire's outcome (its reserveLock turns into a held
+// lease or ends); a grant that arrives after the connection ended is kept
+// (or released, if asked) like any other lease.
 func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err error) {
 	if err != nil {
+		c.mu.Lock()
+		c.acquiring--
+		c.mu.Unlock()
 		c.fail(req.ID, toAPIError(err))
 		return
 	}
 	c.g.metrics.acquireWS.Observe(time.Since(start).Seconds())
 	c.g.metrics.grants.Inc()
 	c.mu.Lock()
+	c.acquiring--
 	gone := c.ctx.Err() != nil
 	if !gone {
-		c.sweepLocked()
 		c.leases[lease.Handle] = &heldLease{lease: lease, releaseOnDisconnect: req.ReleaseOnDisconnect}
 	}
 	c.mu.Unlock()
+	if !gone {
+		// Outside mu: AfterEnd calls dropEnded at once if the lease has
+		// ended already.
+		lease.AfterEnd(func() { c.dropEnded(lease) })
+	}
 	if gone {
 		if req.ReleaseOnDisconnect {
 			c.releaseQuietly(lease)
@@ -220,6 +312,9 @@ func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 		return nil, newError("missing_field", http.StatusBadRequest, "lockToken is required")
 	case req.FencingToken == nil:
 		return nil, newError("missing_field", http.StatusBadRequest, "fencingToken is required")
+	}
+	if aerr := validateLeaseRef(req.Key, req.LockToken); aerr != nil {
+		return nil, aerr
 	}
 	ttl := lock.DefaultTTL
 	c.mu.Lock()
@@ -259,7 +354,11 @@ func (c *conn) release(req wire.Request) {
 			return
 		}
 	}
+	if !c.takeSlot() {
+		return
+	}
 	c.g.workers.run(func() {
+		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
 		err := c.g.l.Release(ctx, lease)
@@ -283,7 +382,11 @@ func (c *conn) renew(req wire.Request) {
 	if req.TTL != 0 {
 		ttl = ttlOption(req.TTL)
 	}
+	if !c.takeSlot() {
+		return
+	}
 	c.g.workers.run(func() {
+		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
 		if err := c.g.l.Renew(ctx, lease, ttl); err != nil {
@@ -291,10 +394,14 @@ func (c *conn) renew(req wire.Request) {
 			return
 		}
 		c.mu.Lock()
-		if h := c.leases[req.LockToken]; h != nil {
+		h := c.leases[req.LockToken]
+		if h != nil {
 			h.lease = lease // the renewed copy carries the new deadline and TTL
 		}
 		c.mu.Unlock()
+		if h != nil {
+			lease.AfterEnd(func() { c.dropEnded(lease) })
+		}
 		c.send(wire.Reply{ID: req.ID, Type: wire.TypeRenewed, Success: true, Key: req.Key,
 			FencingToken: &wire.FencingToken{Key: req.Key, Value: req.FencingToken.Value}, TTL: durationMS(ttl)})
 	})
@@ -305,7 +412,15 @@ func (c *conn) inspect(req wire.Request) {
 		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
 		return
 	}
+	if err := lock.ValidateKey(req.Key); err != nil {
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
+	if !c.takeSlot() {
+		return
+	}
 	c.g.workers.run(func() {
+		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
 		info, err := c.g.l.Inspect(ctx, req.Key)
@@ -354,29 +469,22 @@ func (c *conn) forget(handle string) {
 	c.mu.Unlock()
 }
 
-// sweepLocked drops leases that ended (expired, released elsewhere), so a
-// long-lived connection's table does not grow without bound.
-func (c *conn) sweepLocked() {
-	if len(c.leases) < 64 {
-		return
+// dropEnded removes an ended lease from the table, unless the entry has
+// moved on to a renewed copy (whose own end removes it).
+func (c *conn) dropEnded(lease *lock.Lease) {
+	c.mu.Lock()
+	if h := c.leases[lease.Handle]; h != nil && h.lease == lease {
+		delete(c.leases, lease.Handle)
 	}
-	for h, l := range c.leases {
-		if l.lease.Err() != nil {
-			delete(c.leases, h)
-		}
-	}
+	c.mu.Unlock()
 }
 
+// liveLeases is how many leases the connection holds: ended ones have
+// left the table.
 func (c *conn) liveLeases() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, l := range c.leases {
-		if l.lease.Err() == nil {
-			n++
-		}
-	}
-	return n
+	return len(c.leases)
 }
 
 func (c *conn) fail(id string, e *apiError) {
@@ -424,10 +532,17 @@ func (c *conn) sendPing() {
 }
 
 // goAway closes the connection from the server side.
-func (c *conn) goAway() {
+func (c *conn) goAway() { c.closeWith(websocket.CloseGoingAway, "gateway closing") }
+
+// closeWith sends a close frame with code and reason, and closes the
+// connection.
+func (c *conn) closeWith(code int, reason string) {
+	if c.ws == nil { // the fuzz target's connection-less handler
+		return
+	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
+	c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 	c.ws.Close()
 }
 
