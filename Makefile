@@ -43,6 +43,7 @@ test: deps fmt-check vet
 ## when it expires under load (golang/go#75804, unfixed in Go 1.26).
 fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime 40000x ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzREST$$' -fuzztime 40000x ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 100000x ./backend/raftlock/fsm
 	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 3000x ./fencedstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 150000x ./internal/wire

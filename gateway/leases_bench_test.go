@@ -25,6 +25,9 @@ func BenchmarkConnGrant(b *testing.B) {
 			c := g.newConn(nil, ctx, cancel)
 			opts := lock.AcquireOptions{TTL: time.Hour, Owner: "bench"}
 			grant := func(key string) *lock.Lease {
+				if aerr := c.reserveLock(); aerr != nil {
+					b.Fatal(aerr)
+				}
 				lease, err := g.l.TryAcquire(ctx, key, opts)
 				if err != nil {
 					b.Fatal(err)
