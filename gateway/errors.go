@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"time"
+	"unicode/utf16"
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
@@ -73,13 +75,16 @@ func toAPIError(err error) *apiError {
 }
 
 // checkObject answers bad_json unless data starts (after white space) a
-// JSON object. encoding/json alone is not enough: it decodes `null` into a
+// JSON object without lone surrogate escapes. encoding/json alone is not enough: it decodes `null` into a
 // struct as "no fields" (a REST `null` body was a grant). The decoders
 // used after it (json.Unmarshal, wire.DecodeRequest, decodeStrict) refuse
 // anything after the object.
 func checkObject(data []byte) *apiError {
 	if i := bytes.IndexFunc(data, notJSONSpace); i < 0 || data[i] != '{' {
 		return newError("bad_json", http.StatusBadRequest, "malformed JSON: the message must be one JSON object")
+	}
+	if loneSurrogate(data) {
+		return newError("bad_json", http.StatusBadRequest, "malformed JSON: a \\u escape names half of a UTF-16 surrogate pair, not a character")
 	}
 	return nil
 }
@@ -118,4 +123,48 @@ func validateLeaseRef(key, handle string) *apiError {
 		return toAPIError(err)
 	}
 	return nil
+}
+
+// loneSurrogate reports whether JSON text has a \u escape of a UTF-16
+// surrogate that is not half of a high-low pair. encoding/json decodes one
+// to U+FFFD, so that keys "a\ud800" and "a\udbff" would name one lock, as
+// invalid UTF-8 did. Malformed escapes are left to the decoder.
+func loneSurrogate(data []byte) bool {
+	if !bytes.Contains(data, []byte(`\u`)) {
+		return false
+	}
+	in := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case !in:
+			in = c == '"'
+		case c == '"':
+			in = false
+		case c == '\\':
+			r, ok := escapedRune(data[i:])
+			switch {
+			case !ok:
+				i++ // a one-character escape, or malformed
+			case !utf16.IsSurrogate(r):
+				i += 5
+			case r >= 0xdc00: // a low half first
+				return true
+			default:
+				if r2, ok := escapedRune(data[i+6:]); !ok || r2 < 0xdc00 || r2 > 0xdfff {
+					return true
+				}
+				i += 11
+			}
+		}
+	}
+	return false
+}
+
+// escapedRune reads a \uXXXX escape at the start of b.
+func escapedRune(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	return rune(v), err == nil
 }

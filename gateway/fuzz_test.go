@@ -52,6 +52,7 @@ func FuzzREST(f *testing.F) {
 		{"POST", "locks/k", "", `{"lock_token":"0123456789abcdef0123456789abcdef"}`},
 		{"POST", "locks/k", "", ``},
 		{"POST", "locks/k", "", `null`},
+		{"POST", "locks/k", "", `{"client_id":"a\ud800","value":"\ud83d\ude00"}`},
 		{"POST", "locks/k", "", `{} {}`},
 		{"POST", "locks/k", "", `{"ttl_ms":`},
 		{"POST", "locks/k", "", `{"ttl":5}`},

@@ -49,6 +49,10 @@ func TestWSNullAndTrailing(t *testing.T) {
 		{`"x"`, "", "bad_json"},
 		{`{"id":"a","commandType":4,"key":"k"} {"id":"b"}`, "", "bad_json"},
 		{`{"id":"a","commandType":4,"key":"k"}x`, "", "bad_json"},
+		{`{"id":"s1","commandType":5,"key":"a\ud800","ttl":60000}`, "", "bad_json"},
+		{`{"id":"s2","commandType":5,"key":"a\udbff","ttl":60000}`, "", "bad_json"},
+		{`{"id":"s3","commandType":5,"key":"a\udc00\ud800","ttl":60000}`, "", "bad_json"},
+		{`{"id":"s4","commandType":5,"key":"k","value":"\ud83d\u0041"}`, "", "bad_json"},
 		{`{"id":"t","commandType":5,"key":"k","ttl":9223372036855}`, "t", "invalid_ttl"},
 		{`{"id":"t2","commandType":5,"key":"k","ttl":9223372036854775807}`, "t2", "invalid_ttl"},
 		{`{"id":"t3","commandType":5,"key":"k","ttl":-9223372036854775808}`, "t3", "invalid_ttl"},
@@ -58,6 +62,17 @@ func TestWSNullAndTrailing(t *testing.T) {
 	}
 	c.send(map[string]any{"id": "i", "commandType": 4, "key": "k"})
 	c.expect("i", "error", "not_found")
+	c.sendRaw(`{"id":"i2","commandType":4,"key":"a\ufffd"}`)
+	c.expect("i2", "error", "not_found")
+	// A surrogate pair, and an escaped backslash before "u", are text.
+	c.sendRaw(`{"id":"p","commandType":5,"key":"a\ud83d\ude00","ttl":60000}`)
+	if g := c.expect("p", "grant", ""); g.Key != "a\U0001F600" {
+		t.Errorf("key %q", g.Key)
+	}
+	c.sendRaw(`{"id":"b","commandType":5,"key":"a\\ud800","ttl":60000}`)
+	if g := c.expect("b", "grant", ""); g.Key != `a\ud800` {
+		t.Errorf("key %q", g.Key)
+	}
 }
 
 // TestWSLeaseFieldsValidated: renew, release and inspect check the key and
@@ -118,6 +133,8 @@ func TestRESTNullAndTrailing(t *testing.T) {
 		{"POST", u, `{"ttl_ms":60000}x`, 400, "bad_json"},
 		{"POST", u, `{"ttl_ms":60000}` + "\n" + `null`, 400, "bad_json"},
 		{"PUT", u, `null`, 400, "bad_json"},
+		{"POST", u, `{"client_id":"\udc00"}`, 400, "bad_json"},
+		{"POST", u, `{"value":"x\ud800y"}`, 400, "bad_json"},
 		{"DELETE", u, lease(token) + `{}`, 400, "bad_json"},
 		{"POST", u, `{"wait_ms":9223372036855}`, 400, "invalid_wait"},
 		{"POST", u, `{"wait_ms":9223372036854775807}`, 400, "invalid_wait"},
