@@ -12,7 +12,9 @@ import (
 )
 
 // TestRaftAdvertiseValidation: a wildcard bind needs an address peers can
-// dial, and the advertised address must be one.
+// dial, and the advertised address must be one. (InsecureNoPeerAuth
+// passes the peer-authentication check, which comes first:
+// TestPeerAuthRequired.)
 func TestRaftAdvertiseValidation(t *testing.T) {
 	for _, tc := range []struct{ bind, advertise, want string }{
 		{"0.0.0.0:8081", "", "RaftAdvertise"},
@@ -26,6 +28,7 @@ func TestRaftAdvertiseValidation(t *testing.T) {
 		cfg := DefaultConfig("1")
 		cfg.DataDir = t.TempDir()
 		cfg.RaftAddr, cfg.RaftAdvertise = tc.bind, tc.advertise
+		cfg.InsecureNoPeerAuth = true
 		cfg.fill()
 		err := cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -35,6 +38,7 @@ func TestRaftAdvertiseValidation(t *testing.T) {
 	cfg := DefaultConfig("1")
 	cfg.DataDir = t.TempDir()
 	cfg.RaftAddr, cfg.RaftAdvertise = "0.0.0.0:8081", "raft1.example:8081"
+	cfg.InsecureNoPeerAuth = true
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("a wildcard bind advertising a name: %v", err)
