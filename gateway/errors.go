@@ -112,9 +112,12 @@ func decodeStrict(data []byte, v any) error {
 // malformed one gets its own 400 (invalid_key, invalid_handle) and never
 // joins a backend's batch with other clients' operations (issue 15).
 //
-// Normalize applies the lock package's one rule for handles (the rule a
-// client-chosen acquire handle meets, and every backend's handles are) and
-// its key rule; the other options are left zero, which it accepts.
+// Normalize applies the lock package's one rule for handles
+// (lock.MinHandleLen to lock.MaxHandleLen lowercase hex: what a
+// client-chosen handle must be and every backend mints) and its key rule;
+// the other options are left zero, which it accepts. This is stricter
+// than lock.ValidateLease, which checks only the handle's length: a
+// malformed token gets its own 400 here instead of not_held.
 func validateLeaseRef(key, handle string) *apiError {
 	if handle == "" {
 		return newError("missing_field", http.StatusBadRequest, "lockToken is required")
