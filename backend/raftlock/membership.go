@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/raft"
 
@@ -39,6 +42,34 @@ type JoinArgs struct {
 	ServerAddr string `json:"serverAddr"` // its Raft address
 	APIAddr    string `json:"apiAddr"`    // its client API address
 }
+
+// Validate checks a join request before anything changes: the Raft
+// configuration takes the new voter before its API address is recorded in
+// the state machine, so a server id or address the state machine would
+// refuse must be refused here, or the cluster would gain a voter it cannot
+// describe.
+func (a JoinArgs) Validate() error {
+	if a.ServerID == "" || a.ServerAddr == "" || a.APIAddr == "" {
+		return errors.New("serverId, serverAddr and apiAddr are required")
+	}
+	if err := (fsm.Op{Type: fsm.OpSetMember, Key: a.ServerID, Value: []byte(a.APIAddr)}).Validate(); err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	for _, f := range []struct{ name, v string }{{"serverId", a.ServerID}, {"serverAddr", a.ServerAddr}, {"apiAddr", a.APIAddr}} {
+		if len(f.v) > maxMemberField || !utf8.ValidString(f.v) || strings.IndexFunc(f.v, unicode.IsControl) >= 0 {
+			return fmt.Errorf("%s: want at most %d bytes of UTF-8 without control characters", f.name, maxMemberField)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"serverAddr", a.ServerAddr}, {"apiAddr", a.APIAddr}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			return fmt.Errorf("%s %q: want host:port: %w", f.name, f.v, err)
+		}
+	}
+	return nil
+}
+
+// maxMemberField bounds a join request's server id and addresses.
+const maxMemberField = 256
 
 // RemoveArgs asks the cluster to remove a server.
 type RemoveArgs struct {
@@ -201,8 +232,8 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &a) {
 		return
 	}
-	if a.ServerID == "" || a.ServerAddr == "" || a.APIAddr == "" {
-		writeJSON(w, http.StatusBadRequest, Reply{Error: "serverId, serverAddr and apiAddr are required"})
+	if err := a.Validate(); err != nil {
+		writeJSON(w, http.StatusBadRequest, Reply{Error: err.Error()})
 		return
 	}
 	n.leaderOnly(w, r, a, func() error { return n.addVoter(r.Context(), a) })
