@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -149,18 +148,6 @@ func loadTokens(ctx context.Context, flag, path string) (toks *gateway.Tokens, f
 		}
 	}()
 	return toks, list[0], nil
-}
-
-// listenOn opens the gateway's listener: TLS only when tlsCfg is set.
-func listenOn(addr string, tlsCfg *tls.Config) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if tlsCfg != nil {
-		ln = tls.NewListener(ln, tlsCfg)
-	}
-	return ln, nil
 }
 
 // clientSecurity are the TLS and token flags of the client commands.
