@@ -70,16 +70,27 @@ func newPeerListener(ln net.Listener, cfg *tls.Config, log *slog.Logger, timeout
 }
 
 func (l *peerListener) acceptLoop() {
+	var backoff time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) || l.ctx.Err() != nil {
+				l.Close()
+				return
 			}
-			l.Close()
-			return
+			// Anything else is transient (EMFILE when a flood of
+			// connections exhausts the descriptors, ECONNABORTED): wait
+			// and accept again, as net/http's Serve does, rather than
+			// leave the node deaf to its peers for good.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.refusals.log.Warn("raft listener: accept failed; retrying", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-l.ctx.Done():
+			}
+			continue
 		}
+		backoff = 0
 		select {
 		case l.pending <- struct{}{}:
 			go l.handshake(c)

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -139,4 +141,58 @@ func TestForgedRefusalLogBounded(t *testing.T) {
 	if lines != MaxPeerRefusalLogs {
 		t.Fatalf("%d lines logged for %d refusals, want %d", lines, 5+3*MaxPeerRefusalLogs, MaxPeerRefusalLogs)
 	}
+}
+
+// flakyListener fails its first Accept calls with a transient error, as a
+// listener does when a connection flood has used up the descriptors.
+type flakyListener struct {
+	net.Listener
+	fails atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return l.Listener.Accept()
+}
+
+// TestForgedFloodAcceptRetried: a failed accept (EMFILE) does not close
+// the Raft listener for good; it accepts the next member once the error
+// passes.
+func TestForgedFloodAcceptRetried(t *testing.T) {
+	ca := newCA(t, "cluster CA")
+	nt := nodeTLS(t, ca, false)
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyListener{Listener: tcp}
+	flaky.fails.Store(3)
+	logs := newLogCapture(t)
+	ln := newPeerListener(flaky, nt.raftServerConfig(), logs.logger(), 5*time.Second)
+	defer ln.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	peer, err := tls.Dial("tcp", tcp.Addr().String(), nt.ClientConfig())
+	if err != nil {
+		t.Fatalf("a member's dial: %v", err)
+	}
+	defer peer.Close()
+	peer.Write([]byte{0}) // TLS 1.3: the server reads the client's certificate with the first record
+	select {
+	case err := <-accepted:
+		if err != nil {
+			t.Fatalf("Accept after transient errors: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the member was not accepted after the transient accept errors")
+	}
+	logs.waitFor(t, "accept failed; retrying", 5*time.Second)
 }
