@@ -19,13 +19,19 @@ func (s *suite) renew(t *testing.T) {
 
 	t.Run("KeepsAlive", func(t *testing.T) {
 		key := key(t, "k")
-		lease := mustAcquire(t, a, key, lock.AcquireOptions{TTL: caps.TTL, Owner: "renewer"}, time.Minute)
+		// Each renewal must come back within 2/3 of the TTL, or the
+		// lease's own deadline passes first: with the expiry cases' short
+		// TTL, one slow commit on a loaded machine (two race-enabled
+		// suites on two cores) failed the case. A TTL of at least
+		// renewTTL tests the same thing without that race.
+		ttl := max(caps.TTL, renewTTL)
+		lease := mustAcquire(t, a, key, lock.AcquireOptions{TTL: ttl, Owner: "renewer"}, time.Minute)
 		first := lease.Deadline()
 		// Renew at TTL/3 until well past the original TTL. The sleeps pace
 		// the renewals; nothing is synchronised by them.
-		for until := time.Now().Add(caps.TTL * 5 / 2); time.Now().Before(until); {
-			time.Sleep(caps.TTL / 3)
-			if err := a.Renew(ctx(t, caps.TTL), lease, caps.TTL); err != nil {
+		for until := time.Now().Add(ttl * 5 / 2); time.Now().Before(until); {
+			time.Sleep(ttl / 3)
+			if err := a.Renew(ctx(t, ttl), lease, ttl); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
 		}

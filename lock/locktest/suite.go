@@ -81,6 +81,9 @@ const (
 
 	// longTTL is the TTL of leases that must not expire during a case.
 	longTTL = time.Minute
+	// renewTTL is the shortest TTL of the lease the renewal case keeps
+	// alive (see renew).
+	renewTTL = 2 * time.Second
 )
 
 func (c Capabilities) withDefaults() Capabilities {
