@@ -137,21 +137,6 @@ type TokenSet interface {
 // reach, and no InsecureNoPeerAuth.
 var ErrNoPeerAuth = errors.New("raftlock: the Raft transport would process any party's RPCs")
 
-// loopbackAddr reports whether addr (host:port) is on the loopback
-// interface: 127.0.0.0/8, ::1 or "localhost". Wildcards and other names
-// are not: any host may reach them.
-func loopbackAddr(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // checkPeerAuth refuses a node whose Raft port others could reach with
 // nothing to tell members from strangers.
 func (c *Config) checkPeerAuth() error {
@@ -162,7 +147,7 @@ func (c *Config) checkPeerAuth() error {
 		return nil
 	}
 	for _, a := range []string{c.RaftAddr, c.RaftAdvertise} {
-		if a != "" && !loopbackAddr(a) {
+		if a != "" && !netguard.Loopback(a) {
 			return fmt.Errorf("%w: Raft address %s is not loopback and the node has no TLS. "+
 				"Add --tls-cert, --tls-key and --tls-ca (Config.TLS) so that peers prove membership with certificates, "+
 				"or --insecure-raft-no-peer-auth (Config.InsecureNoPeerAuth) if every host that can reach it is trusted", ErrNoPeerAuth, a)
@@ -174,7 +159,7 @@ func (c *Config) checkPeerAuth() error {
 // insecurePeers reports whether the Raft port is reachable by others and
 // trusts them all (InsecureNoPeerAuth in use): worth a warning at start.
 func (c *Config) insecurePeers() bool {
-	return c.TLS == nil && c.InsecureNoPeerAuth && (!loopbackAddr(c.RaftAddr) || c.RaftAdvertise != "" && !loopbackAddr(c.RaftAdvertise))
+	return c.TLS == nil && c.InsecureNoPeerAuth && (!netguard.Loopback(c.RaftAddr) || c.RaftAdvertise != "" && !netguard.Loopback(c.RaftAdvertise))
 }
 
 // DefaultConfig returns a Config for server id with every default filled.

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/internal/netguard"
 )
 
 // Membership (seed 000's Join Cluster, Fetch Peer List and Remove Server
@@ -162,7 +163,7 @@ func (n *Node) membershipPolicy() membershipPolicy {
 		listen = n.cfg.APIAddr
 	}
 	return membershipPolicy{admin: n.cfg.AdminTokens, client: n.cfg.ClientTokens,
-		peerAuth: n.cfg.TLS.PeerAuth(), loopbackAPI: loopbackAddr(listen)}
+		peerAuth: n.cfg.TLS.PeerAuth(), loopbackAPI: netguard.Loopback(listen)}
 }
 
 // membershipPolicy is what a node knows to authorize join and remove.

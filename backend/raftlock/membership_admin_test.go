@@ -127,19 +127,6 @@ func TestMembershipPolicy(t *testing.T) {
 	}
 }
 
-// TestMembershipLoopbackAPI: which API addresses count as loopback for
-// the dev mode.
-func TestMembershipLoopbackAPI(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"127.0.0.1:50051": true, "127.3.0.1:1": true, "[::1]:50051": true, "localhost:50051": true,
-		"0.0.0.0:50051": false, ":50051": false, "10.0.0.1:50051": false, "raft1:50051": false, "[::]:1": false,
-	} {
-		if got := loopbackAddr(addr); got != want {
-			t.Errorf("loopbackAddr(%q) = %v, want %v", addr, got, want)
-		}
-	}
-}
-
 // TestMembershipJoinValidated: a join whose server id or addresses the
 // state machine would refuse is answered 400 before the Raft configuration
 // changes (AddVoter runs before the member directory records the API

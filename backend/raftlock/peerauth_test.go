@@ -3,6 +3,7 @@ package raftlock
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -94,24 +95,8 @@ func TestForgedSlowHandshake(t *testing.T) {
 	}
 	defer silent.Close()
 
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	peer, err := tls.Dial("tcp", tcp.Addr().String(), nt.ClientConfig())
-	if err != nil {
-		t.Fatalf("a member's dial: %v", err)
-	}
-	defer peer.Close()
-	peer.Write([]byte{0}) // TLS 1.3: the server reads the client's certificate with the first record
-	select {
-	case c := <-accepted:
-		c.Close()
-	case <-time.After(5 * time.Second):
-		t.Fatal("a member was not accepted while a silent stranger was handshaking")
+	if err := memberAccepted(ln, tcp.Addr().String(), nt.ClientConfig(), 5*time.Second); err != nil {
+		t.Fatalf("while a silent stranger was handshaking: %v", err)
 	}
 
 	silent.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -172,6 +157,15 @@ func TestForgedFloodAcceptRetried(t *testing.T) {
 	logs := newLogCapture(t)
 	ln := newPeerListener(flaky, nt.raftServerConfig(), logs.logger(), 5*time.Second)
 	defer ln.Close()
+	if err := memberAccepted(ln, tcp.Addr().String(), nt.ClientConfig(), 30*time.Second); err != nil {
+		t.Fatalf("after transient accept errors: %v", err)
+	}
+	logs.waitFor(t, "accept failed; retrying", 5*time.Second)
+}
+
+// memberAccepted dials addr as a member (cfg) and reports whether ln's
+// Accept returns the connection within the given time.
+func memberAccepted(ln net.Listener, addr string, cfg *tls.Config, within time.Duration) error {
 	accepted := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -180,19 +174,19 @@ func TestForgedFloodAcceptRetried(t *testing.T) {
 		}
 		accepted <- err
 	}()
-	peer, err := tls.Dial("tcp", tcp.Addr().String(), nt.ClientConfig())
+	peer, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {
-		t.Fatalf("a member's dial: %v", err)
+		return fmt.Errorf("a member's dial: %w", err)
 	}
 	defer peer.Close()
 	peer.Write([]byte{0}) // TLS 1.3: the server reads the client's certificate with the first record
 	select {
 	case err := <-accepted:
 		if err != nil {
-			t.Fatalf("Accept after transient errors: %v", err)
+			return fmt.Errorf("Accept: %w", err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the member was not accepted after the transient accept errors")
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("a member was not accepted within %v", within)
 	}
-	logs.waitFor(t, "accept failed; retrying", 5*time.Second)
 }

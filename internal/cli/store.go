@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -68,7 +67,7 @@ of a key and lock every legitimate writer out for good.`,
 			hopts := fencedstore.HandlerOptions{Logger: logger}
 			if toks != nil {
 				hopts.Authorize = toks.Authorized
-			} else if insecure && !loopbackListen(listen) {
+			} else if insecure && !netguard.Loopback(listen) {
 				logger.Warn("INSECURE: the fenced store serves without authentication on an address other hosts can reach (--insecure-no-auth)", "listen", listen)
 			}
 			s, err := fencedstore.Open(data, fencedstore.Options{Logger: logger})
@@ -127,25 +126,10 @@ var ErrStoreNoAuth = errors.New("the fenced store would accept anyone's writes")
 // checkStoreAuth refuses to serve the store without authentication where
 // other hosts can reach it: secure by default, as the gateway's Raft port.
 func checkStoreAuth(listen string, tokens, insecure bool) error {
-	if tokens || insecure || loopbackListen(listen) {
+	if tokens || insecure || netguard.Loopback(listen) {
 		return nil
 	}
 	return fmt.Errorf("%w: --listen %s is not a loopback address and no --auth-tokens-file is given, so anyone who reaches it could write the highest fencing token of a key and lock every legitimate writer out; "+
 		"give --auth-tokens-file FILE (one token per line; clients send Authorization: Bearer <token>), "+
 		"or --insecure-no-auth to serve without authentication on a network where every host is trusted", ErrStoreNoAuth, listen)
-}
-
-// loopbackListen reports whether the listen address addr (host:port) is on
-// the loopback interface: 127.0.0.0/8, ::1 or "localhost". An empty host
-// and the wildcards listen on every interface.
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
