@@ -109,6 +109,9 @@ type Gateway struct {
 	metrics *metrics
 	tickets *tickets
 	workers *workers
+	// slotWait, if not nil, is called when a connection's reader starts
+	// waiting for an in-flight slot (tests await it).
+	slotWait func()
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}

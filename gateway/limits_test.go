@@ -339,6 +339,8 @@ type blockingLocker struct {
 	lock.Locker
 	entered chan struct{}
 	unblock chan struct{}
+	// cancelled, if not nil, receives each Inspect that its context ended.
+	cancelled chan struct{}
 }
 
 func (b *blockingLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
@@ -346,6 +348,9 @@ func (b *blockingLocker) Inspect(ctx context.Context, key string) (*lock.LockInf
 	select {
 	case <-b.unblock:
 	case <-ctx.Done():
+		if b.cancelled != nil {
+			b.cancelled <- struct{}{}
+		}
 		return nil, ctx.Err()
 	}
 	return b.Locker.Inspect(ctx, key)
@@ -364,4 +369,36 @@ func newServer(t *testing.T, g *Gateway) *httptest.Server {
 func decodeJSON(r io.Reader, v any) {
 	data, _ := io.ReadAll(r)
 	json.Unmarshal(data, v)
+}
+
+// TestLimitsCloseWithReaderHeldUp: Close ends the operations of a
+// connection whose reader waits for an in-flight slot behind operations the
+// backend holds up. Before, the connection's context ended only when its
+// reader stopped, which it did only once a slot freed: the held operations
+// ran on to their opTimeout (10 s) after Close.
+func TestLimitsCloseWithReaderHeldUp(t *testing.T) {
+	bl := &blockingLocker{Locker: newMemLocker(), entered: make(chan struct{}, 16), unblock: make(chan struct{}),
+		cancelled: make(chan struct{}, 16)}
+	defer close(bl.unblock)
+	g := New(bl, Options{MaxInFlightPerConn: 2})
+	waiting := make(chan struct{}, 1)
+	g.slotWait = func() { waiting <- struct{}{} }
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	c := dial(t, srv)
+	for i := range 2 {
+		c.send(map[string]any{"id": fmt.Sprint("i", i), "commandType": 4, "key": "slow"})
+		<-bl.entered
+	}
+	c.send(map[string]any{"id": "third", "commandType": 4, "key": "slow"})
+	<-waiting // the reader waits for a slot
+	g.Close()
+	deadline := time.After(opTimeout - 2*time.Second) // anything short of opTimeout tells the two apart
+	for i := range 2 {
+		select {
+		case <-bl.cancelled:
+		case <-deadline:
+			t.Fatalf("%d of 2 held operations cancelled %v after Close", i, opTimeout-2*time.Second)
+		}
+	}
 }

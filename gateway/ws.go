@@ -175,6 +175,14 @@ func (c *conn) takeSlot() bool {
 	select {
 	case c.slots <- struct{}{}:
 		return true
+	default:
+	}
+	if c.g.slotWait != nil {
+		c.g.slotWait()
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return true
 	case <-c.ctx.Done():
 		return false
 	}
@@ -531,8 +539,15 @@ func (c *conn) sendPing() {
 	c.ping.Reset(c.g.opts.PingInterval)
 }
 
-// goAway closes the connection from the server side.
-func (c *conn) goAway() { c.closeWith(websocket.CloseGoingAway, "gateway closing") }
+// goAway closes the connection from the server side. It also ends the
+// connection's context at once, as finish would: a reader held up waiting
+// for an in-flight slot (back-pressure) would otherwise notice the close
+// only when a slot frees, up to opTimeout later, and Close would wait
+// for it.
+func (c *conn) goAway() {
+	c.closeWith(websocket.CloseGoingAway, "gateway closing")
+	c.cancel()
+}
 
 // closeWith sends a close frame with code and reason, and closes the
 // connection.
