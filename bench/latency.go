@@ -57,6 +57,10 @@ type LatencyConfig struct {
 	Rate float64
 	// TTL of the leases taken; long enough that none expires in a cycle.
 	TTL time.Duration
+	// FloorDir is where the physical floor's sync is measured; empty: the
+	// directory that holds the provisioned raftlock nodes' data
+	// directories (Servers.FloorDir).
+	FloorDir string
 	// Progress receives a progress line per step; nil discards them.
 	Progress io.Writer
 }
@@ -113,7 +117,10 @@ type Report struct {
 	Rounds   int     `json:"rounds"`
 	Duration string  `json:"duration"`
 	Rate     float64 `json:"rate,omitempty"`
-	Runs     []*Run  `json:"runs"`
+	// Floor is the physical floor measured in the same run, a round at a
+	// time with the backends.
+	Floor *Floor `json:"floor"`
+	Runs  []*Run `json:"runs"`
 }
 
 // Run is the result of one backend × path × workload over all rounds.
@@ -134,6 +141,9 @@ type Run struct {
 	CDF []CDFPoint `json:"cdf,omitempty"`
 	// Note explains something a reader of this run must know.
 	Note string `json:"note,omitempty"`
+	// Floor is the run's p50 and ops/s as multiples of its backend's
+	// physical floor.
+	Floor *RunFloor `json:"floor,omitempty"`
 
 	rounds []roundResult
 	hist   *hdrhistogram.Histogram
@@ -190,6 +200,11 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 		return nil, err
 	}
 	rep := &Report{Machine: ReadMachine(), Rounds: cfg.Rounds, Duration: cfg.Duration.String(), Rate: cfg.Rate}
+	rep.Floor = &Floor{Dir: cfg.FloorDir}
+	if rep.Floor.Dir == "" {
+		rep.Floor.Dir = s.FloorDir()
+	}
+	rep.Floor.FS = fsType(rep.Floor.Dir)
 
 	// One Conn per backend × path, reused by every round and workload.
 	type target struct {
@@ -237,6 +252,11 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 	steps := cfg.Rounds * len(cfg.Workloads) * len(targets)
 	step := 0
 	for round := 1; round <= cfg.Rounds; round++ {
+		fmt.Fprintf(cfg.Progress, "%s round %d/%d  floor: sync in %s, loopback round trip\n",
+			progressBar(step, steps), round, cfg.Rounds, rep.Floor.Dir)
+		if err := rep.Floor.measureRound(ctx); err != nil {
+			return nil, err
+		}
 		for _, w := range cfg.Workloads {
 			for _, t := range targets {
 				step++
@@ -252,8 +272,10 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 		}
 	}
 	fmt.Fprintf(cfg.Progress, "%s done\n", progressBar(steps, steps))
+	rep.Floor.summarise(cfg.Backends)
 	for _, r := range rep.Runs {
 		r.summarise()
+		r.Floor = rep.Floor.RunFloor(r)
 	}
 	return rep, nil
 }

@@ -18,16 +18,66 @@ import (
 	"github.com/go-echarts/go-echarts/v2/opts"
 )
 
-// WriteTable writes the runs as a table for a terminal.
+// WriteTable writes the runs as a table for a terminal, then the physical
+// floor's rows.
 func (rep *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BACKEND\tVIA\tWORKLOAD\tCLIENTS\tOPS\tOPS/S\tP50 µs\tP90 µs\tP99 µs\tP99.9 µs\tMAX µs\tERRORS\t")
+	fmt.Fprintln(tw, "BACKEND\tVIA\tWORKLOAD\tCLIENTS\tOPS\tOPS/S\tP50 µs\tP90 µs\tP99 µs\tP99.9 µs\tMAX µs\tERRORS\tFLOOR µs\tP50 ×FLOOR\tOPS ×FLOOR\t")
 	for _, r := range rep.Runs {
 		l := r.LatencyUS
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t\n",
-			r.Backend, r.Via, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText())
+		fl, p50x, opsx := r.floorText()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
+			r.Backend, r.Via, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText(), fl, p50x, opsx)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	rows := rep.Floor.rows()
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLOOR\tP50 µs\tP99 µs\tSAMPLES\tMODEL")
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
+}
+
+// floorText is the run's floor columns: the floor (µs) and its p50 and
+// ops/s as multiples of it; dashes without a floor.
+func (r *Run) floorText() (floor, p50x, opsx string) {
+	if r.Floor == nil {
+		return "-", "-", "-"
+	}
+	return fmt.Sprintf("%.0f", r.Floor.LatencyUS), fmt.Sprintf("%.2f", r.Floor.P50X), fmt.Sprintf("%.2f", r.Floor.OpsX)
+}
+
+// rows are the floor's rows: the two measured primitives, then each
+// backend's derived commit, cycle and handoff floors.
+func (f *Floor) rows() [][]string {
+	if f == nil || f.Sync.Samples == 0 {
+		return nil
+	}
+	us := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	fs := f.FS
+	if fs == "" {
+		fs = "filesystem"
+	}
+	rows := [][]string{
+		{fmt.Sprintf("sync %d KiB", FloorBlock>>10), us(f.Sync.P50), us(f.Sync.P99), fmt.Sprint(f.Sync.Samples),
+			fmt.Sprintf("append + fdatasync, %s at %s", fs, f.Dir)},
+		{"loopback round trip", us(f.RTT.P50), us(f.RTT.P99), fmt.Sprint(f.RTT.Samples),
+			fmt.Sprintf("%d B echo over TCP on 127.0.0.1", FloorMessage)},
+	}
+	for _, b := range f.Backends {
+		rows = append(rows,
+			[]string{b.Backend + " commit", us(b.CommitUS), "", "", fmt.Sprintf("%d sync + %d rtt", b.Model.Syncs, b.Model.RTTs)},
+			[]string{b.Backend + " cycle", us(b.CycleUS), "", "", fmt.Sprintf("%d commit + %d rtt", CycleCommits, CycleRTTs)},
+			[]string{b.Backend + " handoff", us(b.HandoffUS), "", "", fmt.Sprintf("%d commit + %d rtt", HandoffCommits, HandoffRTTs)})
+	}
+	return rows
 }
 
 // errorText is the error count with its kinds, e.g. "3 (timeout 2, other 1)".
@@ -213,12 +263,35 @@ func (rep *Report) htmlHeader() string {
 	}
 	b.WriteString("; latencies are medians of the rounds' percentiles.</p>\n")
 	b.WriteString(`<table style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
-	b.WriteString("<tr><th>backend</th><th>via</th><th>workload</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>errors</th></tr>\n")
+	b.WriteString("<tr><th>backend</th><th>via</th><th>workload</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>errors</th><th>floor µs</th><th>p50 × floor</th><th>ops × floor</th></tr>\n")
 	for _, r := range rep.Runs {
 		l := r.LatencyUS
-		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td></tr>\n",
-			esc(r.Backend), esc(r.Via), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()))
+		fl, p50x, opsx := r.floorText()
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+			esc(r.Backend), esc(r.Via), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()), fl, p50x, opsx)
 	}
-	b.WriteString("</table></div>\n")
+	b.WriteString("</table>\n")
+	if rows := rep.Floor.rows(); len(rows) > 0 {
+		b.WriteString(`<h2>Physical floor</h2>
+<p>Measured on this machine in this run, a round at a time with the backends; a backend's floors follow its commit model
+(docs/benchmarks.md). <i>p50 × floor</i> is a run's p50 over the least one of its operations can take (the cycle floor;
+the handoff floor for handoff); <i>ops × floor</i> is the most ops/s the workload can reach at the floor over the ops/s
+measured (for contended: the interval between acquisitions over the handoff floor). 1.00 is the floor.</p>
+`)
+		b.WriteString(`<table id="floor" style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
+		b.WriteString("<tr><th>floor</th><th>p50 µs</th><th>p99 µs</th><th>samples</th><th>model</th></tr>\n")
+		for _, row := range rows {
+			b.WriteString("<tr>")
+			for _, c := range row {
+				fmt.Fprintf(&b, "<td>%s</td>", esc(c))
+			}
+			b.WriteString("</tr>\n")
+		}
+		b.WriteString("</table>\n")
+		for _, bf := range rep.Floor.Backends {
+			fmt.Fprintf(&b, "<p><b>%s</b>: %s.</p>\n", esc(bf.Backend), esc(bf.Model.Why))
+		}
+	}
+	b.WriteString("</div>\n")
 	return b.String()
 }

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -248,6 +250,17 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 func (s *Servers) Close() {
 	s.Proxies.Close()
 	s.tb.Close()
+}
+
+// FloorDir is the directory the physical floor's sync is measured in: the
+// one that holds the provisioned raftlock nodes' data directories, so that
+// the sync is the nodes' filesystem's; without provisioned nodes, the
+// system's temporary directory, where testenv keeps every server's data.
+func (s *Servers) FloorDir() string {
+	if s != nil && s.RaftProcs != nil && len(s.RaftProcs.Nodes) > 0 {
+		return filepath.Dir(s.RaftProcs.Nodes[0].DataDir)
+	}
+	return os.TempDir()
 }
 
 // raftFaultArgs is the testenv hook that puts proxies in front of every
