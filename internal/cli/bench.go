@@ -46,6 +46,13 @@ handoff (contended, measured from a release to the next waiter's grant).
 --rounds; reported latencies are the medians of the rounds' percentiles.
 --rate makes the loop open: operations start on a fixed schedule and latency
 counts from the scheduled start, so a slow server cannot hide its queueing.
+
+Every run also measures this machine's physical floor, a round at a time with
+the backends: a 4 KiB append + fdatasync in the raftlock nodes' data
+filesystem (--floor-dir) and a loopback TCP round trip. From them each
+backend's commit, cycle and handoff floors follow its replication model, and
+every run's p50 and ops/s are shown as multiples of its floor (FLOOR rows and
+columns; docs/benchmarks.md explains the model).
 --servers uses existing servers for some backends, e.g.
   --servers 'redlock=127.0.0.1:6379;postgres=postgres://u@h/db;etcd=http://h:2379;raft=h:50051,h:50052'`,
 		Args: cobra.NoArgs,
@@ -113,6 +120,7 @@ counts from the scheduled start, so a slow server cannot hide its queueing.
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, interleaved across backends")
 	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unrecorded warm-up per backend × path")
 	f.Float64Var(&cfg.Rate, "rate", 0, "open loop: total operations per second (0: closed loop)")
+	f.StringVar(&cfg.FloorDir, "floor-dir", "", "directory to measure the floor's fdatasync in (default: the raftlock nodes' data directory, else the temporary directory)")
 	f.StringVar(&servers, "servers", "", "existing servers per backend instead of starting them (see above)")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write a self-contained HTML report to this file")
