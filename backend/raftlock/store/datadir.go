@@ -30,7 +30,8 @@ var (
 	// (in this or another process) holds the data directory.
 	ErrLocked = errors.New("store: data directory in use")
 	// ErrOtherKind is wrapped by the error Open returns when the data
-	// directory holds the log of the other store kind.
+	// directory holds the log of the other store kind than the one asked
+	// for, or, with KindAuto, the logs of both kinds.
 	ErrOtherKind = errors.New("store: data directory holds another store kind")
 )
 
@@ -55,22 +56,50 @@ func (e *LockedError) Error() string {
 // Unwrap makes the error match ErrLocked.
 func (e *LockedError) Unwrap() error { return ErrLocked }
 
-// checkKind refuses a data directory that holds the other kind's log:
-// opening it would start an empty log beside it and, with --bootstrap, a
-// second cluster in the same directory.
-func checkKind(dir string, kind Kind) error {
-	other, name := KindBolt, boltFileName
-	if kind == KindBolt {
-		other, name = KindWAL, walDirName
+// kindFiles maps each concrete kind to the name of its log in a data
+// directory.
+var kindFiles = map[Kind]string{KindWAL: walDirName, KindBolt: boltFileName}
+
+// resolveKind returns the kind to open in dir and why. An explicit kind is
+// refused if dir holds the other kind's log: opening it would start an
+// empty log beside it and, with --bootstrap, a second cluster in the same
+// directory. KindAuto takes the kind dir holds, Default if none, and
+// refuses to guess between two.
+func resolveKind(dir string, kind Kind) (Kind, string, error) {
+	var found []Kind // in kinds' order
+	for _, k := range kinds {
+		name, ok := kindFiles[k]
+		if !ok {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			found = append(found, k)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return "", "", fmt.Errorf("store: %w", err)
+		}
 	}
-	p := filepath.Join(dir, name)
-	if _, err := os.Lstat(p); err == nil {
-		return fmt.Errorf("%w: %s holds a --store %s log (%s); refusing to open it as --store %s "+
-			"(start the node with --store %s, or use another --data-dir)", ErrOtherKind, dir, other, p, kind, other)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("store: %w", err)
+	if kind != KindAuto {
+		for _, other := range found {
+			if other != kind {
+				p := filepath.Join(dir, kindFiles[other])
+				return "", "", fmt.Errorf("%w: %s holds a --store %s log (%s); refusing to open it as --store %s "+
+					"(start the node with --store %s or --store %s, or use another --data-dir)",
+					ErrOtherKind, dir, other, p, kind, other, KindAuto)
+			}
+		}
+		return kind, fmt.Sprintf("--store %s asked for", kind), nil
 	}
-	return nil
+	switch len(found) {
+	case 0:
+		return Default, fmt.Sprintf("--store %s: %s holds no Raft log yet; a new directory gets the default, %s",
+			KindAuto, dir, Default), nil
+	case 1:
+		k := found[0]
+		return k, fmt.Sprintf("--store %s: %s holds a %s log (%s)", KindAuto, dir, k, filepath.Join(dir, kindFiles[k])), nil
+	}
+	return "", "", fmt.Errorf("%w: %s holds both a --store %s log (%s) and a --store %s log (%s); "+
+		"refusing to guess which one is the node's: move the one not in use out of the directory",
+		ErrOtherKind, dir, found[0], filepath.Join(dir, kindFiles[found[0]]), found[1], filepath.Join(dir, kindFiles[found[1]]))
 }
 
 // Tighten sets every directory under root (root included) to DirMode and

@@ -3,9 +3,9 @@
 //
 // Two implementations are available: raft-wal ([KindWAL]), a segmented
 // write-ahead log that fsyncs once per append, and raft-boltdb/v2
-// ([KindBolt]), a BoltDB B+tree that fdatasyncs twice per append. [Default]
-// is KindBolt: raft-wal is faster, but its only release cannot reopen a log
-// whose tail was truncated; see docs/raftlock-store.md.
+// ([KindBolt]), a BoltDB B+tree that fdatasyncs twice per append. [KindAuto]
+// keeps the kind a data directory already holds and gives a new one
+// [Default], KindWAL; see docs/raftlock-store.md.
 package store
 
 import (
@@ -36,16 +36,21 @@ const (
 	// KindBolt is github.com/hashicorp/raft-boltdb/v2, stored in dir/raft.db.
 	KindBolt Kind = "bolt"
 
-	// Default is the kind the node uses unless told otherwise. KindWAL
+	// KindAuto opens the kind the data directory already holds (raft.db:
+	// KindBolt, raft-wal/: KindWAL) and Default in a directory that holds
+	// neither. It is the node's default: a directory written by an earlier
+	// release, whose default was KindBolt, keeps its log; nothing is
+	// migrated behind the operator's back.
+	KindAuto Kind = "auto"
+
+	// Default is the kind KindAuto gives a new data directory. KindWAL
 	// measured faster (BenchmarkApply, three nodes: half the syncs per
-	// commit, about half the commit latency, 1.6x the throughput), but
-	// raft-wal v0.4.0 — the only release the module proxy serves — cannot
-	// reopen a log whose tail was truncated (hashicorp/raft-wal#31, fixed
-	// after v0.4.0): a follower that cleared a conflicting suffix and was
-	// then killed panics at restart. `lockgate bench chaos` found it;
-	// TestWALTailTruncationBug pins it. Safety first: KindBolt until a fixed
-	// raft-wal is released. docs/raftlock-store.md has the numbers.
-	Default = KindBolt
+	// commit, about half the commit latency, 1.6x the throughput; issue 16:
+	// 0.35-0.42x etcd's sequential p50 against bolt's 0.61-0.68x). It was
+	// KindBolt while raft-wal v0.4.0 could not reopen a log whose tail was
+	// truncated (hashicorp/raft-wal#31, fixed by #33 in v0.4.1); the
+	// TailTruncation and crash tests pin the fix.
+	Default = KindWAL
 )
 
 // File and directory names under the dir given to Open.
@@ -58,8 +63,13 @@ const (
 // lock before failing (bbolt would otherwise wait forever).
 const boltLockTimeout = time.Second
 
+// walSegmentSize is the size of one raft-wal segment file:
+// raft-wal's own default (64 MiB). A variable only so that tests can
+// make segments small enough to seal every few dozen appends.
+var walSegmentSize = wal.DefaultSegmentSize
+
 // kinds lists the valid kinds in the order error messages show them.
-var kinds = []Kind{KindWAL, KindBolt}
+var kinds = []Kind{KindWAL, KindBolt, KindAuto}
 
 // Stores is an open durable log store and stable store.
 type Stores struct {
@@ -71,6 +81,11 @@ type Stores struct {
 	// Close releases the files and their locks. Call it only after
 	// raft.Shutdown has returned; later calls return the first call's result.
 	Close func() error
+	// Kind is the kind opened: KindWAL or KindBolt, never KindAuto.
+	Kind Kind
+	// Why says why Open chose Kind, for the node's log: asked for, found
+	// in the directory, or the default for a new directory.
+	Why string
 }
 
 // ParseKind returns the Kind named by s, or an error listing the valid kinds.
@@ -92,16 +107,18 @@ func validKinds() string {
 }
 
 // Open opens, creating it if needed, the durable log and stable store of kind
-// under dir: dir/raft-wal for KindWAL, dir/raft.db for KindBolt.
+// under dir: dir/raft-wal for KindWAL, dir/raft.db for KindBolt. KindAuto
+// opens the kind dir already holds, or Default if it holds neither; the
+// returned Stores says which kind and why.
 //
 // Before anything else it takes dir/LOCK (LockFileName): only one Stores,
 // of either kind, may have a dir open at a time, and a second Open fails at
 // once with a *LockedError (errors.Is ErrLocked) naming the directory and
 // the holder's PID. The lock also covers everything else the node keeps in
 // dir (its snapshots): hold it until raft.Shutdown has returned. A dir that
-// holds the other kind's log is refused (ErrOtherKind). dir and everything
-// in it are set to DirMode/FileMode. Close must be called after
-// raft.Shutdown.
+// holds the other kind's log is refused (ErrOtherKind), and so is, with
+// KindAuto, a dir that holds both. dir and everything in it are set to
+// DirMode/FileMode. Close must be called after raft.Shutdown.
 func Open(dir string, kind Kind) (*Stores, error) {
 	if _, err := ParseKind(string(kind)); err != nil {
 		return nil, err
@@ -121,7 +138,8 @@ func Open(dir string, kind Kind) (*Stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKind(dir, kind); err != nil {
+	kind, why, err := resolveKind(dir, kind)
+	if err != nil {
 		return nil, errors.Join(err, unlock())
 	}
 	var s *Stores
@@ -141,6 +159,7 @@ func Open(dir string, kind Kind) (*Stores, error) {
 	}
 	closeStores := s.Close
 	s.Close = sync.OnceValue(func() error { return errors.Join(closeStores(), unlock()) })
+	s.Kind, s.Why = kind, why
 	return s, nil
 }
 
@@ -183,16 +202,23 @@ func openWAL(dir string) (*Stores, error) {
 	if err := ensureDir(dir); err != nil {
 		return nil, err
 	}
-	// We keep the meta store: WAL.Close does not close it (raft-wal v0.4.0),
-	// and leaving it open would keep wal-meta.db locked until the process
-	// exits, so a re-Open in the same process would hang. (Open's directory
-	// lock keeps a second node out before bbolt's lock, which would wait
-	// forever, is reached.)
+	// We keep the meta store so that a failed wal.Open can close it: left
+	// open, wal-meta.db would stay locked until the process exits and a
+	// re-Open in the same process would hang. (WAL.Close closes it since
+	// v0.4.1; closing it again is a no-op. Open's directory lock keeps a
+	// second node out before bbolt's lock, which would wait forever, is
+	// reached.)
 	meta := &metadb.BoltMetaDB{}
+	sf := segment.NewFiler(dir, privateFS{walfs.New()})
+	log := hclog.Default().Named("raft-wal")
+	if err := completeInterruptedRotation(dir, meta, sf, log); err != nil {
+		return nil, errors.Join(err, meta.Close())
+	}
 	w, err := wal.Open(dir,
 		wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(segment.NewFiler(dir, privateFS{walfs.New()})),
-		wal.WithLogger(hclog.Default().Named("raft-wal")),
+		wal.WithSegmentSize(walSegmentSize),
+		wal.WithSegmentFiler(sf),
+		wal.WithLogger(log),
 	)
 	if err != nil {
 		err = errors.Join(fmt.Errorf("store: open wal %s: %w", dir, err), meta.Close())

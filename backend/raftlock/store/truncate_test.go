@@ -1,7 +1,8 @@
 package store_test
 
 import (
-	"strings"
+	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -9,21 +10,85 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/store"
 )
 
-// truncateTailAndReopen stores entries 1..20, truncates 15..20 the way a
-// follower clears a conflicting suffix, reopens the store (a restart) and
-// reads entry 1.
-func truncateTailAndReopen(t *testing.T, kind store.Kind) error {
+// smallSegment is a raft-wal segment size at which a few dozen test
+// entries fill a segment, so that appends seal segments and a tail
+// truncation can reach back into a sealed one.
+const smallSegment = 4096
+
+// segmentSizes are the raft-wal segment sizes the truncation tests run
+// with: the default (one segment) and smallSegment (many sealed ones).
+var segmentSizes = []struct {
+	name string
+	size int // 0: the default
+}{{"one-segment", 0}, {"small-segments", smallSegment}}
+
+// withSegmentSize runs the rest of the test with raft-wal segments of size
+// bytes (0: unchanged).
+func withSegmentSize(t *testing.T, size int) {
 	t.Helper()
+	if size > 0 {
+		t.Cleanup(store.SetWALSegmentSize(size))
+	}
+}
+
+// termLog is entry i of term term, with contents that tell terms apart:
+// an entry a truncation removed must not come back.
+func termLog(i, term uint64) *raft.Log {
+	l := testLog(i)
+	l.Term = term
+	l.Data = append(l.Data, byte(term))
+	return l
+}
+
+// storeRange stores entries first..last of term in batches of batch.
+func storeRange(t *testing.T, s *store.Stores, first, last, term uint64, batch int) {
+	t.Helper()
+	var logs []*raft.Log
+	for i := first; i <= last; i++ {
+		logs = append(logs, termLog(i, term))
+		if len(logs) == batch || i == last {
+			if err := s.Log.StoreLogs(logs); err != nil {
+				t.Fatalf("StoreLogs(%d..%d): %v", logs[0].Index, i, err)
+			}
+			logs = nil
+		}
+	}
+}
+
+// checkTerms checks that s holds exactly entries first..last, entry i being
+// termLog(i, termOf(i)), and nothing after last.
+func checkTerms(t *testing.T, s *store.Stores, first, last uint64, termOf func(uint64) uint64) {
+	t.Helper()
+	if got, err := s.Log.FirstIndex(); err != nil || got != first {
+		t.Fatalf("FirstIndex = %d, %v; want %d", got, err, first)
+	}
+	if got, err := s.Log.LastIndex(); err != nil || got != last {
+		t.Fatalf("LastIndex = %d, %v; want %d", got, err, last)
+	}
+	for i := first; i <= last; i++ {
+		var got raft.Log
+		if err := s.Log.GetLog(i, &got); err != nil {
+			t.Fatalf("GetLog(%d): %v", i, err)
+		}
+		if want := termLog(i, termOf(i)); !sameLog(&got, want) {
+			t.Fatalf("GetLog(%d) = %+v, want %+v", i, got, *want)
+		}
+	}
+	var l raft.Log
+	if err := s.Log.GetLog(last+1, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog(%d) past the last index: %v, want raft.ErrLogNotFound (a truncated entry came back?)", last+1, err)
+	}
+}
+
+// tailTruncationRestart is what a follower does when the leader overwrites
+// a conflicting suffix, with restarts in between: store 1..200 (term 1),
+// truncate 150..200, restart, check 1..149, append 150..170 of term 2,
+// restart, check again.
+func tailTruncationRestart(t *testing.T, kind store.Kind) {
 	dir := t.TempDir()
 	s := open(t, dir, kind)
-	var logs []*raft.Log
-	for i := uint64(1); i <= 20; i++ {
-		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("x")})
-	}
-	if err := s.Log.StoreLogs(logs); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Log.DeleteRange(15, 20); err != nil {
+	storeRange(t, s, 1, 200, 1, 10)
+	if err := s.Log.DeleteRange(150, 200); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -31,11 +96,21 @@ func truncateTailAndReopen(t *testing.T, kind store.Kind) error {
 	}
 	s, err := tryOpen(t, dir, kind)
 	if err != nil {
-		return err
+		t.Fatalf("%s after a tail truncation and a restart: %v", kind, err)
 	}
+	checkTerms(t, s, 1, 149, func(uint64) uint64 { return 1 })
+	storeRange(t, s, 150, 170, 2, 7)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, kind)
 	defer s.Close()
-	var l raft.Log
-	return s.Log.GetLog(1, &l)
+	checkTerms(t, s, 1, 170, func(i uint64) uint64 {
+		if i >= 150 {
+			return 2
+		}
+		return 1
+	})
 }
 
 // TestTailTruncationSurvivesRestart: the default store reopens a log whose
@@ -43,18 +118,35 @@ func truncateTailAndReopen(t *testing.T, kind store.Kind) error {
 // not: a raftlock follower that cleared a conflicting suffix and was then
 // killed panicked at restart ("sealed segment has no index block").
 func TestTailTruncationSurvivesRestart(t *testing.T) {
-	if err := truncateTailAndReopen(t, store.Default); err != nil {
-		t.Fatalf("default store %s after a tail truncation and a restart: %v", store.Default, err)
+	for _, seg := range segmentSizes {
+		t.Run(seg.name, func(t *testing.T) {
+			withSegmentSize(t, seg.size)
+			tailTruncationRestart(t, store.Default)
+		})
 	}
 }
 
-// TestWALTailTruncationBug pins hashicorp/raft-wal#31 (fixed by #33, after
-// v0.4.0, the only release the module proxy serves): when this fails, the
-// upgraded raft-wal reopens truncated logs and can be the default again
-// (docs/raftlock-store.md).
-func TestWALTailTruncationBug(t *testing.T) {
-	err := truncateTailAndReopen(t, store.KindWAL)
-	if err == nil || !strings.Contains(err.Error(), "sealed segment has no index block") {
-		t.Fatalf("raft-wal after a tail truncation and a restart: %v; the known bug is gone: revisit store.Default", err)
+// TestWALTailTruncationSurvivesRestart is the regression test of
+// hashicorp/raft-wal#31 (fixed by #33 in v0.4.1), which kept raft-wal from
+// being the default: v0.4.0 fails it at the first reopen.
+func TestWALTailTruncationSurvivesRestart(t *testing.T) {
+	for _, seg := range segmentSizes {
+		t.Run(seg.name, func(t *testing.T) {
+			withSegmentSize(t, seg.size)
+			tailTruncationRestart(t, store.KindWAL)
+		})
 	}
+}
+
+// TestBoltTailTruncationSurvivesRestart: the same for directories that keep
+// using bolt.
+func TestBoltTailTruncationSurvivesRestart(t *testing.T) {
+	tailTruncationRestart(t, store.KindBolt)
+}
+
+// sameLog compares everything a store must keep of an entry.
+func sameLog(got, want *raft.Log) bool {
+	return got.Index == want.Index && got.Term == want.Term && got.Type == want.Type &&
+		bytes.Equal(got.Data, want.Data) && bytes.Equal(got.Extensions, want.Extensions) &&
+		got.AppendedAt.Equal(want.AppendedAt)
 }
