@@ -61,6 +61,13 @@ func TestLatencySmoke(t *testing.T) {
 	var table bytes.Buffer
 	rep.WriteTable(&table)
 	t.Logf("\n%s", table.String())
+	for _, b := range smokeBackends {
+		for _, row := range []string{"sync 4 KiB", "loopback round trip", b + " commit", b + " cycle", b + " handoff"} {
+			if !strings.Contains(table.String(), row) {
+				t.Errorf("the table has no floor row %q", row)
+			}
+		}
+	}
 
 	// The JSON schema of the issue: field names and types.
 	var js bytes.Buffer
@@ -75,7 +82,25 @@ func TestLatencySmoke(t *testing.T) {
 			OpsPerSec              *float64           `json:"ops_per_sec"`
 			LatencyUS              map[string]float64 `json:"latency_us"`
 			Errors                 *int64
+			Floor                  *struct {
+				LatencyUS float64 `json:"latency_us"`
+				P50X      float64 `json:"p50_x"`
+				OpsPerSec float64 `json:"ops_per_sec"`
+				OpsX      float64 `json:"ops_x"`
+			}
 		} `json:"runs"`
+		Floor *struct {
+			Dir      string
+			Sync     map[string]float64 `json:"sync_us"`
+			RTT      map[string]float64 `json:"rtt_us"`
+			Backends []struct {
+				Backend   string
+				Model     map[string]any
+				CommitUS  *float64 `json:"commit_us"`
+				CycleUS   *float64 `json:"cycle_us"`
+				HandoffUS *float64 `json:"handoff_us"`
+			}
+		}
 	}
 	dec := json.NewDecoder(&js)
 	if err := dec.Decode(&doc); err != nil {
@@ -93,6 +118,27 @@ func TestLatencySmoke(t *testing.T) {
 				t.Fatalf("JSON run %s/%s: latency_us has no %s", r.Backend, r.Workload, k)
 			}
 		}
+		if f := r.Floor; f == nil || !(f.LatencyUS > 0 && f.P50X > 0 && f.OpsPerSec > 0 && f.OpsX > 0) {
+			t.Errorf("JSON run %s/%s/%s: floor %+v; want positive multiples of a positive floor", r.Backend, r.Via, r.Workload, f)
+		}
+	}
+	// The floor was measured in the raftlock nodes' filesystem, and every
+	// backend has its floors.
+	if f := doc.Floor; f == nil {
+		t.Errorf("JSON: no floor")
+	} else {
+		if f.Dir != s.FloorDir() || !(f.Sync["p50"] > 0 && f.Sync["p99"] >= f.Sync["p50"] && f.Sync["samples"] >= float64(rep.Rounds)) ||
+			!(f.RTT["p50"] > 0 && f.RTT["p99"] >= f.RTT["p50"] && f.RTT["samples"] >= float64(rep.Rounds)) {
+			t.Errorf("JSON floor: dir %q (want %q), sync %v, rtt %v", f.Dir, s.FloorDir(), f.Sync, f.RTT)
+		}
+		if len(f.Backends) != len(smokeBackends) {
+			t.Errorf("JSON floor: %d backends, want %d", len(f.Backends), len(smokeBackends))
+		}
+		for _, b := range f.Backends {
+			if b.Model["why"] == "" || b.CommitUS == nil || b.CycleUS == nil || b.HandoffUS == nil || !(*b.CycleUS > *b.HandoffUS && *b.HandoffUS > 0) {
+				t.Errorf("JSON floor of %s: %+v", b.Backend, b)
+			}
+		}
 	}
 
 	dir := t.TempDir()
@@ -101,6 +147,38 @@ func TestLatencySmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRenders(t, page)
+	// The floor's table, as the browser built the page.
+	dom := dumpDOM(t, page)
+	for _, b := range smokeBackends {
+		for _, row := range []string{"sync 4 KiB", "loopback round trip", b + " commit", b + " cycle", b + " handoff"} {
+			if !strings.Contains(dom, "<td>"+row+"</td>") {
+				t.Errorf("the HTML report has no floor row %q", row)
+			}
+		}
+	}
+	if !strings.Contains(dom, "<th>p50 × floor</th>") || !strings.Contains(dom, "distance to the physical floor") {
+		t.Errorf("the HTML report has no × floor column or chart")
+	}
+}
+
+// dumpDOM returns the page's DOM after headless Chromium has run its
+// scripts.
+func dumpDOM(t *testing.T, page string) string {
+	t.Helper()
+	chromium := testenv.RequireBinary(t, "chromium", "chromium")
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--virtual-time-budget=5000",
+		"--dump-dom", "file://"+page)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom: %v", err)
+	}
+	return string(out)
 }
 
 // smokeBackends are the backends the smoke test runs.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -134,6 +135,9 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 			continue
 		}
 		page.AddCharts(cdfChart(wl, runs), throughputChart(wl, runs))
+		if fc := floorChart(wl, runs); fc != nil {
+			page.AddCharts(fc)
+		}
 	}
 	var buf bytes.Buffer
 	if err := page.Render(&buf); err != nil {
@@ -225,6 +229,39 @@ func throughputChart(workload string, runs []*Run) *charts.Bar {
 	}
 	c.SetXAxis(names).AddSeries("ops/s", data)
 	return c
+}
+
+// floorChart draws each run's p50 and ops/s as multiples of its floor (1
+// is the floor), or returns nil when no run has a floor.
+func floorChart(workload string, runs []*Run) *charts.Bar {
+	var names []string
+	var p50x, opsx []opts.BarData
+	for _, r := range runs {
+		if r.Floor == nil {
+			continue
+		}
+		names = append(names, r.label())
+		p50x = append(p50x, opts.BarData{Value: roundTo(r.Floor.P50X, 2)})
+		opsx = append(opsx, opts.BarData{Value: roundTo(r.Floor.OpsX, 2)})
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	c := charts.NewBar()
+	c.SetGlobalOptions(
+		charts.WithInitializationOpts(opts.Initialization{Width: "1000px", Height: "300px"}),
+		charts.WithAnimation(false),
+		charts.WithTitleOpts(opts.Title{Title: workload + ": distance to the physical floor", Subtitle: "p50 and time per operation as multiples of the backend's floor (1 = the floor)"}),
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true)}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30px"}),
+	)
+	c.SetXAxis(names).AddSeries("p50 × floor", p50x).AddSeries("ops × floor", opsx)
+	return c
+}
+
+func roundTo(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
 }
 
 // htmlHeader is the report's heading, machine and table, as HTML.
