@@ -95,6 +95,8 @@ type Config struct {
 	// others join it.
 	Bootstrap bool
 	// Store is the durable log and stable store (see docs/raftlock-store.md).
+	// Default store.KindAuto: the kind DataDir already holds, raft-wal for
+	// a new directory.
 	Store store.Kind
 	// Clock is the leader clock stamped into log entries. Default a
 	// MonotonicClock.
@@ -179,7 +181,7 @@ func (c *Config) fill() {
 		}
 	}
 	if c.Store == "" {
-		c.Store = store.Default
+		c.Store = store.KindAuto
 	}
 	if c.Clock == nil {
 		c.Clock = NewMonotonicClock()

@@ -106,6 +106,7 @@ func (n *Node) start() error {
 	if n.stores, err = store.Open(n.cfg.DataDir, n.cfg.Store); err != nil {
 		return err
 	}
+	n.log.Info("raft store", "kind", n.stores.Kind, "why", n.stores.Why)
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLogOutput})
 	// store.Open holds DataDir's lock, so the snapshots are this node's
 	// alone from here on.

@@ -30,7 +30,8 @@ type raftFlags struct {
 
 func (f *raftFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
-	cmd.Flags().StringVar(&f.store, "store", string(store.Default), "durable Raft store: wal or bolt (see docs/raftlock-store.md)")
+	cmd.Flags().StringVar(&f.store, "store", string(store.KindAuto),
+		"durable Raft store: auto (the kind the data directory holds; "+string(store.Default)+" for a new one), wal or bolt (see docs/raftlock-store.md)")
 	cmd.MarkFlagRequired("data-dir")
 }
 

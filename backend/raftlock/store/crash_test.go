@@ -41,7 +41,7 @@ type crashSpec struct {
 	// seal: store 1..StopAfter one per call, then SIGKILL itself at once,
 	// before raft-wal's background rotation has had much of a chance.
 	Entries, TruncateFrom, Reappend, StopAfter uint64
-	Seed                            uint64 // append: batch sizes
+	Seed                                       uint64 // append: batch sizes
 }
 
 // Child output lines: "begin N" before a StoreLogs whose last entry is N,
