@@ -253,7 +253,7 @@ func floorChart(workload string, runs []*Run) *charts.Bar {
 		charts.WithAnimation(false),
 		charts.WithTitleOpts(opts.Title{Title: workload + ": distance to the physical floor", Subtitle: "p50 and time per operation as multiples of the backend's floor (1 = the floor)"}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true)}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "30px"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Right: "10px"}),
 	)
 	c.SetXAxis(names).AddSeries("p50 × floor", p50x).AddSeries("ops × floor", opsx)
 	return c
