@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
@@ -55,10 +56,34 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		b.Cleanup(func() { l.Close() })
 		benchOverhead(b, l)
 	})
+	// raft: a durable three-node raftlock cluster in this process. Direct
+	// calls the leader Node; the gateway path is the one `lockgate node`
+	// serves, the leader's own gateway (ServeRaft) on its API address.
+	b.Run("raft", func(b *testing.B) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := raftlock.StartLocalCluster(ctx, 3, b.TempDir(), func(cfg *raftlock.Config) {
+			cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
+			cfg.Logger = slog.New(slog.DiscardHandler)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Shutdown)
+		leader, err := c.Leader(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range c.Servers {
+			g := gateway.ServeRaft(s, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+			b.Cleanup(func() { g.Close() })
+		}
+		benchPaths(b, leader, leader.APIAddr())
+	})
 }
 
 // benchOverhead runs the paired measurement of BenchmarkGatewayOverhead
-// over l; each iteration is one cycle of either path.
+// over l, served by a gateway of its own.
 func benchOverhead(b *testing.B, l lock.Locker) {
 	g := gateway.New(l, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(g)
@@ -66,7 +91,14 @@ func benchOverhead(b *testing.B, l lock.Locker) {
 		g.Close()
 		srv.Close()
 	})
-	sdk := newClient(b, []string{strings.TrimPrefix(srv.URL, "http://")}, client.Options{})
+	benchPaths(b, l, strings.TrimPrefix(srv.URL, "http://"))
+}
+
+// benchPaths alternates cycles on l (direct) with cycles through the SDK
+// connected to the gateway at endpoint, which serves l; each iteration is
+// one cycle of either path.
+func benchPaths(b *testing.B, l lock.Locker, endpoint string) {
+	sdk := newClient(b, []string{endpoint}, client.Options{})
 	ctx := context.Background()
 	opts := lock.AcquireOptions{TTL: time.Minute}
 	paths := [2]struct {
