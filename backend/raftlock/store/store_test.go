@@ -1,7 +1,7 @@
 package store_test
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,7 +59,16 @@ func testLog(i uint64) *raft.Log {
 	}
 }
 
+// checkLogs checks that s holds exactly entries first..last, entry i
+// being testLog(i), and nothing after last.
 func checkLogs(t *testing.T, s *store.Stores, first, last uint64) {
+	t.Helper()
+	checkEntries(t, s, first, last, testLog)
+}
+
+// checkEntries checks that s holds exactly entries first..last, entry i
+// being want(i), and nothing after last.
+func checkEntries(t *testing.T, s *store.Stores, first, last uint64, want func(uint64) *raft.Log) {
 	t.Helper()
 	if got, err := s.Log.FirstIndex(); err != nil || got != first {
 		t.Fatalf("FirstIndex = %d, %v; want %d", got, err, first)
@@ -72,12 +81,13 @@ func checkLogs(t *testing.T, s *store.Stores, first, last uint64) {
 		if err := s.Log.GetLog(i, &got); err != nil {
 			t.Fatalf("GetLog(%d): %v", i, err)
 		}
-		want := testLog(i)
-		if got.Index != want.Index || got.Term != want.Term || got.Type != want.Type ||
-			!bytes.Equal(got.Data, want.Data) || !bytes.Equal(got.Extensions, want.Extensions) ||
-			!got.AppendedAt.Equal(want.AppendedAt) {
-			t.Fatalf("GetLog(%d) = %+v, want %+v", i, got, *want)
+		if w := want(i); !sameLog(&got, w) {
+			t.Fatalf("GetLog(%d) = %+v, want %+v", i, got, *w)
 		}
+	}
+	var l raft.Log
+	if err := s.Log.GetLog(last+1, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog(%d) past the last index: %v, want raft.ErrLogNotFound (a truncated entry came back?)", last+1, err)
 	}
 }
 

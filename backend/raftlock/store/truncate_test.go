@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"bytes"
-	"errors"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -59,25 +58,7 @@ func storeRange(t *testing.T, s *store.Stores, first, last, term uint64, batch i
 // termLog(i, termOf(i)), and nothing after last.
 func checkTerms(t *testing.T, s *store.Stores, first, last uint64, termOf func(uint64) uint64) {
 	t.Helper()
-	if got, err := s.Log.FirstIndex(); err != nil || got != first {
-		t.Fatalf("FirstIndex = %d, %v; want %d", got, err, first)
-	}
-	if got, err := s.Log.LastIndex(); err != nil || got != last {
-		t.Fatalf("LastIndex = %d, %v; want %d", got, err, last)
-	}
-	for i := first; i <= last; i++ {
-		var got raft.Log
-		if err := s.Log.GetLog(i, &got); err != nil {
-			t.Fatalf("GetLog(%d): %v", i, err)
-		}
-		if want := termLog(i, termOf(i)); !sameLog(&got, want) {
-			t.Fatalf("GetLog(%d) = %+v, want %+v", i, got, *want)
-		}
-	}
-	var l raft.Log
-	if err := s.Log.GetLog(last+1, &l); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("GetLog(%d) past the last index: %v, want raft.ErrLogNotFound (a truncated entry came back?)", last+1, err)
-	}
+	checkEntries(t, s, first, last, func(i uint64) *raft.Log { return termLog(i, termOf(i)) })
 }
 
 // tailTruncationRestart is what a follower does when the leader overwrites
