@@ -38,7 +38,8 @@ test: deps fmt-check vet
 	$(MAKE) fuzz-smoke
 
 ## fuzz-smoke: run each fuzz target briefly (the untrusted-input parsers).
-## Budgets are execution counts (about 10 s each here), not durations: a
+## Budgets are execution counts (about 10 s each here; FuzzAppendJSON, which
+## encodes up to five messages per execution, about 5 s), not durations: a
 ## duration-based -fuzztime can fail with a bare "context deadline exceeded"
 ## when it expires under load (golang/go#75804, unfixed in Go 1.26).
 fuzz-smoke:
@@ -48,6 +49,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 3000x ./fencedstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 150000x ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 150000x ./internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime 15000x ./internal/wire
 
 ## test-short: quick run without the race detector or the slow suites
 test-short:

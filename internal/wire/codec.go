@@ -15,8 +15,10 @@ import (
 // hand anything else (unknown or differently cased fields, escapes,
 // non-ASCII text, floats, nulls, repeated fields, errors) to
 // encoding/json, so that what a client may send and the errors it gets are
-// unchanged. FuzzDecodeRequest and FuzzAppendReply check both against
-// encoding/json.
+// unchanged. FuzzDecodeRequest, FuzzDecodeReply and FuzzAppendJSON check
+// both against encoding/json (all three run in `make fuzz-smoke`), and
+// TestCodecCoversEveryField fails when a field of Request or Reply is
+// missing from them.
 
 // AppendJSON appends r as json.Marshal encodes it.
 func (r *Request) AppendJSON(b []byte) []byte {
