@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/lockgate/lockgate/internal/wire"
 )
 
 // MinTokenLen is the shortest bearer token a tokens file may hold: 16
@@ -155,8 +157,8 @@ func (t *Tokens) Authorized(r *http.Request) bool {
 func writeUnauthorized(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
 	w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
-	writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]any{
-		"code": "unauthorized", "message": ErrUnauthorized.Error(),
+	writeJSON(w, wire.Status(wire.CodeUnauthorized), map[string]any{"error": map[string]any{
+		"code": wire.CodeUnauthorized, "message": ErrUnauthorized.Error(),
 	}})
 }
 

@@ -2,10 +2,8 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strconv"
 	"time"
 	"unicode/utf16"
@@ -21,57 +19,27 @@ type apiError struct {
 	status int
 }
 
-func newError(code string, status int, msg string) *apiError {
-	return &apiError{Error: wire.Error{Code: code, Message: msg}, status: status}
+// newError builds the error of code, with the status wire.Codes gives it.
+func newError(code, msg string) *apiError {
+	return &apiError{Error: wire.Error{Code: code, Message: msg}, status: wire.Status(code)}
 }
 
-// statusClientClosed is nginx's 499: the client gave up (cancelled a wait).
-const statusClientClosed = 499
-
-// toAPIError maps the lock contract's errors onto the protocol's codes.
+// toAPIError maps the lock contract's errors onto the protocol's codes
+// (wire.CodeOf), with the leader or holder a structured error names.
 func toAPIError(err error) *apiError {
-	msg := err.Error()
+	e := newError(wire.CodeOf(err), err.Error())
 	var nl *lock.NotLeaderError
 	var he *lock.HeldError
 	switch {
-	case errors.As(err, &nl):
-		e := newError("not_leader", http.StatusMisdirectedRequest, msg)
+	case e.Code == wire.CodeNotLeader && errors.As(err, &nl):
 		e.Leader = &wire.Leader{ID: nl.LeaderID, Addr: nl.LeaderAddr}
-		return e
-	case errors.As(err, &he):
-		e := newError("held", http.StatusConflict, msg)
+	case e.Code == wire.CodeHeld && errors.As(err, &he):
 		e.Holder = &wire.Holder{Owner: he.Owner, FencingToken: uint64(he.Token)}
 		if !he.Expires.IsZero() {
 			e.Holder.ExpiresIn = max(durationMS(time.Until(he.Expires)), 0)
 		}
-		return e
-	case errors.Is(err, lock.ErrNotAcquired):
-		return newError("held", http.StatusConflict, msg)
-	case errors.Is(err, lock.ErrNotHeld):
-		return newError("not_held", http.StatusConflict, msg)
-	case errors.Is(err, lock.ErrNotFound):
-		return newError("not_found", http.StatusNotFound, msg)
-	case errors.Is(err, lock.ErrInvalidKey):
-		return newError("invalid_key", http.StatusBadRequest, msg)
-	case errors.Is(err, lock.ErrInvalidTTL):
-		return newError("invalid_ttl", http.StatusBadRequest, msg)
-	case errors.Is(err, lock.ErrInvalidValue):
-		return newError("invalid_value", http.StatusBadRequest, msg)
-	case errors.Is(err, lock.ErrInvalidOwner):
-		return newError("invalid_owner", http.StatusBadRequest, msg)
-	case errors.Is(err, lock.ErrInvalidHandle):
-		return newError("invalid_handle", http.StatusBadRequest, msg)
-	case errors.Is(err, lock.ErrNilLease):
-		return newError("missing_field", http.StatusBadRequest, msg)
-	case errors.Is(err, context.Canceled):
-		return newError("cancelled", statusClientClosed, msg)
-	case errors.Is(err, lock.ErrClosed):
-		return newError("closed", http.StatusServiceUnavailable, msg)
-	default:
-		// ErrUnavailable, timeouts, and anything a backend did not classify:
-		// the outcome is unknown, retrying is the right move.
-		return newError("unavailable", http.StatusServiceUnavailable, msg)
 	}
+	return e
 }
 
 // checkObject answers bad_json unless data starts (after white space) a
@@ -81,10 +49,10 @@ func toAPIError(err error) *apiError {
 // anything after the object.
 func checkObject(data []byte) *apiError {
 	if i := bytes.IndexFunc(data, notJSONSpace); i < 0 || data[i] != '{' {
-		return newError("bad_json", http.StatusBadRequest, "malformed JSON: the message must be one JSON object")
+		return newError(wire.CodeBadJSON, "malformed JSON: the message must be one JSON object")
 	}
 	if loneSurrogate(data) {
-		return newError("bad_json", http.StatusBadRequest, "malformed JSON: a \\u escape names half of a UTF-16 surrogate pair, not a character")
+		return newError(wire.CodeBadJSON, "malformed JSON: a \\u escape names half of a UTF-16 surrogate pair, not a character")
 	}
 	return nil
 }
@@ -120,7 +88,7 @@ func decodeStrict(data []byte, v any) error {
 // malformed token gets its own 400 here instead of not_held.
 func validateLeaseRef(key, handle string) *apiError {
 	if handle == "" {
-		return newError("missing_field", http.StatusBadRequest, "lockToken is required")
+		return newError(wire.CodeMissingField, "lockToken is required")
 	}
 	if _, err := (lock.AcquireOptions{Handle: handle}).Normalize(key, "gateway"); err != nil {
 		return toAPIError(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -134,7 +135,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	})
 	g.mux.HandleFunc("GET /readyz", g.serveReady)
 	g.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		g.writeError(w, r, newError("not_found", http.StatusNotFound, "no such endpoint: "+r.URL.Path+" (see docs/protocol.md)"))
+		g.writeError(w, r, newError(wire.CodeNotFound, "no such endpoint: "+r.URL.Path+" (see docs/protocol.md)"))
 	})
 	return g
 }
@@ -144,7 +145,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 // with the same body whatever was wrong, and the token is never logged.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) {
-		g.metrics.errors.WithLabelValues("unauthorized").Inc()
+		g.metrics.errors.WithLabelValues(wire.CodeUnauthorized).Inc()
 		g.log.Debug("unauthorized request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		writeUnauthorized(w)
 		return

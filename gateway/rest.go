@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -59,7 +60,7 @@ func (g *Gateway) serveLock(w http.ResponseWriter, r *http.Request) {
 		g.restInspect(w, r, key)
 	default:
 		w.Header().Set("Allow", "GET, POST, PUT, DELETE")
-		g.writeError(w, r, newError("method_not_allowed", http.StatusMethodNotAllowed, r.Method+" is not allowed on /locks/{key}: use POST, PUT, DELETE or GET"))
+		g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on /locks/{key}: use POST, PUT, DELETE or GET"))
 	}
 }
 
@@ -71,7 +72,7 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	// Bounded before it becomes a duration: a large wait_ms overflowed
 	// the multiplication into a negative wait (issue 15).
 	if maxMS := durationMS(g.opts.MaxWait); b.WaitMS < 0 || b.WaitMS > maxMS {
-		g.writeError(w, r, newError("invalid_wait", http.StatusBadRequest,
+		g.writeError(w, r, newError(wire.CodeInvalidWait,
 			fmt.Sprintf("wait_ms is %d; it must be 0 (do not wait) to %d", b.WaitMS, maxMS)))
 		return
 	}
@@ -97,7 +98,7 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	wait := time.Duration(b.WaitMS) * time.Millisecond
 	t, ok := g.tickets.start(g, g.clientOf(r), key, opts, wait)
 	if !ok {
-		g.writeError(w, r, newError("too_many_tickets", http.StatusTooManyRequests,
+		g.writeError(w, r, newError(wire.CodeTooManyTickets,
 			fmt.Sprintf("this client already has %d tickets, the maximum: collect or cancel some first", g.opts.MaxTicketsPerClient)))
 		return
 	}
@@ -139,7 +140,7 @@ func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key stri
 		if s := r.URL.Query().Get("fencing_token"); s != "" {
 			v, err := strconv.ParseUint(s, 10, 64)
 			if err != nil {
-				g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "fencing_token must be an unsigned integer"))
+				g.writeError(w, r, newError(wire.CodeBadJSON, "fencing_token must be an unsigned integer"))
 				return nil, 0, false
 			}
 			b.FencingToken = &v
@@ -149,10 +150,10 @@ func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key stri
 	}
 	switch {
 	case b.LockToken == "":
-		g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "lock_token is required"))
+		g.writeError(w, r, newError(wire.CodeMissingField, "lock_token is required"))
 		return nil, 0, false
 	case b.FencingToken == nil:
-		g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "fencing_token is required"))
+		g.writeError(w, r, newError(wire.CodeMissingField, "fencing_token is required"))
 		return nil, 0, false
 	}
 	if aerr := validateLeaseRef(key, b.LockToken); aerr != nil {
@@ -211,7 +212,7 @@ func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("ticket")
 	t := g.tickets.get(id)
 	if t == nil {
-		g.writeError(w, r, newError("not_found", http.StatusNotFound, fmt.Sprintf("no ticket %q (unknown, or its result was already collected)", id)))
+		g.writeError(w, r, newError(wire.CodeNotFound, fmt.Sprintf("no ticket %q (unknown, or its result was already collected)", id)))
 		return
 	}
 	switch r.Method {
@@ -224,7 +225,7 @@ func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
 		}
 		g.tickets.collect(id)
 		if errors.Is(t.err, context.DeadlineExceeded) {
-			g.writeError(w, r, newError("timeout", http.StatusRequestTimeout, "wait_ms ran out before the lock was granted"))
+			g.writeError(w, r, newError(wire.CodeTimeout, "wait_ms ran out before the lock was granted"))
 			return
 		}
 		g.answerGrant(w, r, t.start, t.lease, t.err)
@@ -240,7 +241,7 @@ func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		w.Header().Set("Allow", "GET, DELETE")
-		g.writeError(w, r, newError("method_not_allowed", http.StatusMethodNotAllowed, r.Method+" is not allowed on /tickets/{ticket}: use GET or DELETE"))
+		g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on /tickets/{ticket}: use GET or DELETE"))
 	}
 }
 
@@ -251,7 +252,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, requir
 		mt, _, err := mime.ParseMediaType(ct)
 		// curl -d sends form encoding by default; the body is still JSON.
 		if err != nil || (mt != "application/json" && mt != "application/x-www-form-urlencoded") {
-			g.writeError(w, r, newError("unsupported_media_type", http.StatusUnsupportedMediaType, "the body must be JSON (Content-Type: application/json), not "+ct))
+			g.writeError(w, r, newError(wire.CodeUnsupportedMediaType, "the body must be JSON (Content-Type: application/json), not "+ct))
 			return false
 		}
 	}
@@ -259,15 +260,15 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, requir
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			g.writeError(w, r, newError("too_large", http.StatusRequestEntityTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit)))
+			g.writeError(w, r, newError(wire.CodeTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit)))
 		} else {
-			g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "reading the body: "+err.Error()))
+			g.writeError(w, r, newError(wire.CodeBadJSON, "reading the body: "+err.Error()))
 		}
 		return false
 	}
 	if len(data) == 0 {
 		if required {
-			g.writeError(w, r, newError("missing_field", http.StatusBadRequest, "a JSON body with lock_token and fencing_token is required"))
+			g.writeError(w, r, newError(wire.CodeMissingField, "a JSON body with lock_token and fencing_token is required"))
 			return false
 		}
 		return true
@@ -277,7 +278,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, requir
 		return false
 	}
 	if err := decodeStrict(data, v); err != nil {
-		g.writeError(w, r, newError("bad_json", http.StatusBadRequest, "malformed JSON body: "+err.Error()))
+		g.writeError(w, r, newError(wire.CodeBadJSON, "malformed JSON body: "+err.Error()))
 		return false
 	}
 	return true
@@ -307,7 +308,7 @@ func (g *Gateway) clientOf(r *http.Request) string {
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
 	g.metrics.errors.WithLabelValues(e.Code).Inc()
 	status := e.status
-	if e.Code == "not_leader" && e.Leader != nil && e.Leader.Addr != "" {
+	if e.Code == wire.CodeNotLeader && e.Leader != nil && e.Leader.Addr != "" {
 		scheme := "http://"
 		if r.TLS != nil { // a TLS gateway's peers serve TLS too
 			scheme = "https://"

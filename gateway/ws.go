@@ -112,7 +112,7 @@ func (c *conn) reader() {
 			return
 		}
 		if typ != websocket.TextMessage {
-			c.fail("", newError("bad_json", http.StatusBadRequest, "binary frames are not part of the protocol; send JSON text frames"))
+			c.fail("", newError(wire.CodeBadJSON, "binary frames are not part of the protocol; send JSON text frames"))
 		} else if !c.handle(data) {
 			return
 		}
@@ -141,11 +141,11 @@ func (c *conn) handle(data []byte) bool {
 	}
 	var req wire.Request
 	if err := wire.DecodeRequest(data, &req); err != nil {
-		c.fail("", newError("bad_json", http.StatusBadRequest, "malformed JSON: "+err.Error()))
+		c.fail("", newError(wire.CodeBadJSON, "malformed JSON: "+err.Error()))
 		return true
 	}
 	if len(req.ID) > wire.MaxIDLen {
-		c.fail("", newError("bad_json", http.StatusBadRequest, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
+		c.fail("", newError(wire.CodeBadJSON, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
 		return true
 	}
 	switch req.CommandType {
@@ -160,9 +160,9 @@ func (c *conn) handle(data []byte) bool {
 	case wire.CmdCancel:
 		c.cancelWait(req)
 	case 0:
-		c.fail(req.ID, newError("unknown_command", http.StatusBadRequest, "commandType is missing: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel"))
+		c.fail(req.ID, newError(wire.CodeUnknownCommand, "commandType is missing: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel"))
 	default:
-		c.fail(req.ID, newError("unknown_command", http.StatusBadRequest, fmt.Sprintf("commandType %d is unknown: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel", req.CommandType)))
+		c.fail(req.ID, newError(wire.CodeUnknownCommand, fmt.Sprintf("commandType %d is unknown: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel", req.CommandType)))
 	}
 	return true
 }
@@ -196,7 +196,7 @@ func (c *conn) reserveLock() *apiError {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.leases)+c.acquiring >= c.g.opts.MaxLocksPerConn {
-		return newError("too_many_locks", http.StatusTooManyRequests,
+		return newError(wire.CodeTooManyLocks,
 			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn))
 	}
 	c.acquiring++
@@ -205,7 +205,7 @@ func (c *conn) reserveLock() *apiError {
 
 func (c *conn) acquire(req wire.Request) {
 	if req.Key == "" {
-		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
+		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
 		return
 	}
 	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
@@ -237,14 +237,14 @@ func (c *conn) acquire(req wire.Request) {
 	if c.nwaits >= c.g.opts.MaxWaitersPerConn {
 		c.mu.Unlock()
 		cancel(nil)
-		c.fail(req.ID, newError("too_many_waiters", http.StatusTooManyRequests,
+		c.fail(req.ID, newError(wire.CodeTooManyWaiters,
 			fmt.Sprintf("this connection already waits for %d acquires", c.g.opts.MaxWaitersPerConn)))
 		return
 	}
 	if len(c.leases)+c.acquiring >= c.g.opts.MaxLocksPerConn {
 		c.mu.Unlock()
 		cancel(nil)
-		c.fail(req.ID, newError("too_many_locks", http.StatusTooManyRequests,
+		c.fail(req.ID, newError(wire.CodeTooManyLocks,
 			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn)))
 		return
 	}
@@ -315,11 +315,11 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	switch {
 	case req.Key == "":
-		return nil, newError("missing_field", http.StatusBadRequest, "key is required")
+		return nil, newError(wire.CodeMissingField, "key is required")
 	case req.LockToken == "":
-		return nil, newError("missing_field", http.StatusBadRequest, "lockToken is required")
+		return nil, newError(wire.CodeMissingField, "lockToken is required")
 	case req.FencingToken == nil:
-		return nil, newError("missing_field", http.StatusBadRequest, "fencingToken is required")
+		return nil, newError(wire.CodeMissingField, "fencingToken is required")
 	}
 	if aerr := validateLeaseRef(req.Key, req.LockToken); aerr != nil {
 		return nil, aerr
@@ -417,7 +417,7 @@ func (c *conn) renew(req wire.Request) {
 
 func (c *conn) inspect(req wire.Request) {
 	if req.Key == "" {
-		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "key is required"))
+		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
 		return
 	}
 	if err := lock.ValidateKey(req.Key); err != nil {
@@ -456,14 +456,14 @@ func infoReply(id string, info *lock.LockInfo) wire.Reply {
 
 func (c *conn) cancelWait(req wire.Request) {
 	if req.Target == "" {
-		c.fail(req.ID, newError("missing_field", http.StatusBadRequest, "target (the id of the acquire to cancel) is required"))
+		c.fail(req.ID, newError(wire.CodeMissingField, "target (the id of the acquire to cancel) is required"))
 		return
 	}
 	c.mu.Lock()
 	cancel := c.waits[req.Target]
 	c.mu.Unlock()
 	if cancel == nil {
-		c.fail(req.ID, newError("not_found", http.StatusNotFound, fmt.Sprintf("no waiting acquire with id %q", req.Target)))
+		c.fail(req.ID, newError(wire.CodeNotFound, fmt.Sprintf("no waiting acquire with id %q", req.Target)))
 		return
 	}
 	cancel()
