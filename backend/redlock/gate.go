@@ -30,52 +30,21 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	k := l.keysFor(lease.Key)
 	handle := lock.NewHandle()
 	opts := t.Opts
-	n := len(l.nodes)
-	replies := make(chan reply, n)
 	sent := time.Now()
-	for i, nd := range l.nodes {
-		l.spawn(func() {
-			c, cancel := l.nodeCtx(ctx)
-			defer cancel()
-			v, err := handoffScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
-				lease.Handle, uint64(lease.Token), handle, opts.TTL.Milliseconds(), opts.Owner, opts.Value).Slice()
-			replies <- reply{node: i, val: v, err: err}
-		})
-	}
-	granted := make([]bool, n)
-	answered := make([]bool, n)
-	tokens := make([]lock.Token, n)
-	ok := 0
-	for range l.nodes {
-		r := <-replies
-		if r.err != nil || len(r.val) < 2 {
-			continue
-		}
-		answered[r.node] = true
-		if toInt(r.val[0]) == 1 {
-			granted[r.node] = true
-			tokens[r.node] = lock.Token(toInt(r.val[1]))
-			ok++
-		}
-	}
-	if ok >= l.quorum && time.Since(sent) < opts.TTL-lock.Drift(opts.TTL, l.cfg.DriftFactor) {
-		var token lock.Token
-		for _, tk := range tokens {
-			token = max(token, tk)
-		}
-		l.propagate(k, handle, token, tokens, answered, nil, 0)
-		next := lock.NewLease(lock.Grant{
-			Key: lease.Key, Owner: opts.Owner, Token: token, Handle: handle, Value: opts.Value,
-			TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
-		})
-		l.gate.HandOver(t, lease, next)
+	r := broadcast(l, ctx, func(c context.Context, nd *node) (grantReply, error) {
+		return decodeHandoff(handoffScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
+			lease.Handle, uint64(lease.Token), handle, opts.TTL.Milliseconds(), opts.Owner, opts.Value).Slice())
+	})
+	r.collect(false)
+	if r.won() && l.validWithin(opts.TTL, time.Since(sent)) {
+		l.gate.HandOver(t, lease, l.grant(r, k, lease.Key, handle, opts, sent))
 		return lease.Released(true)
 	}
 	// Undo the new grant where it landed (the old one is gone there too),
 	// give the waiter its turn, and release the old grant elsewhere.
 	var wg sync.WaitGroup
 	for i, nd := range l.nodes {
-		if !granted[i] {
+		if !r.heard[i] || !r.vals[i].Granted {
 			continue
 		}
 		wg.Add(1)
@@ -88,5 +57,5 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	}
 	wg.Wait()
 	l.gate.Decline(t)
-	return l.releaseCounted(ctx, lease, ok)
+	return l.releaseCounted(ctx, lease, r.ok)
 }

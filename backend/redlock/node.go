@@ -15,6 +15,7 @@ import (
 type node struct {
 	l      *Locker
 	idx    int
+	addr   string // named in errors
 	client *redis.Client
 	ps     *redis.PubSub
 
@@ -55,6 +56,7 @@ func newNode(l *Locker, idx int, addr string) *node {
 	return &node{
 		l:         l,
 		idx:       idx,
+		addr:      addr,
 		client:    client,
 		ps:        client.Subscribe(context.Background()),
 		sent:      map[string]uint64{},
@@ -110,7 +112,7 @@ func (n *node) commandLoop() {
 			c := n.queue[0]
 			n.queue = n.queue[1:]
 			n.qmu.Unlock()
-			ctx, cancel := context.WithTimeout(l.ctx, 4*l.cfg.NodeTimeout)
+			ctx, cancel := context.WithTimeout(l.ctx, backgroundTimeoutNodes*l.cfg.NodeTimeout)
 			if c.subscribe {
 				l.mu.Lock()
 				if l.chans[c.channel] != c.st {

@@ -434,3 +434,40 @@ func TestInspectLateGrantToken(t *testing.T) {
 		t.Errorf("Inspect reports token %d, want the grant's %d", info.Token, lease.Token)
 	}
 }
+
+// TestErrorsNameEveryNode: an operation that misses its quorum reports the
+// error of every node that failed, each naming the node's index and
+// address, so that an operator sees which nodes are down (not only the
+// first one to fail).
+func TestErrorsNameEveryNode(t *testing.T) {
+	rs := testenv.StartRedisN(t, 5)
+	l := newLocker(t, rs, func(c *Config) { c.NodeTimeout = 500 * time.Millisecond })
+	lease, err := l.TryAcquire(bg(t, time.Minute), "every-node", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs[:3] {
+		r.Kill()
+	}
+	_, acqErr := l.TryAcquire(bg(t, time.Minute), "every-node-2", lock.AcquireOptions{TTL: time.Minute})
+	_, inspErr := l.Inspect(bg(t, time.Minute), "every-node")
+	relErr := l.Release(bg(t, time.Minute), lease)
+	renErr := l.Renew(bg(t, time.Minute), lease, time.Minute)
+	for _, c := range []struct {
+		op  string
+		err error
+	}{{"TryAcquire", acqErr}, {"Inspect", inspErr}, {"Release", relErr}, {"Renew", renErr}} {
+		if !errors.Is(c.err, lock.ErrUnavailable) {
+			t.Errorf("%s with 3 of 5 down: %v, want ErrUnavailable", c.op, c.err)
+			continue
+		}
+		for i, r := range rs[:3] {
+			if want := fmt.Sprintf("node %d (%s)", i, r.Addr); !strings.Contains(c.err.Error(), want) {
+				t.Errorf("%s: error does not name %q: %v", c.op, want, c.err)
+			}
+		}
+	}
+	for _, r := range rs[:3] {
+		r.Restart()
+	}
+}

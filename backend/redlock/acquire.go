@@ -1,0 +1,289 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Acquire implements lock.Locker. Callers of one Locker queue for a key in
+// process, in arrival order, and a release hands the lock to the next of
+// them directly (see MaxLocalHandoffs). The caller at the head tries; while
+// the key is held it subscribes to the key's release channel, tries once
+// more, then waits for a release message or for the holder's TTL to run
+// out, and tries again. Across Lockers there is no order (not FIFO).
+func (l *Locker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, false)
+}
+
+// TryAcquire implements lock.Locker: one attempt. A key held by another
+// owner gives a *lock.HeldError naming the holder's owner and token.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, true)
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	opts, err := opts.Normalize(key, l.cfg.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// A re-sent acquire with the caller's own handle must not queue behind
+	// the grant it may be re-sending: it bypasses the local gate.
+	if !try && opts.Handle == "" {
+		handed, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error {
+			if ctx.Err() != nil {
+				return fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+			}
+			return lock.ErrClosed
+		}, l.releaseQuietly)
+		if err != nil {
+			return nil, err
+		}
+		if handed != nil {
+			if ctx.Err() != nil || l.ctx.Err() != nil {
+				l.releaseQuietly(handed)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+				}
+				return nil, lock.ErrClosed
+			}
+			if opts.AutoRenew {
+				go lock.KeepAlive(l.ctx, l, handed)
+			}
+			return handed, nil
+		}
+		lease, err := l.wait(ctx, key, opts, false)
+		if err != nil {
+			l.gate.Exit(key)
+			return nil, err
+		}
+		l.gate.Hold(lease, false)
+		return lease, nil
+	}
+	return l.wait(ctx, key, opts, try)
+}
+
+// wait makes attempts until one succeeds (only one when try).
+func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	k := l.keysFor(key)
+	var w *waiter
+	var minToken lock.Token
+	retries := 0
+	for {
+		if w != nil {
+			w.drain()
+		}
+		o := l.attempt(key, k, opts, minToken)
+		if o.lease == nil && w == nil && !try {
+			// The key is taken: subscribe to its release channel, then
+			// try again at once, since a release published before the
+			// subscription took effect would not wake us.
+			w = l.join(k.channel)
+			defer l.leave(w)
+			l.awaitSubscribed(ctx, w)
+			if ctx.Err() == nil && l.ctx.Err() == nil {
+				continue
+			}
+		}
+		if o.lease != nil {
+			if ctx.Err() != nil || l.ctx.Err() != nil {
+				// The grant raced the cancellation: never leave it behind.
+				l.releaseQuietly(o.lease)
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+				}
+				return nil, lock.ErrClosed
+			}
+			if opts.AutoRenew {
+				go lock.KeepAlive(l.ctx, l, o.lease)
+			}
+			return o.lease, nil
+		}
+		if o.held != nil && o.held.Token > minToken {
+			minToken = o.held.Token
+		}
+		if try {
+			if o.err != nil {
+				return nil, o.err
+			}
+			return nil, o.held
+		}
+		if l.ctx.Err() != nil {
+			return nil, lock.ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+		}
+		var pause time.Duration
+		if o.err == nil && o.quorumHeld {
+			// Wait for the release message, or for the holder's TTL.
+			retries = 0
+			pause = o.pttl + time.Duration(rand.N(int64(time.Millisecond)*3))
+		} else {
+			retries++
+			p, again := l.cfg.Retry.Backoff(retries)
+			if !again {
+				if o.err != nil {
+					return nil, o.err
+				}
+				return nil, o.held
+			}
+			pause = p
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-w.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+		case <-l.ctx.Done():
+			t.Stop()
+			return nil, lock.ErrClosed
+		}
+		t.Stop()
+	}
+}
+
+// outcome of one acquire attempt.
+type outcome struct {
+	lease      *lock.Lease
+	held       *lock.HeldError // the holder seen by most refusing nodes
+	quorumHeld bool            // that holder holds a quorum: wait for its release
+	pttl       time.Duration   // its remaining TTL
+	err        error           // no quorum of answers, or validity exceeded
+}
+
+// attempt makes one Redlock round.
+func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken lock.Token) outcome {
+	handle := opts.Handle
+	if handle == "" {
+		handle = lock.NewHandle()
+	}
+	attemptID := lock.NewHandle()[:16]
+	abortKey := l.abortKey(key, attemptID)
+	ttlMS := opts.TTL.Milliseconds()
+	sent := time.Now()
+	l.mu.Lock()
+	prev := l.releasing[key]
+	l.mu.Unlock()
+	r := broadcast(l, l.ctx, func(c context.Context, nd *node) (grantReply, error) {
+		prev.wait(nd.idx, l.cfg.NodeTimeout)
+		return decodeAcquire(acquireScript.Run(c, nd.client,
+			[]string{k.lock, k.fence, k.meta, abortKey},
+			handle, ttlMS, opts.Owner, opts.Value, uint64(minToken)).Slice())
+	})
+	r.collect(true) // the rest is collected in the background by propagate
+	elapsed := time.Since(sent)
+	if r.won() && l.validWithin(opts.TTL, elapsed) {
+		return outcome{lease: l.grant(r, k, key, handle, opts, sent)}
+	}
+	// Failed (too late): hear from the remaining nodes too, so that the
+	// undo below is synchronous wherever it can be.
+	won := r.won()
+	r.collect(false)
+	// Undo wherever it may have succeeded, including nodes that did not
+	// answer (their copy of the request may still be queued).
+	l.abort(r, k, handle, abortKey, ttlMS)
+	o := heldBy(r, key)
+	switch {
+	case won:
+		o.err = fmt.Errorf("%w: redlock: acquire %q: the attempt took %v, leaving no validity of its %v TTL (drift %v); released",
+			lock.ErrUnavailable, key, elapsed.Round(time.Microsecond), opts.TTL, lock.Drift(opts.TTL, l.cfg.DriftFactor))
+	case o.held == nil || !r.reached(r.answered()) && len(r.errs) > 0 && !o.quorumHeld:
+		o.err = fmt.Errorf("%w: redlock: acquire %q: only %d of %d nodes answered (quorum %d): %v",
+			lock.ErrUnavailable, key, r.answered(), r.n, r.quorum, r.err())
+	}
+	return o
+}
+
+// heldBy names the holder that most of the refusing nodes of a failed
+// attempt named, and whether it holds a quorum.
+func heldBy(r *round[grantReply], key string) outcome {
+	type holder struct {
+		count int
+		owner string
+		token lock.Token
+		pttl  time.Duration
+	}
+	holders := map[string]*holder{}
+	var best *holder
+	for i, v := range r.vals {
+		if !r.heard[i] || v.Granted || v.HolderHandle == "" {
+			continue // a tombstone's refusal names no holder
+		}
+		hd := holders[v.HolderHandle]
+		if hd == nil {
+			hd = &holder{}
+			holders[v.HolderHandle] = hd
+		}
+		hd.count++
+		hd.owner = v.HolderOwner
+		hd.token = max(hd.token, v.Token)
+		hd.pttl = max(hd.pttl, v.HolderPTTL)
+		if best == nil || hd.count > best.count {
+			best = hd
+		}
+	}
+	if best == nil {
+		return outcome{}
+	}
+	return outcome{
+		held:       &lock.HeldError{Key: key, Owner: best.owner, Token: best.token, Expires: time.Now().Add(best.pttl)},
+		quorumHeld: r.reached(best.count),
+		pttl:       best.pttl,
+	}
+}
+
+// abort undoes a failed attempt: synchronously on the nodes that granted
+// (so that the caller's next attempt does not trip over its own leftovers),
+// in the background, with a tombstone, on the nodes that did not answer.
+func (l *Locker) abort(r *round[grantReply], k keys, handle, abortKey string, ttlMS int64) {
+	var wg sync.WaitGroup
+	for i, nd := range l.nodes {
+		switch {
+		case r.heard[i] && r.vals[i].Granted:
+			wg.Add(1)
+			l.spawn(func() {
+				defer wg.Done()
+				c, cancel := l.nodeCtx(context.Background())
+				defer cancel()
+				abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "0")
+			})
+		case !r.heard[i]:
+			if !l.begin() {
+				continue
+			}
+			go func() {
+				defer l.ops.Done()
+				// Retry until the node answers or the attempt's TTL is
+				// over (then a late grant has expired by itself).
+				deadline := time.Now().Add(time.Duration(ttlMS) * time.Millisecond)
+				for time.Now().Before(deadline) {
+					c, cancel := context.WithDeadline(context.Background(), deadline)
+					err := abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "1").Err()
+					cancel()
+					if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrClosed) {
+						return
+					}
+					time.Sleep(l.cfg.NodeTimeout)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}

@@ -1,0 +1,150 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Renew implements lock.Locker: compare-and-pexpire on every node; the lease
+// is extended only when a quorum still holds its handle and the round ended
+// within the new validity window.
+func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	ttl, err := lock.ValidateRenew(lease, ttl)
+	if err != nil {
+		return err
+	}
+	k := l.keysFor(lease.Key)
+	sent := time.Now()
+	r := broadcast(l, ctx, func(c context.Context, nd *node) (held, error) {
+		return decodeHeld(renewScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
+			lease.Handle, ttl.Milliseconds(), uint64(lease.Token)).Int64())
+	})
+	r.collect(true)
+	switch {
+	case r.won():
+		if err := lease.Renewed(sent, ttl, true); err != nil {
+			return err
+		}
+		if err := lease.Err(); err != nil {
+			return fmt.Errorf("%w: redlock: renew %q took too long: %w", lock.ErrNotHeld, lease.Key, err)
+		}
+		return nil
+	case r.lost():
+		return lease.Renewed(sent, ttl, false)
+	default:
+		return fmt.Errorf("%w: redlock: renew %q: %d of %d nodes answered, %d still hold it (quorum %d): %v",
+			lock.ErrUnavailable, lease.Key, r.answered(), r.n, r.ok, r.quorum, r.err())
+	}
+}
+
+// Release implements lock.Locker: compare-and-delete on every node. It
+// succeeds when a quorum still had the lease's handle; otherwise it returns
+// ErrNotHeld (or ErrUnavailable when too few nodes answered to tell).
+func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	if t := l.gate.TakeHandoff(lease); t != nil {
+		return l.handoff(ctx, lease, t)
+	}
+	return l.release(ctx, lease)
+}
+
+func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
+	return l.releaseCounted(ctx, lease, 0)
+}
+
+// releaseCounted releases lease; moved is the number of nodes on which a
+// failed handoff already removed it (they count as having held it).
+func (l *Locker) releaseCounted(ctx context.Context, lease *lock.Lease, moved int) error {
+	k := l.keysFor(lease.Key)
+	f, prev := l.startRelease(lease.Key)
+	r := broadcast(l, ctx, func(c context.Context, nd *node) (held, error) {
+		defer l.finishRelease(lease.Key, f, nd.idx)
+		prev.wait(nd.idx, l.cfg.NodeTimeout)
+		return decodeHeld(releaseScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
+			lease.Handle, uint64(lease.Token), k.channel).Int64())
+	})
+	r.collect(true)
+	t := r.tally
+	t.ok, t.refused = t.ok+moved, t.refused-moved
+	switch {
+	case t.won():
+		l.deliver(k.channel, uint64(lease.Token)) // wake a local waiter at once
+		l.gate.EndHolder(lease, lock.ErrReleased)
+		return lease.Released(true)
+	case t.lost() || t.answered() == t.n:
+		err := lease.Released(false)
+		l.gate.EndHolder(lease, err)
+		return err
+	default:
+		return fmt.Errorf("%w: redlock: release %q: only %d of %d nodes answered (quorum %d), outcome unknown: %v",
+			lock.ErrUnavailable, lease.Key, r.answered(), t.n, t.quorum, t.err())
+	}
+}
+
+// inflight is one release of a key, per node: done[i] is closed once node i
+// answered (or failed). A later attempt or release of the same key by this
+// Locker waits for it on that node before sending its own request, so that
+// the two cannot reach the node out of order on different connections.
+type inflight struct {
+	done []chan struct{}
+	left int
+}
+
+func (f *inflight) wait(i int, timeout time.Duration) {
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.done[i]:
+	default:
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-f.done[i]:
+		case <-t.C:
+		}
+	}
+}
+
+// startRelease registers a release of key; prev is the one still in
+// flight, if any.
+func (l *Locker) startRelease(key string) (f, prev *inflight) {
+	f = &inflight{done: make([]chan struct{}, len(l.nodes)), left: len(l.nodes)}
+	for i := range f.done {
+		f.done[i] = make(chan struct{})
+	}
+	l.mu.Lock()
+	prev = l.releasing[key]
+	l.releasing[key] = f
+	l.mu.Unlock()
+	return f, prev
+}
+
+func (l *Locker) finishRelease(key string, f *inflight, i int) {
+	close(f.done[i])
+	l.mu.Lock()
+	if f.left--; f.left == 0 && l.releasing[key] == f {
+		delete(l.releasing, key)
+	}
+	l.mu.Unlock()
+}
+
+// releaseQuietly frees a grant nobody will use (a waiter's grant that raced
+// its cancellation).
+func (l *Locker) releaseQuietly(lease *lock.Lease) {
+	l.release(context.Background(), lease)
+	lease.End(lock.ErrReleased)
+}

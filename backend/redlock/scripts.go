@@ -1,0 +1,160 @@
+package redlock
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed sync.lua
+	syncLua string
+	//go:embed renew.lua
+	renewLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed abort.lua
+	abortLua string
+	//go:embed inspect.lua
+	inspectLua string
+	//go:embed handoff.lua
+	handoffLua string
+
+	acquireScript = redis.NewScript(acquireLua)
+	syncScript    = redis.NewScript(syncLua)
+	renewScript   = redis.NewScript(renewLua)
+	releaseScript = redis.NewScript(releaseLua)
+	abortScript   = redis.NewScript(abortLua)
+	inspectScript = redis.NewScript(inspectLua)
+	handoffScript = redis.NewScript(handoffLua)
+)
+
+// errBadReply: a script answered with a reply of the wrong shape. The node
+// counts as not having answered.
+var errBadReply = errors.New("redlock: unexpected script reply")
+
+// grantReply is one node's answer to acquire.lua or handoff.lua.
+type grantReply struct {
+	Granted bool
+	// Token is the node-local token of the grant when Granted, else the
+	// holder's token.
+	Token lock.Token
+	// The holder that refused the attempt (acquire.lua only). HolderHandle
+	// is "" when no holder refused it: a tombstone did (see abort.lua), or
+	// handoff.lua found the old grant gone.
+	HolderPTTL   time.Duration
+	HolderOwner  string
+	HolderHandle string
+}
+
+func (r grantReply) granted() bool { return r.Granted }
+
+// decodeAcquire reads acquire.lua's {granted, token, pttl, owner[, handle]}.
+func decodeAcquire(v []any, err error) (grantReply, error) {
+	if err != nil {
+		return grantReply{}, err
+	}
+	if len(v) < 4 {
+		return grantReply{}, fmt.Errorf("%w: acquire %v", errBadReply, v)
+	}
+	r := grantReply{
+		Granted:     toInt(v[0]) == 1,
+		Token:       lock.Token(toInt(v[1])),
+		HolderPTTL:  time.Duration(toInt(v[2])) * time.Millisecond,
+		HolderOwner: toString(v[3]),
+	}
+	if !r.Granted && len(v) >= 5 {
+		r.HolderHandle = toString(v[4])
+	}
+	return r, nil
+}
+
+// decodeHandoff reads handoff.lua's {granted, token}.
+func decodeHandoff(v []any, err error) (grantReply, error) {
+	if err != nil {
+		return grantReply{}, err
+	}
+	if len(v) < 2 {
+		return grantReply{}, fmt.Errorf("%w: handoff %v", errBadReply, v)
+	}
+	return grantReply{Granted: toInt(v[0]) == 1, Token: lock.Token(toInt(v[1]))}, nil
+}
+
+// held is a node's answer 1 (true) or 0 of renew.lua and release.lua: it
+// still held the grant, and extended or deleted it.
+type held bool
+
+func (h held) granted() bool { return bool(h) }
+
+func decodeHeld(v int64, err error) (held, error) { return v == 1, err }
+
+// holderReply is one node's answer to inspect.lua: the holder as that node
+// sees it.
+type holderReply struct {
+	Held   bool // false when the key is free on the node
+	Handle string
+	Owner  string
+	Token  lock.Token // the node-local token
+	Value  string
+	PTTL   time.Duration
+	Final  bool // Token is the grant's, as recorded by sync.lua
+}
+
+// granted counts the node toward the nodes that hold the key.
+func (r holderReply) granted() bool { return r.Held }
+
+// decodeInspect reads inspect.lua's false (free) or {handle, owner, token,
+// value, pttl[, final]}.
+func decodeInspect(v []any, err error) (holderReply, error) {
+	if errors.Is(err, redis.Nil) {
+		return holderReply{}, nil
+	}
+	if err != nil {
+		return holderReply{}, err
+	}
+	if len(v) < 5 {
+		return holderReply{}, fmt.Errorf("%w: inspect %v", errBadReply, v)
+	}
+	return holderReply{
+		Held:   true,
+		Handle: toString(v[0]),
+		Owner:  toString(v[1]),
+		Token:  lock.Token(toInt(v[2])),
+		Value:  toString(v[3]),
+		PTTL:   time.Duration(toInt(v[4])) * time.Millisecond,
+		Final:  len(v) >= 6 && toString(v[5]) == "1",
+	}, nil
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	case float64:
+		return int64(x)
+	}
+	return 0
+}
+
+func toString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
