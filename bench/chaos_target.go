@@ -8,8 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strings"
-	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,7 +17,7 @@ import (
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/client"
-	"github.com/lockgate/lockgate/internal/testenv"
+	"github.com/lockgate/lockgate/internal/servers"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -36,8 +34,7 @@ const (
 var Faults = []string{FaultKill, FaultPause, FaultPartition, FaultClock, FaultClientPause}
 
 // injector injects one fault into a target and returns how to heal it and
-// what it did. Server faults run inside the target's ProcessTB (testenv
-// reports failures through it).
+// what it did. Server faults (internal/servers) return their errors.
 type injector func(rng *rand.Rand, ttl time.Duration) (heal func() error, what string, err error)
 
 // target is one backend's servers, provisioned for a campaign (behind
@@ -54,12 +51,10 @@ type target struct {
 
 func (t *target) close() { t.s.Close() }
 
-// do runs f with the servers' ProcessTB and turns a testenv failure into an
-// error.
-func (t *target) do(what string, f func(tb testing.TB)) error {
-	before := t.s.tb.Errors()
-	if !t.s.tb.Do(f) {
-		return fmt.Errorf("%s: %s", what, strings.TrimPrefix(t.s.tb.Errors(), before))
+// do runs a server fault's heal and says what failed.
+func (t *target) do(what string, f func() error) error {
+	if err := f(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -116,7 +111,7 @@ func (t *target) raftFaults() {
 		return client.New(endpoints, client.Options{RequestTimeout: 5 * time.Second})
 	}
 	// victim is the leader, or (one time in two for kill) a random node.
-	victim := func(rng *rand.Rand, anyNode bool) (*testenv.RaftNode, int, string) {
+	victim := func(rng *rand.Rand, anyNode bool) (*servers.RaftNode, int, string) {
 		l := rl.Leader()
 		if l == nil || anyNode && rng.IntN(2) == 0 {
 			i := rng.IntN(len(rl.Nodes))
@@ -132,12 +127,14 @@ func (t *target) raftFaults() {
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		nd, _, who := victim(rng, true)
 		nd.Kill()
-		return func() error { return t.do("restarting "+who, func(testing.TB) { nd.Restart() }) }, "SIGKILL " + who, nil
+		return func() error { return t.do("restarting "+who, nd.Restart) }, "SIGKILL " + who, nil
 	}
 	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		nd, _, who := victim(rng, false)
-		nd.Pause()
-		return func() error { return t.do("resuming "+who, func(testing.TB) { nd.Resume() }) }, "SIGSTOP " + who, nil
+		if err := nd.Pause(); err != nil {
+			return nil, "", err
+		}
+		return func() error { return t.do("resuming "+who, nd.Resume) }, "SIGSTOP " + who, nil
 	}
 	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		_, i, who := victim(rng, rng.IntN(2) == 0) // the leader, or a random node: minority | majority
@@ -191,13 +188,15 @@ func (t *target) redlockFaults() {
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		i := rng.IntN(len(rs))
 		rs[i].Kill()
-		return func() error { return t.do("restarting redis", func(testing.TB) { rs[i].Restart() }) },
+		return func() error { return t.do("restarting redis", rs[i].Restart) },
 			fmt.Sprintf("SIGKILL redis %d (restarts empty: no persistence)", i), nil
 	}
 	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		i := rng.IntN(len(rs))
-		rs[i].Pause()
-		return func() error { return t.do("resuming redis", func(testing.TB) { rs[i].Resume() }) }, fmt.Sprintf("SIGSTOP redis %d", i), nil
+		if err := rs[i].Pause(); err != nil {
+			return nil, "", err
+		}
+		return func() error { return t.do("resuming redis", rs[i].Resume) }, fmt.Sprintf("SIGSTOP redis %d", i), nil
 	}
 	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		n := 1 + rng.IntN(len(rs)/2) // a minority: the quorum survives
@@ -259,11 +258,13 @@ func (t *target) postgresFaults() {
 	}
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		pg.Kill()
-		return func() error { return t.do("restarting postgres", func(testing.TB) { pg.Restart() }) }, "SIGKILL postgres", nil
+		return func() error { return t.do("restarting postgres", pg.Restart) }, "SIGKILL postgres", nil
 	}
 	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		pg.Pause()
-		return func() error { return t.do("resuming postgres", func(testing.TB) { pg.Resume() }) }, "SIGSTOP postgres", nil
+		if err := pg.Pause(); err != nil {
+			return nil, "", err
+		}
+		return func() error { return t.do("resuming postgres", pg.Resume) }, "SIGSTOP postgres", nil
 	}
 	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		return cutAll([]*Proxy{p}), "cut clients from postgres", nil
@@ -285,19 +286,21 @@ func (t *target) etcdFaults() {
 		cfg.SessionTTL = 2 * time.Second
 		return zklike.New(cfg)
 	}
-	member := func(rng *rand.Rand) (*testenv.EtcdMember, string) {
+	member := func(rng *rand.Rand) (*servers.EtcdMember, string) {
 		m := pick(rng, e.Members)
 		return m, m.Name
 	}
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		m, who := member(rng)
 		m.Kill()
-		return func() error { return t.do("restarting "+who, func(testing.TB) { m.Restart() }) }, "SIGKILL " + who, nil
+		return func() error { return t.do("restarting "+who, m.Restart) }, "SIGKILL " + who, nil
 	}
 	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		m, who := member(rng)
-		m.Pause()
-		return func() error { return t.do("resuming "+who, func(testing.TB) { m.Resume() }) }, "SIGSTOP " + who, nil
+		if err := m.Pause(); err != nil {
+			return nil, "", err
+		}
+		return func() error { return t.do("resuming "+who, m.Resume) }, "SIGSTOP " + who, nil
 	}
 	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		n := 1 + rng.IntN(len(ps)-1)

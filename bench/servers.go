@@ -3,8 +3,8 @@
 // fault campaigns (`lockgate bench chaos`).
 //
 // The servers every backend needs are started here, as real processes on
-// free 127.0.0.1 ports, through internal/testenv — the same code the tests
-// trust — and stopped by PID when the run ends: five redis-server, one
+// free 127.0.0.1 ports, through internal/servers — the same code the tests
+// trust, through internal/testenv — and stopped by PID when the run ends: five redis-server, one
 // PostgreSQL, a three-node etcd and a three-node raftlock cluster of
 // `lockgate node` processes. A Spec may point at existing servers instead.
 // The chaos campaign provisions through the same Provision, with Faults:
@@ -22,9 +22,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 
-	"github.com/lockgate/lockgate/internal/testenv"
+	"github.com/lockgate/lockgate/internal/servers"
 )
 
 // Backend names, as `--backend` spells them.
@@ -133,22 +132,30 @@ type ProvisionOptions struct {
 type Servers struct {
 	Spec // the addresses, provisioned or existing
 
-	Redis     []*testenv.Redis  // nil when existing or not asked for
-	PG        *testenv.Postgres // ditto
-	EtcdProcs *testenv.Etcd     // ditto
-	RaftProcs *testenv.Raftlock // ditto
+	Redis     []*servers.Redis  // nil when existing or not asked for
+	PG        *servers.Postgres // ditto
+	EtcdProcs *servers.Etcd     // ditto
+	RaftProcs *servers.Raftlock // ditto
 
 	// With ProvisionOptions.Faults: the links a partition cuts, and the
 	// clock a clock jump moves.
 	Proxies       *Proxies
 	RedisLinks    []*Proxy // clients → redis i
 	PGLink        *Proxy   // clients → postgres
-	PGClock       *testenv.FakeClock
+	PGClock       *servers.FakeClock
 	EtcdLinks     []*Proxy   // clients → etcd member i
 	RaftAPILinks  []*Proxy   // clients → node i's API
 	RaftPeerLinks [][]*Proxy // node i → node j's Raft transport
 
-	tb *testenv.ProcessTB
+	mu      sync.Mutex
+	closers []func() // stop what was started; run last first
+}
+
+// onClose registers f to run at Close; safe from the starting goroutines.
+func (s *Servers) onClose(f func()) {
+	s.mu.Lock()
+	s.closers = append(s.closers, f)
+	s.mu.Unlock()
 }
 
 // Provision starts the servers of backends that opts.Existing does not
@@ -158,25 +165,33 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 	if err := CheckBackends(backends); err != nil {
 		return nil, err
 	}
-	s := &Servers{Spec: opts.Existing, tb: testenv.NewProcessTB("bench"), Proxies: NewProxies()}
-	s.tb.Out = opts.Log
+	s := &Servers{Spec: opts.Existing, Proxies: NewProxies()}
+	logger := servers.WriterLogger(opts.Log)
 	// link puts a proxy in front of addr when faults are wanted.
-	link := func(tb testing.TB, name, addr string) (*Proxy, string) {
+	link := func(name, addr string) (*Proxy, string, error) {
 		if !opts.Faults {
-			return nil, addr
+			return nil, addr, nil
 		}
 		p, err := s.Proxies.Add(name, addr)
 		if err != nil {
-			tb.Fatal(err)
+			return nil, "", err
 		}
-		return p, p.Addr()
+		return p, p.Addr(), nil
 	}
-	var wg sync.WaitGroup
-	start := func(f func(tb testing.TB)) {
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+		errs  []error
+	)
+	start := func(f func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.tb.Do(f)
+			if err := f(); err != nil {
+				errMu.Lock()
+				errs = append(errs, err)
+				errMu.Unlock()
+			}
 		}()
 	}
 	for _, b := range backends {
@@ -189,58 +204,98 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 				s.Close()
 				return nil, errors.New("bench: provisioning raft needs the lockgate binary")
 			}
-			start(func(tb testing.TB) {
-				var ro testenv.RaftlockOptions
+			start(func() error {
+				ro := servers.RaftlockOptions{Log: logger}
 				if opts.Faults {
 					ro.Args = s.raftFaultArgs
 				}
-				s.RaftProcs = testenv.StartRaftlockWith(tb, opts.Lockgate, RaftNodes, ro)
-				s.Spec.Raft = s.RaftProcs.APIAddrs
+				c, err := servers.StartRaftlock(ctx, opts.Lockgate, RaftNodes, ro)
+				if err != nil {
+					return err
+				}
+				s.onClose(c.Close)
+				s.RaftProcs = c
+				s.Spec.Raft = c.APIAddrs
 				if opts.Faults {
 					s.Spec.Raft = make([]string, len(s.RaftAPILinks))
 					for i, p := range s.RaftAPILinks {
 						s.Spec.Raft[i] = p.Addr()
 					}
 				}
+				return nil
 			})
 		case Redlock:
-			start(func(tb testing.TB) {
-				s.Redis = testenv.StartRedisN(tb, RedisMasters)
-				for i, r := range s.Redis {
-					p, addr := link(tb, fmt.Sprintf("redis-%d", i), r.Addr)
+			start(func() error {
+				rs, err := servers.StartRedisN(ctx, RedisMasters, servers.RedisOptions{Log: logger})
+				if err != nil {
+					return err
+				}
+				for _, r := range rs {
+					s.onClose(r.Close)
+				}
+				s.Redis = rs
+				for i, r := range rs {
+					p, addr, err := link(fmt.Sprintf("redis-%d", i), r.Addr)
+					if err != nil {
+						return err
+					}
 					s.RedisLinks = append(s.RedisLinks, p)
 					s.Spec.Redlock = append(s.Spec.Redlock, addr)
 				}
+				return nil
 			})
 		case Postgres:
-			start(func(tb testing.TB) {
+			start(func() error {
 				// fsync on: raftlock and etcd wait for their disks too.
-				po := testenv.PostgresOptions{Durable: true}
+				po := servers.PostgresOptions{Durable: true, Log: logger}
 				if opts.Faults {
-					s.PGClock = testenv.NewFakeClock(tb)
-					po.Env = s.PGClock.Env()
+					c, err := servers.NewFakeClock()
+					if err != nil {
+						return err
+					}
+					s.onClose(c.Close)
+					s.PGClock = c
+					po.Env = c.Env()
 				}
-				s.PG = testenv.StartPostgresWith(tb, po)
-				server := fmt.Sprintf("127.0.0.1:%d", s.PG.Port)
+				pg, err := servers.StartPostgres(ctx, po)
+				if err != nil {
+					return err
+				}
+				s.onClose(pg.Close)
+				s.PG = pg
+				server := fmt.Sprintf("127.0.0.1:%d", pg.Port)
 				var addr string
-				s.PGLink, addr = link(tb, "postgres", server)
-				s.Spec.Postgres = strings.Replace(s.PG.URL, server, addr, 1)
+				s.PGLink, addr, err = link("postgres", server)
+				if err != nil {
+					return err
+				}
+				s.Spec.Postgres = strings.Replace(pg.URL, server, addr, 1)
+				return nil
 			})
 		case Etcd:
-			start(func(tb testing.TB) {
-				s.EtcdProcs = testenv.StartEtcd(tb, EtcdMembers)
-				for _, m := range s.EtcdProcs.Members {
-					p, addr := link(tb, m.Name, strings.TrimPrefix(m.ClientURL, "http://"))
+			start(func() error {
+				e, err := servers.StartEtcd(ctx, EtcdMembers, servers.EtcdOptions{Log: logger})
+				if err != nil {
+					return err
+				}
+				s.onClose(e.Close)
+				s.EtcdProcs = e
+				for _, m := range e.Members {
+					p, addr, err := link(m.Name, strings.TrimPrefix(m.ClientURL, "http://"))
+					if err != nil {
+						return err
+					}
 					s.EtcdLinks = append(s.EtcdLinks, p)
 					s.Spec.Etcd = append(s.Spec.Etcd, "http://"+addr)
 				}
+				return nil
 			})
 		}
 	}
 	wg.Wait()
-	if s.tb.Failed() {
+	if err := errors.Join(errs...); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("bench: starting servers failed: %s", s.tb.Errors())
+		return nil, fmt.Errorf("bench: starting servers failed: %w", err)
 	}
 	return s, ctx.Err()
 }
@@ -249,13 +304,19 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 // its data.
 func (s *Servers) Close() {
 	s.Proxies.Close()
-	s.tb.Close()
+	s.mu.Lock()
+	cs := s.closers
+	s.closers = nil
+	s.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
 }
 
 // FloorDir is the directory the physical floor's sync is measured in: the
 // one that holds the provisioned raftlock nodes' data directories, so that
 // the sync is the nodes' filesystem's; without provisioned nodes, the
-// system's temporary directory, where testenv keeps every server's data.
+// system's temporary directory, where internal/servers keeps every server's data.
 func (s *Servers) FloorDir() string {
 	if s != nil && s.RaftProcs != nil && len(s.RaftProcs.Nodes) > 0 {
 		return filepath.Dir(s.RaftProcs.Nodes[0].DataDir)
@@ -263,10 +324,10 @@ func (s *Servers) FloorDir() string {
 	return os.TempDir()
 }
 
-// raftFaultArgs is the testenv hook that puts proxies in front of every
+// raftFaultArgs is the servers.RaftlockOptions.Args hook that puts proxies in front of every
 // node's API and on every Raft link (node i dials node j through
 // RaftPeerLinks[i][j]), and turns fault injection on.
-func (s *Servers) raftFaultArgs(i int, nodes []*testenv.RaftNode) []string {
+func (s *Servers) raftFaultArgs(i int, nodes []*servers.RaftNode) []string {
 	if i == 0 { // one set of proxies per start attempt
 		s.RaftAPILinks = make([]*Proxy, len(nodes))
 		s.RaftPeerLinks = make([][]*Proxy, len(nodes))

@@ -1,53 +1,32 @@
 package testenv
 
 import (
-	"bufio"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
+	"context"
 	"testing"
-	"time"
+
+	"github.com/lockgate/lockgate/internal/servers"
 )
 
 // Etcd is an etcd cluster of one or more members, each a separate etcd
 // (v3.4) process with its own data directory and its own client and peer
-// ports on 127.0.0.1. It is stopped, and its data removed, by a t.Cleanup
-// registered by StartEtcd. Its methods must not be called after the test has
-// finished.
+// ports on 127.0.0.1, owned by a test: a servers.Etcd whose faults fail the
+// test. It is stopped, and its data removed, by a t.Cleanup registered by
+// StartEtcd. Its methods must not be called after the test has finished.
 type Etcd struct {
 	// Endpoints are the members' client URLs (http://127.0.0.1:<port>), in
 	// member order, for clientv3.Config.Endpoints.
 	Endpoints []string
 	// Members are the cluster members, in the order of Endpoints.
 	Members []*EtcdMember
+
+	e *servers.Etcd
+	t testing.TB
 }
 
 // EtcdMember is one member process of an Etcd cluster.
 type EtcdMember struct {
-	// Name is the member name (--name), "etcd0", "etcd1", ...
-	Name string
-	// ClientURL is the member's client URL, http://127.0.0.1:<port>.
-	ClientURL string
-	// PeerURL is the member's peer URL, http://127.0.0.1:<port>.
-	PeerURL string
-	// DataDir is the member's data directory, kept across Restart.
-	DataDir string
-
-	proc *proc
-}
-
-// healthClient probes /health; no keep-alive, so no idle connections or
-// goroutines outlive a probe.
-var healthClient = &http.Client{
-	Timeout:   time.Second,
-	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	*servers.EtcdMember
+	t testing.TB
 }
 
 // StartEtcd starts an n-member etcd cluster (n >= 1; typically 1 or 3)
@@ -61,165 +40,30 @@ var healthClient = &http.Client{
 // members are stopped when the test and its subtests finish.
 func StartEtcd(t testing.TB, n int) *Etcd {
 	t.Helper()
-	return startEtcd(t, n, freePorts)
-}
-
-func startEtcd(t testing.TB, n int, pick portPicker) *Etcd {
-	t.Helper()
 	if n < 1 {
 		t.Fatalf("testenv: StartEtcd: n = %d, want at least 1", n)
 	}
 	bin := RequireBinary(t, "etcd", "etcd-server")
-	base, err := os.MkdirTemp("", "testenv-etcd-")
+	e, err := servers.StartEtcd(context.Background(), n, servers.EtcdOptions{Bin: bin, Log: t})
 	if err != nil {
-		t.Fatalf("testenv: StartEtcd: %v", err)
+		failStart(t, "StartEtcd", err)
 	}
-	e := &Etcd{}
-	t.Cleanup(func() {
-		e.Stop()
-		os.RemoveAll(base)
-	})
-
-	// etcd reads ETCD_* variables as flags; a stray one from the
-	// environment would change or conflict with ours.
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ETCD_") {
-			env = append(env, kv)
-		}
-	}
-
-	err = retryPorts(2*n, pick, func(ports []int, attempt int) error {
-		// A fresh token and fresh data directories per attempt, so that
-		// members of a failed attempt (or of another cluster that reuses a
-		// port later) cannot join this one.
-		token := "testenv-" + randomHex(8)
-		dir := filepath.Join(base, fmt.Sprintf("attempt%d", attempt))
-		e.Members = make([]*EtcdMember, n)
-		e.Endpoints = make([]string, n)
-		var initialCluster []string
-		for i := range e.Members {
-			m := &EtcdMember{
-				Name:      fmt.Sprintf("etcd%d", i),
-				ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
-				PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
-			}
-			m.DataDir = filepath.Join(dir, m.Name)
-			e.Members[i] = m
-			e.Endpoints[i] = m.ClientURL
-			initialCluster = append(initialCluster, m.Name+"="+m.PeerURL)
-		}
-		for i, m := range e.Members {
-			if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
-				return err
-			}
-			m.proc = &proc{
-				t:     t,
-				name:  fmt.Sprintf("etcd[%s %s]", m.Name, strings.TrimPrefix(m.ClientURL, "http://")),
-				path:  bin,
-				dir:   m.DataDir,
-				env:   env,
-				ports: []int{ports[2*i], ports[2*i+1]},
-				args: []string{
-					"--name", m.Name,
-					"--data-dir", m.DataDir,
-					"--listen-client-urls", m.ClientURL,
-					"--advertise-client-urls", m.ClientURL,
-					"--listen-peer-urls", m.PeerURL,
-					"--initial-advertise-peer-urls", m.PeerURL,
-					"--initial-cluster", strings.Join(initialCluster, ","),
-					"--initial-cluster-state", "new",
-					"--initial-cluster-token", token,
-					"--logger", "zap",
-					"--log-level", "warn",
-					"--log-outputs", "stderr",
-				},
-			}
-		}
-		if err := e.startMembers(e.Members); err != nil {
-			e.Stop()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("testenv: StartEtcd: %v", err)
-	}
-	return e
+	t.Cleanup(e.Close)
+	return wrapEtcd(t, e)
 }
 
-// startMembers starts the given (stopped) members together and waits until
-// each reports healthy.
-func (e *Etcd) startMembers(ms []*EtcdMember) error {
-	procs := make([]*proc, len(ms))
-	checks := make([]func() error, len(ms))
-	for i, m := range ms {
-		if err := m.proc.start(); err != nil {
-			return err
-		}
-		procs[i] = m.proc
-		checks[i] = m.health
+func wrapEtcd(t testing.TB, e *servers.Etcd) *Etcd {
+	w := &Etcd{Endpoints: e.Endpoints, e: e, t: t}
+	for _, m := range e.Members {
+		w.Members = append(w.Members, &EtcdMember{EtcdMember: m, t: t})
 	}
-	return waitAll(time.Now().Add(readyTimeout), procs, checks)
+	return w
 }
 
 // Stop stops every running member gracefully (see EtcdMember.Stop):
 // paused members are resumed, then the followers are stopped, and the
-// leader last. Stopping the leader together with its followers would make
-// it wait for a leadership transfer that cannot complete (about 7 s).
-// Stopping a cluster that is not running does nothing.
-func (e *Etcd) Stop() {
-	var followers, others []*EtcdMember
-	for _, m := range e.Members {
-		if m.proc == nil || m.PID() == 0 {
-			continue
-		}
-		m.proc.unpause()
-		if m.isFollower() {
-			followers = append(followers, m)
-		} else {
-			others = append(others, m)
-		}
-	}
-	stopMembers(followers)
-	stopMembers(others)
-	for _, m := range e.Members {
-		if m.proc != nil {
-			m.proc.stop() // waits for members that exited on their own
-		}
-	}
-}
-
-// stopMembers stops ms concurrently.
-func stopMembers(ms []*EtcdMember) {
-	var wg sync.WaitGroup
-	for _, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.proc.stop()
-		}()
-	}
-	wg.Wait()
-}
-
-// isFollower reports whether the member's /metrics say it is running and
-// not the leader.
-func (m *EtcdMember) isFollower() bool {
-	resp, err := healthClient.Get(m.ClientURL + "/metrics")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "etcd_server_is_leader" {
-			return f[1] == "0"
-		}
-	}
-	return false
-}
+// leader last. Stopping a cluster that is not running does nothing.
+func (e *Etcd) Stop() { e.e.Stop() }
 
 // Restart starts every member that is not running (stopping none; paused
 // members are not resumed) with its data directory and ports, and waits
@@ -227,66 +71,11 @@ func (m *EtcdMember) isFollower() bool {
 // Use it after stopping a quorum of members, where restarting them one by
 // one with EtcdMember.Restart would wait for a quorum that is not there.
 func (e *Etcd) Restart() {
-	var stopped []*EtcdMember
-	var procs []*proc
-	var checks []func() error
-	for _, m := range e.Members {
-		if m.PID() == 0 {
-			stopped = append(stopped, m)
-		}
-		procs = append(procs, m.proc)
-		checks = append(checks, m.health)
-	}
-	if len(stopped) == 0 {
-		return
-	}
-	t := e.Members[0].proc.t
-	t.Helper()
-	for _, m := range stopped {
-		if err := m.proc.start(); err != nil {
-			t.Fatalf("testenv: Etcd.Restart: %v", err)
-		}
-	}
-	if err := waitAll(time.Now().Add(readyTimeout), procs, checks); err != nil {
-		t.Fatalf("testenv: Etcd.Restart: %v", err)
+	e.t.Helper()
+	if err := e.e.Restart(); err != nil {
+		e.t.Fatalf("testenv: %v", err)
 	}
 }
-
-// health reports nil if GET <ClientURL>/health says health is true.
-func (m *EtcdMember) health() error {
-	resp, err := healthClient.Get(m.ClientURL + "/health")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
-	if err != nil {
-		return err
-	}
-	var h struct {
-		Health any `json:"health"` // "true" in 3.4, true in some versions
-	}
-	if err := json.Unmarshal(body, &h); err != nil {
-		return fmt.Errorf("/health: %s: %v", resp.Status, err)
-	}
-	if h.Health == "true" || h.Health == true {
-		return nil
-	}
-	return fmt.Errorf("/health: %s: %s", resp.Status, strings.TrimSpace(string(body)))
-}
-
-// PID returns the process ID of the running member, or 0 if it is not
-// running.
-func (m *EtcdMember) PID() int { return m.proc.pid() }
-
-// Stop shuts the member down: SIGCONT if paused, SIGTERM, and SIGKILL if it
-// has not exited after 10 seconds. It returns once the process is reaped.
-// Stopping a member that is not running does nothing.
-func (m *EtcdMember) Stop() { m.proc.stop() }
-
-// Kill sends SIGKILL and returns once the process is reaped. Killing a
-// member that is not running does nothing.
-func (m *EtcdMember) Kill() { m.proc.kill() }
 
 // Restart starts the member again with the same name, data directory and
 // ports (stopping it first if it is still running); it rejoins from its
@@ -294,20 +83,16 @@ func (m *EtcdMember) Kill() { m.proc.kill() }
 // quorum of the cluster running (see Etcd.Restart otherwise); the test
 // fails if it does not become healthy within 30 seconds.
 func (m *EtcdMember) Restart() {
-	m.proc.t.Helper()
-	m.proc.restart("EtcdMember.Restart", m.health)
+	m.t.Helper()
+	if err := m.EtcdMember.Restart(); err != nil {
+		m.t.Fatalf("testenv: %v", err)
+	}
 }
 
 // Pause freezes the member with SIGSTOP; to its peers it looks like a
 // network partition until Resume.
-func (m *EtcdMember) Pause() { m.proc.pause() }
+func (m *EtcdMember) Pause() { m.t.Helper(); errorf(m.t, m.EtcdMember.Pause()) }
 
 // Resume continues a paused member with SIGCONT. Pausing or resuming a member
 // that is not running marks the test failed (t.Errorf).
-func (m *EtcdMember) Resume() { m.proc.resume() }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func (m *EtcdMember) Resume() { m.t.Helper(); errorf(m.t, m.EtcdMember.Resume()) }

@@ -3,10 +3,13 @@ package testenv
 import (
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/servers"
 )
 
 // requireGone fails unless no process with this PID exists any more.
@@ -66,4 +69,26 @@ func requireRefused(t *testing.T, addr string) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("connection to %s: %v, want connection refused", addr, err)
 	}
+}
+
+// The /proc readers of internal/servers, under the names these tests used
+// when the process management lived in this package.
+
+type stat struct{ state byte }
+
+func procStat(pid int) (stat, bool) {
+	s, ok := servers.ProcState(pid)
+	return stat{state: s}, ok
+}
+
+func descendants(pid int) []int { return servers.Descendants(pid) }
+
+func isStopped(pid int) bool {
+	s, ok := servers.ProcState(pid)
+	return ok && s == 'T'
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }

@@ -1,42 +1,38 @@
 package testenv
 
 import (
-	"encoding/json"
-	"fmt"
-	"io"
-	"os"
+	"context"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/lockgate/lockgate/internal/servers"
 )
 
 // Raftlock is a raftlock cluster of `lockgate node` processes, each with its
-// own data directory, Raft port and API port on 127.0.0.1: raftlock measured
-// and faulted the way it runs in production, not as goroutines of the test.
-// It is stopped, and its data removed, by a t.Cleanup registered by
-// StartRaftlock. Its methods must not be called after the test has finished.
+// own data directory, Raft port and API port on 127.0.0.1, owned by a test:
+// a servers.Raftlock whose faults fail the test. It is stopped, and its
+// data removed, by a t.Cleanup registered by StartRaftlock. Its methods
+// must not be called after the test has finished.
 type Raftlock struct {
 	// APIAddrs are the nodes' API addresses (host:port: the WebSocket/REST
 	// gateway and the membership endpoints), in node order.
 	APIAddrs []string
 	// Nodes are the cluster's servers, in the order of APIAddrs.
 	Nodes []*RaftNode
+
+	c *servers.Raftlock
 }
 
 // RaftNode is one `lockgate node` process of a Raftlock cluster.
 type RaftNode struct {
-	// ID is the server id, "1", "2", ...
-	ID string
-	// RaftAddr and APIAddr are the node's Raft transport and API addresses.
-	RaftAddr, APIAddr string
-	// DataDir is the node's data directory, kept across Restart.
-	DataDir string
-
-	proc *proc
+	*servers.RaftNode
+	t testing.TB
 }
+
+// RaftlockOptions adjusts the nodes of StartRaftlockWith; see
+// servers.RaftlockOptions (Log is set to the test).
+type RaftlockOptions = servers.RaftlockOptions
 
 // BuildLockgate builds the lockgate binary into a temporary directory
 // removed when t ends, and returns its path: for tests that run raftlock
@@ -62,190 +58,49 @@ func StartRaftlock(t testing.TB, bin string, n int) *Raftlock {
 	return StartRaftlockWith(t, bin, n, RaftlockOptions{})
 }
 
-// RaftlockOptions adjusts the nodes of StartRaftlockWith.
-type RaftlockOptions struct {
-	// Args returns extra `lockgate node` arguments for node i, given every
-	// node's addresses (e.g. proxies: --api-addr, --api-listen,
-	// --raft-dial). It is called once per start attempt, before any node
-	// starts.
-	Args func(i int, nodes []*RaftNode) []string
-}
-
 // StartRaftlockWith is StartRaftlock with options.
 func StartRaftlockWith(t testing.TB, bin string, n int, opts RaftlockOptions) *Raftlock {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("testenv: StartRaftlock: n = %d, want at least 1", n)
-	}
-	base, err := os.MkdirTemp("", "testenv-raftlock-")
+	opts.Log = t
+	c, err := servers.StartRaftlock(context.Background(), bin, n, opts)
 	if err != nil {
-		t.Fatalf("testenv: StartRaftlock: %v", err)
+		failStart(t, "StartRaftlock", err)
 	}
-	c := &Raftlock{}
-	t.Cleanup(func() {
-		c.Stop()
-		os.RemoveAll(base)
-	})
-	err = retryPorts(2*n, freePorts, func(ports []int, attempt int) error {
-		dir := filepath.Join(base, fmt.Sprintf("attempt%d", attempt))
-		c.Nodes = make([]*RaftNode, n)
-		c.APIAddrs = make([]string, n)
-		for i := range c.Nodes {
-			id := strconv.Itoa(i + 1)
-			nd := &RaftNode{
-				ID:       id,
-				RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]),
-				APIAddr:  fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
-				DataDir:  filepath.Join(dir, "node-"+id),
-			}
-			if err := os.MkdirAll(nd.DataDir, 0o700); err != nil {
-				return err
-			}
-			args := []string{"node", "--id", id, "--data-dir", nd.DataDir,
-				"--raft-addr", nd.RaftAddr, "--api-addr", nd.APIAddr}
-			if i == 0 {
-				args = append(args, "--bootstrap")
-			} else {
-				args = append(args, "--join", c.Nodes[0].APIAddr)
-			}
-			nd.proc = &proc{
-				t:     t,
-				name:  fmt.Sprintf("raftlock[%s %s]", id, nd.APIAddr),
-				path:  bin,
-				args:  args,
-				dir:   nd.DataDir,
-				ports: []int{ports[2*i], ports[2*i+1]},
-			}
-			c.Nodes[i] = nd
-			c.APIAddrs[i] = nd.APIAddr
-		}
-		if opts.Args != nil {
-			for i, nd := range c.Nodes {
-				nd.proc.args = append(nd.proc.args, opts.Args(i, c.Nodes)...)
-			}
-		}
-		procs := make([]*proc, n)
-		checks := make([]func() error, n)
-		for i, nd := range c.Nodes {
-			if err := nd.proc.start(); err != nil {
-				c.Stop()
-				return err
-			}
-			procs[i], checks[i] = nd.proc, func() error { return nd.formed(n) }
-		}
-		if err := waitAll(time.Now().Add(readyTimeout), procs, checks); err != nil {
-			c.Stop()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("testenv: StartRaftlock: %v", err)
+	t.Cleanup(c.Close)
+	w := &Raftlock{APIAddrs: c.APIAddrs, c: c}
+	for _, nd := range c.Nodes {
+		w.Nodes = append(w.Nodes, &RaftNode{RaftNode: nd, t: t})
 	}
-	return c
+	return w
 }
 
 // Stop stops every node (SIGTERM: a clean shutdown), concurrently.
-func (c *Raftlock) Stop() {
-	var wg sync.WaitGroup
-	for _, nd := range c.Nodes {
-		if nd.proc == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			nd.proc.stop()
-		}()
-	}
-	wg.Wait()
-}
+func (c *Raftlock) Stop() { c.c.Stop() }
 
 // Leader returns the node that the cluster reports as its leader, or nil
 // when no running node knows one.
 func (c *Raftlock) Leader() *RaftNode {
+	l := c.c.Leader()
 	for _, nd := range c.Nodes {
-		if nd.PID() == 0 {
-			continue
-		}
-		pl, err := nd.peers()
-		if err != nil || pl.LeaderID == "" {
-			continue
-		}
-		for _, l := range c.Nodes {
-			if l.ID == pl.LeaderID {
-				return l
-			}
+		if l != nil && nd.RaftNode == l {
+			return nd
 		}
 	}
 	return nil
 }
-
-// peerList is the part of raftlock's PeerList (GET /v1/cluster/peers) that
-// testenv reads; testenv does not import the backend it serves the tests of.
-type peerList struct {
-	LeaderID string   `json:"leaderId"`
-	Voters   []string `json:"voters"`
-}
-
-func (nd *RaftNode) peers() (*peerList, error) {
-	resp, err := healthClient.Get("http://" + nd.APIAddr + "/v1/cluster/peers")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64*1024))
-	if err != nil {
-		return nil, err
-	}
-	var pl peerList
-	if err := json.Unmarshal(body, &pl); err != nil {
-		return nil, fmt.Errorf("/v1/cluster/peers: %s: %v", resp.Status, err)
-	}
-	return &pl, nil
-}
-
-// formed reports nil once the node knows a leader and n voters.
-func (nd *RaftNode) formed(n int) error {
-	pl, err := nd.peers()
-	if err != nil {
-		return err
-	}
-	if pl.LeaderID == "" || len(pl.Voters) != n {
-		return fmt.Errorf("leader %q, %d of %d voters", pl.LeaderID, len(pl.Voters), n)
-	}
-	return nil
-}
-
-// ready reports nil once the node knows a leader.
-func (nd *RaftNode) ready() error {
-	pl, err := nd.peers()
-	if err != nil {
-		return err
-	}
-	if pl.LeaderID == "" {
-		return fmt.Errorf("no leader known")
-	}
-	return nil
-}
-
-// PID returns the process ID of the running node, or 0.
-func (nd *RaftNode) PID() int { return nd.proc.pid() }
-
-// Stop shuts the node down cleanly (SIGTERM; SIGKILL after 10 seconds).
-func (nd *RaftNode) Stop() { nd.proc.stop() }
-
-// Kill sends SIGKILL and returns once the process is reaped.
-func (nd *RaftNode) Kill() { nd.proc.kill() }
 
 // Restart starts the node again from its data directory on the same
 // addresses (stopping it first if it runs) and returns once it knows a
-// leader, which needs a quorum of the cluster running.
+// leader, which needs a quorum of the cluster running; the test fails if
+// it does not.
 func (nd *RaftNode) Restart() {
-	nd.proc.t.Helper()
-	nd.proc.restart("RaftNode.Restart", nd.ready)
+	nd.t.Helper()
+	if err := nd.RaftNode.Restart(); err != nil {
+		nd.t.Fatalf("testenv: %v", err)
+	}
 }
 
-// Pause freezes the node with SIGSTOP; Resume continues it.
-func (nd *RaftNode) Pause()  { nd.proc.pause() }
-func (nd *RaftNode) Resume() { nd.proc.resume() }
+// Pause freezes the node with SIGSTOP; Resume continues it. Either marks
+// the test failed (t.Errorf) if the node is not running.
+func (nd *RaftNode) Pause()  { nd.t.Helper(); errorf(nd.t, nd.RaftNode.Pause()) }
+func (nd *RaftNode) Resume() { nd.t.Helper(); errorf(nd.t, nd.RaftNode.Resume()) }

@@ -1,8 +1,26 @@
 package testenv
 
 import (
+	"encoding/json"
+	"net/http"
 	"testing"
+	"time"
 )
+
+// peers reads the node's GET /v1/cluster/peers.
+func peers(nd *RaftNode) (pl struct {
+	LeaderID string   `json:"leaderId"`
+	Voters   []string `json:"voters"`
+}, err error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + nd.APIAddr + "/v1/cluster/peers")
+	if err != nil {
+		return pl, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&pl)
+	return pl, err
+}
 
 func TestRaftlockCluster(t *testing.T) {
 	bin := BuildLockgate(t)
@@ -12,7 +30,7 @@ func TestRaftlockCluster(t *testing.T) {
 		t.Fatal("no leader after StartRaftlock")
 	}
 	for _, nd := range c.Nodes {
-		pl, err := nd.peers()
+		pl, err := peers(nd)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,30 +1,19 @@
 package testenv
 
 import (
-	"bufio"
-	"fmt"
-	"net"
-	"os"
-	"strconv"
-	"sync"
+	"context"
 	"testing"
-	"time"
+
+	"github.com/lockgate/lockgate/internal/servers"
 )
 
 // Redis is a redis-server process (an independent master, no persistence)
-// owned by a test. It is stopped by a t.Cleanup registered by StartRedis.
+// owned by a test: a servers.Redis whose faults fail the test instead of
+// returning errors. It is stopped by a t.Cleanup registered by StartRedis.
 // Its methods must not be called after the test has finished.
 type Redis struct {
-	// Addr is the address clients connect to, "127.0.0.1:<Port>".
-	Addr string
-	// Port is the TCP port the server listens on; it stays the same across
-	// Restart.
-	Port int
-	// Dir is the server's working directory (--dir). Persistence is off,
-	// so the data set is empty after every Restart.
-	Dir string
-
-	proc *proc
+	*servers.Redis
+	t testing.TB
 }
 
 // StartRedis starts a redis-server on a free port of 127.0.0.1 and returns
@@ -34,12 +23,7 @@ type Redis struct {
 // stopped, and its directory removed, when the test and its subtests finish.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
-	bin := RequireBinary(t, "redis-server", "redis-server")
-	r, err := startRedis(t, bin, freePorts)
-	if err != nil {
-		t.Fatalf("testenv: StartRedis: %v", err)
-	}
-	return r
+	return StartRedisN(t, 1)[0]
 }
 
 // StartRedisN starts n independent redis-server masters concurrently (see
@@ -50,120 +34,41 @@ func StartRedisN(t testing.TB, n int) []*Redis {
 		t.Fatalf("testenv: StartRedisN: n = %d, want at least 1", n)
 	}
 	bin := RequireBinary(t, "redis-server", "redis-server")
-	rs := make([]*Redis, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range rs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rs[i], errs[i] = startRedis(t, bin, freePorts)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatalf("testenv: StartRedisN: %v", err)
-		}
-	}
-	return rs
-}
-
-// startRedis starts one server, retrying with a new port when the chosen
-// one was taken. It does not call t.Fatal, so it may run on any goroutine.
-func startRedis(t testing.TB, bin string, pick portPicker) (*Redis, error) {
-	dir, err := os.MkdirTemp("", "testenv-redis-")
+	rs, err := servers.StartRedisN(context.Background(), n, servers.RedisOptions{Bin: bin, Log: t})
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		failStart(t, "StartRedisN", err)
 	}
-	r := &Redis{Dir: dir, proc: &proc{t: t, path: bin, dir: dir}}
-	t.Cleanup(func() {
-		r.proc.stop()
-		os.RemoveAll(dir)
-	})
-	err = retryPorts(1, pick, func(ports []int, _ int) error {
-		r.setPort(ports[0])
-		if err := r.proc.start(); err != nil {
-			return err
-		}
-		if err := r.proc.waitReady(time.Now().Add(readyTimeout), r.ping); err != nil {
-			r.proc.stop()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	out := make([]*Redis, len(rs))
+	for i, r := range rs {
+		t.Cleanup(r.Close)
+		out[i] = &Redis{Redis: r, t: t}
 	}
-	return r, nil
+	return out
 }
-
-func (r *Redis) setPort(port int) {
-	r.Port = port
-	r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	r.proc.name = "redis[" + r.Addr + "]"
-	r.proc.ports = []int{port}
-	r.proc.args = []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--dir", r.Dir,
-		"--save", "",
-		"--appendonly", "no",
-		"--daemonize", "no",
-		"--loglevel", "warning",
-		"--logfile", "",
-	}
-}
-
-// ping sends a RESP PING and expects +PONG.
-func (r *Redis) ping() error {
-	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(time.Second)); err != nil {
-		return err
-	}
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
-}
-
-// PID returns the process ID of the running server, or 0 if it is not
-// running (stopped, killed, or exited on its own).
-func (r *Redis) PID() int { return r.proc.pid() }
-
-// Stop shuts the server down: SIGCONT if paused, SIGTERM, and SIGKILL if it
-// has not exited after 10 seconds. It returns once the process is reaped.
-// Stopping a server that is not running does nothing.
-func (r *Redis) Stop() { r.proc.stop() }
-
-// Kill sends SIGKILL and returns once the process is reaped. Killing a
-// server that is not running does nothing.
-func (r *Redis) Kill() { r.proc.kill() }
 
 // Restart starts the server again on the same port and directory (stopping
 // it first if it is still running) and returns once it answers PING; the
 // test fails if it does not. As persistence is off, the restarted server
 // holds no keys.
 func (r *Redis) Restart() {
-	r.proc.t.Helper()
-	r.proc.restart("Redis.Restart", r.ping)
+	r.t.Helper()
+	if err := r.Redis.Restart(); err != nil {
+		r.t.Fatalf("testenv: %v", err)
+	}
 }
 
 // Pause freezes the server with SIGSTOP: connections stay open (and new
 // ones are accepted by the kernel) but no command is answered until Resume.
-func (r *Redis) Pause() { r.proc.pause() }
+func (r *Redis) Pause() { r.t.Helper(); errorf(r.t, r.Redis.Pause()) }
 
 // Resume continues a paused server with SIGCONT. Pausing or resuming a server
 // that is not running marks the test failed (t.Errorf).
-func (r *Redis) Resume() { r.proc.resume() }
+func (r *Redis) Resume() { r.t.Helper(); errorf(r.t, r.Redis.Resume()) }
+
+// errorf marks the test failed with err, if any.
+func errorf(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("testenv: %v", err)
+	}
+}

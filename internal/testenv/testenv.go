@@ -1,13 +1,16 @@
-// Package testenv starts real server processes (Redis, PostgreSQL, etcd) for
-// the tests of lockgate's lock backends, and offers the fault-injection hooks
-// those tests need: Pause/Resume (SIGSTOP/SIGCONT), Kill (SIGKILL), Stop
-// (graceful, with a SIGKILL fallback) and Restart on the same port and data.
+// Package testenv starts real server processes (Redis, PostgreSQL, etcd,
+// `lockgate node`) for the tests of lockgate's lock backends, and offers the
+// fault-injection hooks those tests need: Pause/Resume (SIGSTOP/SIGCONT),
+// Kill (SIGKILL), Stop (graceful, with a SIGKILL fallback) and Restart on
+// the same port and data.
 //
-// Every server binds to 127.0.0.1 on free ports, is started in its own
-// process group with a parent-death signal of SIGKILL, logs its output to
-// t.Log prefixed with its name, and is stopped by a t.Cleanup registered when
-// it is started; the cleanup returns only after the process is reaped and its
-// output drained, so nothing is logged after the test ends.
+// It is a thin layer over internal/servers, which does the process
+// management and returns errors (so that `lockgate bench` can use it without
+// linking the testing package). testenv adds what a test wants: the server
+// logs its output to t.Log prefixed with its name, is stopped by a t.Cleanup
+// registered when it is started (the cleanup returns only after the process
+// is reaped and its output drained, so nothing is logged after the test
+// ends), and a failure to start fails the test.
 //
 // The binaries are Debian's: redis-server (package redis-server), etcd
 // (package etcd-server, v3.4 flags) and PostgreSQL under
@@ -19,17 +22,12 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/lockgate/lockgate/internal/servers"
 )
 
 // RequireBinary returns the absolute path of the executable name, looked up
@@ -40,33 +38,11 @@ import (
 // green by skipping.
 func RequireBinary(t testing.TB, name, debianPackage string) string {
 	t.Helper()
-	path, ok := lookBinary(name)
-	if !ok {
+	path, err := servers.LookBinary(name, debianPackage)
+	if err != nil {
 		missing(t, name, debianPackage)
 	}
 	return path
-}
-
-// lookBinary finds an executable by name.
-func lookBinary(name string) (string, bool) {
-	if p, err := exec.LookPath(name); err == nil {
-		if abs, err := filepath.Abs(p); err == nil {
-			return abs, true
-		}
-		return p, true
-	}
-	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/sbin", "/usr/local/bin"} {
-		p := filepath.Join(dir, name)
-		if isExecutable(p) {
-			return p, true
-		}
-	}
-	return "", false
-}
-
-func isExecutable(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
 // missing applies the missing-binary policy: t.Fatalf under CI=true,
@@ -82,113 +58,33 @@ func missing(t testing.TB, what, debianPackage string) {
 	t.Skipf("%s", msg)
 }
 
-// postgresRoot is where Debian installs the PostgreSQL server binaries.
-const postgresRoot = "/usr/lib/postgresql"
+// failStart fails the test because a server did not start: through the
+// missing-binary policy when err says something is not installed, with
+// t.Fatalf otherwise.
+func failStart(t testing.TB, what string, err error) {
+	t.Helper()
+	var m *servers.MissingError
+	if errors.As(err, &m) {
+		missing(t, m.What, m.Package)
+		return
+	}
+	t.Fatalf("testenv: %s: %v", what, err)
+}
 
 // PostgresBinDir returns the newest /usr/lib/postgresql/<version>/bin that
 // contains executable initdb and postgres. If there is none, the test is
 // skipped (or fails under CI=true) naming the Debian package "postgresql".
 func PostgresBinDir(t testing.TB) string {
 	t.Helper()
-	return postgresBinDir(t, postgresRoot)
+	return postgresBinDir(t, servers.PostgresRoot)
 }
 
 // postgresBinDir is PostgresBinDir looking under root.
 func postgresBinDir(t testing.TB, root string) string {
 	t.Helper()
-	dir, ok := findPostgresBinDir(root)
-	if !ok {
-		missing(t, "PostgreSQL server binaries (initdb, postgres) under "+root+"/*/bin", "postgresql")
+	dir, err := servers.PostgresBinDir(root)
+	if err != nil {
+		failStart(t, "PostgresBinDir", err)
 	}
 	return dir
-}
-
-// findPostgresBinDir returns root/<newest version>/bin holding initdb and
-// postgres.
-func findPostgresBinDir(root string) (string, bool) {
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return "", false
-	}
-	var versions []string
-	for _, e := range entries {
-		versions = append(versions, e.Name())
-	}
-	// Newest first, comparing dotted numbers numerically (15 > 9.6).
-	sort.Slice(versions, func(i, j int) bool { return versionLess(versions[j], versions[i]) })
-	for _, v := range versions {
-		bin := filepath.Join(root, v, "bin")
-		if isExecutable(filepath.Join(bin, "initdb")) && isExecutable(filepath.Join(bin, "postgres")) {
-			return bin, true
-		}
-	}
-	return "", false
-}
-
-// versionLess compares dotted version strings numerically; non-numeric
-// parts compare as strings.
-func versionLess(a, b string) bool {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(as) && i < len(bs); i++ {
-		ai, aerr := strconv.Atoi(as[i])
-		bi, berr := strconv.Atoi(bs[i])
-		if aerr == nil && berr == nil {
-			if ai != bi {
-				return ai < bi
-			}
-			continue
-		}
-		if as[i] != bs[i] {
-			return as[i] < bs[i]
-		}
-	}
-	return len(as) < len(bs)
-}
-
-// freePorts returns n distinct TCP ports that were free on 127.0.0.1 a
-// moment ago. All n listeners are held open together so the ports are
-// distinct; another process may still grab one before the server binds it,
-// which the Start functions handle by retrying with new ports.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("testenv: finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// unprivilegedUser returns the credential to run PostgreSQL as when we are
-// root (initdb and postgres refuse to run as root): the "postgres" user if
-// it exists, else "nobody". It returns nil when not running as root.
-func unprivilegedUser() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	var lastErr error
-	for _, name := range []string{"postgres", "nobody"} {
-		u, err := user.Lookup(name)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
-		gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
-		if err1 != nil || err2 != nil {
-			lastErr = fmt.Errorf("user %s has non-numeric uid/gid %s/%s", name, u.Uid, u.Gid)
-			continue
-		}
-		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
-	}
-	return nil, fmt.Errorf("testenv: running as root but found no unprivileged user (postgres, nobody) to run PostgreSQL as: %v", lastErr)
 }

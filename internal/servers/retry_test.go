@@ -1,6 +1,7 @@
-package testenv
+package servers
 
 import (
+	"context"
 	"net"
 	"os"
 	"strconv"
@@ -49,10 +50,11 @@ func TestStartRetriesTakenPort(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		pick, taken, calls := takenPortPicker(t)
-		r, err := startRedis(t, RequireBinary(t, "redis-server", "redis-server"), pick)
+		r, err := StartRedis(context.Background(), RedisOptions{Bin: requireBinary(t, "redis-server"), Log: t, pick: pick})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(r.Close)
 		if r.Port == taken || calls() != 2 {
 			t.Errorf("Port = %d (taken %d), picker called %d times; want a new port on the 2nd attempt", r.Port, taken, calls())
 		}
@@ -61,7 +63,11 @@ func TestStartRetriesTakenPort(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
 		pick, taken, calls := takenPortPicker(t)
-		p := startPostgres(t, pick, PostgresOptions{})
+		p, err := StartPostgres(context.Background(), PostgresOptions{BinDir: requirePostgres(t), Log: t, pick: pick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
 		if p.Port == taken || calls() != 2 {
 			t.Errorf("Port = %d (taken %d), picker called %d times; want a new port on the 2nd attempt", p.Port, taken, calls())
 		}
@@ -70,7 +76,11 @@ func TestStartRetriesTakenPort(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
 		pick, taken, calls := takenPortPicker(t)
-		e := startEtcd(t, 1, pick)
+		e, err := StartEtcd(context.Background(), 1, EtcdOptions{Bin: requireBinary(t, "etcd"), Log: t, pick: pick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
 		if strings.HasSuffix(e.Endpoints[0], ":"+strconv.Itoa(taken)) || calls() != 2 {
 			t.Errorf("Endpoints = %v (taken %d), picker called %d times; want new ports on the 2nd attempt", e.Endpoints, taken, calls())
 		}
@@ -82,8 +92,8 @@ func TestStartRetriesTakenPort(t *testing.T) {
 // exit status and log, and not mistaken for a taken port.
 func TestStartReportsEarlyExit(t *testing.T) {
 	t.Parallel()
-	bin := RequireBinary(t, "redis-server", "redis-server")
-	r := &Redis{Dir: t.TempDir(), proc: &proc{t: t, path: bin}}
+	bin := requireBinary(t, "redis-server")
+	r := &Redis{Dir: t.TempDir(), proc: &proc{log: t, path: bin}}
 	r.proc.dir = r.Dir
 	r.setPort(70000) // out of range: redis rejects its configuration and exits
 	if err := r.proc.start(); err != nil {
@@ -128,14 +138,18 @@ func TestListensOn(t *testing.T) {
 // as a taken port, so the Start functions retry with new ports.
 func TestStartDetectsForeignServer(t *testing.T) {
 	t.Parallel()
-	foreign := StartRedis(t)
+	foreign, err := StartRedis(context.Background(), RedisOptions{Bin: requireBinary(t, "redis-server"), Log: t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(foreign.Close)
 	// Our "server" never listens; the probe reaches the foreign one.
-	p := &proc{t: t, name: "impostor", path: "/bin/sleep", args: []string{"30"}, ports: []int{foreign.Port}}
+	p := &proc{log: t, name: "impostor", path: "/bin/sleep", args: []string{"30"}, ports: []int{foreign.Port}}
 	if err := p.start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.stop)
-	err := p.waitReady(time.Now().Add(readyTimeout), foreign.ping)
+	err = p.waitReady(time.Now().Add(readyTimeout), foreign.ping)
 	if err == nil || !isAddrInUse(err) || !strings.Contains(err.Error(), "held by another process") {
 		t.Fatalf("waitReady = %v; want a taken-port error", err)
 	}

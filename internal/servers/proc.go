@@ -1,7 +1,8 @@
-package testenv
+package servers
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,7 +34,7 @@ const (
 )
 
 // proc is one server process owned by a test: it starts the command in its
-// own process group, pumps its combined stdout/stderr to t.Log line by line,
+// own process group, pumps its combined stdout/stderr to its Logger line by line,
 // and offers the fault-injection primitives used by Redis, Postgres and
 // EtcdMember. The zero value is not usable; fill the configuration fields
 // and call start.
@@ -44,7 +44,7 @@ const (
 // that servers that fork workers are paused or killed as a whole; the
 // polite stop signal goes to the leader only.
 type proc struct {
-	t    testing.TB
+	log  Logger // receives the output, one line per call
 	name string // log prefix, e.g. "redis[127.0.0.1:6400]"
 	path string
 	args []string
@@ -167,7 +167,7 @@ func (p *proc) start() error {
 		select {
 		case <-drained:
 		case <-time.After(5 * time.Second):
-			p.t.Logf("%s: output still open 5s after exit; closing it", p.name)
+			logf(p.log, "%s: output still open 5s after exit; closing it", p.name)
 			pr.Close()
 			<-drained
 		}
@@ -179,7 +179,7 @@ func (p *proc) start() error {
 	return nil
 }
 
-// pump copies the process output to t.Log, one line at a time, and keeps
+// pump copies the process output to the Logger, one line at a time, and keeps
 // the last lines for error messages. It returns at EOF (or when the read
 // end is closed).
 func (p *proc) pump(r io.Reader) {
@@ -194,7 +194,7 @@ func (p *proc) pump(r io.Reader) {
 				p.tail = p.tail[len(p.tail)-tailLines:]
 			}
 			p.tailMu.Unlock()
-			p.t.Logf("%s: %s", p.name, line)
+			logf(p.log, "%s: %s", p.name, line)
 		}
 		if err != nil {
 			return
@@ -298,7 +298,7 @@ func (p *proc) stop() {
 	case <-r.done:
 		return
 	case <-time.After(stopTimeout):
-		p.t.Logf("%s: did not exit on %v within %v; killing it", p.name, sig, stopTimeout)
+		logf(p.log, "%s: did not exit on %v within %v; killing it", p.name, sig, stopTimeout)
 	}
 	desc := r.killTree()
 	<-r.done
@@ -306,17 +306,17 @@ func (p *proc) stop() {
 }
 
 // restart stops the process if it runs, starts it again and waits until
-// check succeeds; the test fails (t.Fatalf, naming what) if it does not.
-func (p *proc) restart(what string, check func() error) {
-	p.t.Helper()
+// check succeeds; the error names what when it does not.
+func (p *proc) restart(what string, check func() error) error {
 	p.stop()
 	if err := p.start(); err != nil {
-		p.t.Fatalf("testenv: %s: %v", what, err)
+		return fmt.Errorf("servers: %s: %w", what, err)
 	}
 	if err := p.waitReady(time.Now().Add(readyTimeout), check); err != nil {
 		p.stop()
-		p.t.Fatalf("testenv: %s: %v", what, err)
+		return fmt.Errorf("servers: %s: %w", what, err)
 	}
+	return nil
 }
 
 // kill SIGKILLs the process and all its descendants and waits until it is
@@ -345,28 +345,28 @@ func (p *proc) waitDoneLocked() {
 	}
 }
 
-// pause stops the process and all its descendants with SIGSTOP.
-func (p *proc) pause() {
+// pause stops the process and all its descendants with SIGSTOP. It fails
+// with ErrNotRunning when there is no process to stop.
+func (p *proc) pause() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.current()
 	if r == nil {
-		p.t.Errorf("%s: Pause: process is not running", p.name)
-		return
+		return fmt.Errorf("%s: Pause: %w", p.name, ErrNotRunning)
 	}
 	r.sigMu.Lock()
 	defer r.sigMu.Unlock()
 	if r.exited {
-		p.t.Errorf("%s: Pause: process has exited", p.name)
-		return
+		return fmt.Errorf("%s: Pause: process has exited: %w", p.name, ErrNotRunning)
 	}
 	desc := r.freezeLocked()
 	if len(desc) > 0 {
 		if err := r.startGuardLocked(append([]int{r.pid}, desc...)); err != nil {
-			p.t.Logf("%s: Pause: %v (stopped workers would survive a crash of the test binary)", p.name, err)
+			logf(p.log, "%s: Pause: %v (stopped workers would survive a crash of the test binary)", p.name, err)
 		}
 	}
 	p.paused = true
+	return nil
 }
 
 // startGuardLocked starts a watchdog for a paused process tree. The leader
@@ -384,7 +384,7 @@ func (r *run) startGuardLocked(pids []int) error {
 	if err != nil {
 		return fmt.Errorf("watchdog pipe: %w", err)
 	}
-	args := []string{"-c", `read x; kill -CONT "$@" 2>/dev/null; exit 0`, "testenv-guard"}
+	args := []string{"-c", `read x; kill -CONT "$@" 2>/dev/null; exit 0`, "servers-guard"}
 	for _, pid := range pids {
 		args = append(args, strconv.Itoa(pid))
 	}
@@ -412,17 +412,18 @@ func (r *run) stopGuardLocked() {
 	r.guard, r.guardW = nil, nil
 }
 
-// resume continues the process and all its descendants with SIGCONT.
-func (p *proc) resume() {
+// resume continues the process and all its descendants with SIGCONT. It
+// fails with ErrNotRunning when there is no process to continue.
+func (p *proc) resume() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.current()
 	if r == nil {
-		p.t.Errorf("%s: Resume: process is not running", p.name)
-		return
+		return fmt.Errorf("%s: Resume: %w", p.name, ErrNotRunning)
 	}
 	r.thaw()
 	p.paused = false
+	return nil
 }
 
 // unpause resumes the process if it was paused with pause; otherwise it
@@ -529,18 +530,21 @@ func (e *errStart) Error() string {
 // waitReady polls check every pollInterval until it succeeds, the process
 // exits (an *errStart) or the deadline passes.
 func (p *proc) waitReady(deadline time.Time, check func() error) error {
-	return waitAll(deadline, []*proc{p}, []func() error{check})
+	return waitAll(context.Background(), deadline, []*proc{p}, []func() error{check})
 }
 
 // waitAll polls checks[i] for procs[i] until every check has succeeded
 // once, then verifies that each process itself listens on its ports (a
 // server of a parallel test that grabbed a port would answer the probe
 // too). It fails as soon as any of the processes exits (an *errStart), or
-// when the deadline passes.
-func waitAll(deadline time.Time, procs []*proc, checks []func() error) error {
+// when the deadline passes or ctx ends.
+func waitAll(ctx context.Context, deadline time.Time, procs []*proc, checks []func() error) error {
 	ready := make([]bool, len(procs))
 	last := make([]error, len(procs))
 	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("servers: waiting for %s: %w", procs[0].name, err)
+		}
 		pending := 0
 		for i := range procs {
 			if !ready[i] {
@@ -588,7 +592,10 @@ func waitAll(deadline time.Time, procs []*proc, checks []func() error) error {
 			}
 			return errors.New(strings.TrimSuffix(b.String(), "\n"))
 		}
-		time.Sleep(pollInterval)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pollInterval):
+		}
 	}
 }
 

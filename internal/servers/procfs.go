@@ -1,4 +1,4 @@
-package testenv
+package servers
 
 // Reading /proc: process trees and states (PostgreSQL's workers leave the
 // process group, so signals must be sent to each of them), and which process
