@@ -38,11 +38,7 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	switch {
 	case err == nil:
 		l.stats.handoffs.Add(1)
-		next := lock.NewLease(lock.Grant{
-			Key: lease.Key, Owner: opts.Owner, Token: lock.Token(token), Handle: handle, Value: opts.Value,
-			TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
-		})
-		l.gate.HandOver(t, lease, next)
+		l.gate.HandOver(t, lease, l.newLease(lease.Key, handle, token, opts, sent))
 		return lease.Released(true)
 	case errors.Is(err, pgx.ErrNoRows):
 		// The lease no longer held the key: nothing changed.

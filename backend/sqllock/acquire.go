@@ -1,0 +1,214 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Acquire implements lock.Locker. Callers of one Locker queue for a key in
+// process, in arrival order; the first of them goes to the database, and a
+// release hands the lock straight to the next (one UPDATE instead of a
+// DELETE and an INSERT, at most MaxLocalHandoffs times in a row). The one at
+// the database subscribes to the key's release notifications, attempts, and
+// while the key is held sleeps until a notification arrives or the holder's
+// TTL (as reported by the database) runs out, then attempts again. Across
+// Lockers there is no order (not FIFO).
+func (l *Locker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, false)
+}
+
+// TryAcquire implements lock.Locker: one attempt. A key held by another
+// owner gives a *lock.HeldError naming the holder's owner, token and
+// expiry.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	return l.acquire(ctx, key, opts, true)
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	opts, err := opts.Normalize(key, l.cfg.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sqllock: acquire %q: %w", key, err)
+	}
+	// A re-sent acquire with the caller's own handle must not queue behind
+	// the grant it may be re-sending: it bypasses the local gate.
+	if try || opts.Handle != "" {
+		lease, err := l.wait(ctx, key, opts, try)
+		if err == nil && opts.AutoRenew {
+			go lock.KeepAlive(l.ctx, l, lease)
+		}
+		return lease, err
+	}
+	lease, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error { return l.gaveUp(ctx, key) }, l.releaseQuietly)
+	if err != nil {
+		return nil, err
+	}
+	if lease == nil {
+		if lease, err = l.wait(ctx, key, opts, false); err != nil {
+			l.gate.Exit(key)
+			return nil, err
+		}
+		l.gate.Hold(lease, false)
+	} else if err := l.gaveUp(ctx, key); err != nil {
+		l.releaseQuietly(lease)
+		return nil, err
+	}
+	if opts.AutoRenew {
+		go lock.KeepAlive(l.ctx, l, lease)
+	}
+	return lease, nil
+}
+
+// gaveUp is the error to return instead of a grant when the caller's
+// context or the Locker ended meanwhile.
+func (l *Locker) gaveUp(ctx context.Context, key string) error {
+	switch {
+	case l.ctx.Err() != nil:
+		return lock.ErrClosed
+	case ctx.Err() != nil:
+		return fmt.Errorf("sqllock: acquire %q: %w", key, ctx.Err())
+	}
+	return nil
+}
+
+// wait makes attempts until one succeeds (only one when try).
+func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
+	var w *waiter
+	if !try {
+		// Subscribe before the first attempt: a release committed after
+		// the attempt looked at the row then finds us listening.
+		w = l.subscribe(key)
+		defer l.unsubscribe(w)
+	}
+	retries := 0
+	for {
+		if w != nil {
+			w.drain()
+		}
+		o := l.attempt(key, opts, try)
+		if o.lease != nil {
+			if err := l.gaveUp(ctx, key); err != nil {
+				// The grant raced the cancellation: never leave it behind.
+				l.releaseQuietly(o.lease)
+				return nil, err
+			}
+			return o.lease, nil
+		}
+		if try {
+			if o.err != nil {
+				return nil, o.err
+			}
+			return nil, o.held
+		}
+		if err := l.gaveUp(ctx, key); err != nil {
+			if o.err != nil {
+				return nil, fmt.Errorf("%w (last attempt: %w)", err, o.err)
+			}
+			return nil, err
+		}
+		var pause time.Duration
+		if o.err != nil {
+			if !lock.IsRetryable(o.err) {
+				return nil, o.err
+			}
+			retries++
+			p, again := l.cfg.Retry.Backoff(retries)
+			if !again {
+				return nil, o.err
+			}
+			pause = p
+		} else {
+			// Sleep until the holder's TTL runs out on the database's
+			// clock (plus a little, so that we arrive after it), unless
+			// its release is announced first.
+			retries = 0
+			pause = o.remaining + time.Millisecond + rand.N(time.Millisecond)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-w.wake:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-l.ctx.Done():
+		}
+		t.Stop()
+		if err := l.gaveUp(ctx, key); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// outcome of one acquire attempt.
+type outcome struct {
+	lease     *lock.Lease
+	held      *lock.HeldError
+	remaining time.Duration // the holder's remaining TTL, on the database's clock
+	err       error
+}
+
+// attempt runs acquire.sql once. Its context ignores the caller's
+// cancellation, so that a grant is always learned and can be undone; when
+// the outcome cannot be learned (the connection broke after the statement
+// was sent) the grant, if any, is abandoned.
+func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome {
+	l.stats.attempts.Add(1)
+	handle := opts.Handle
+	if handle == "" {
+		handle = lock.NewHandle()
+	}
+	c := detached(l.ctx)
+	sent := time.Now()
+	var token int64
+	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token)
+	switch {
+	case err == nil:
+		return outcome{lease: l.newLease(key, handle, token, opts, sent)}
+	case errors.Is(err, pgx.ErrNoRows):
+		l.stats.held.Add(1)
+		// A waiter marks the row so that its release notifies; a
+		// TryAcquire only reads it.
+		q := l.q.waiters
+		if try {
+			q = l.q.inspect
+		}
+		info, remaining, err := l.inspect(c, q, key)
+		switch {
+		case errors.Is(err, lock.ErrNotFound):
+			// Released or expired since: try again at once.
+			return outcome{held: &lock.HeldError{Key: key}}
+		case err != nil:
+			return outcome{held: &lock.HeldError{Key: key}, err: err}
+		}
+		return outcome{
+			held:      &lock.HeldError{Key: key, Owner: info.Owner, Token: info.Token, Expires: info.Expires},
+			remaining: remaining,
+		}
+	default:
+		if outcomeUnknown(err) {
+			l.abandon(key, handle, opts.TTL)
+		}
+		return outcome{err: l.fail("acquire", key, err)}
+	}
+}
+
+// newLease is the lease of a grant that acquire.sql or handoff.sql made for
+// opts, in a statement sent at sent.
+func (l *Locker) newLease(key, handle string, token int64, opts lock.AcquireOptions, sent time.Time) *lock.Lease {
+	return lock.NewLease(lock.Grant{
+		Key: key, Owner: opts.Owner, Token: lock.Token(token), Handle: handle, Value: opts.Value,
+		TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
+	})
+}

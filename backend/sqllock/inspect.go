@@ -1,0 +1,50 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Inspect implements lock.Locker: the live row of key, its remaining TTL
+// measured on the database's clock. Waiters is -1: they are not recorded in
+// the database.
+func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
+	if !l.begin() {
+		return nil, lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	info, _, err := l.inspect(ctx, l.q.inspect, key)
+	return info, err
+}
+
+// inspect runs inspect.sql or waiters.sql.
+func (l *Locker) inspect(ctx context.Context, query, key string) (*lock.LockInfo, time.Duration, error) {
+	now := time.Now()
+	var (
+		owner  string
+		token  int64
+		value  []byte
+		micros int64
+	)
+	err := l.queryRow(ctx, query, []any{key}, &owner, &token, &value, &micros)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, 0, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
+	case err != nil:
+		return nil, 0, l.fail("inspect", key, err)
+	}
+	remaining := time.Duration(micros) * time.Microsecond
+	return &lock.LockInfo{
+		Key: key, Owner: owner, Token: lock.Token(token), Value: value,
+		Expires: now.Add(remaining), Waiters: -1,
+	}, remaining, nil
+}

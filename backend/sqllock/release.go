@@ -1,0 +1,109 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Renew implements lock.Locker: compare-and-extend on the database's clock.
+func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	ttl, err := lock.ValidateRenew(lease, ttl)
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	var token int64
+	err = l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token)
+	switch {
+	case err == nil:
+		return lease.Renewed(sent, ttl, true)
+	case errors.Is(err, pgx.ErrNoRows):
+		return lease.Renewed(sent, ttl, false)
+	default:
+		return l.fail("renew", lease.Key, err)
+	}
+}
+
+// Release implements lock.Locker: compare-and-delete and a notification to
+// the key's waiters in one statement, or, when a caller of this Locker
+// waits for the key, a handoff to it.
+func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
+	if !l.begin() {
+		return lock.ErrClosed
+	}
+	defer l.ops.Done()
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	if t := l.gate.TakeHandoff(lease); t != nil {
+		return l.handoff(ctx, lease, t)
+	}
+	return l.release(ctx, lease)
+}
+
+func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
+	var held bool
+	var notified *bool
+	err := l.queryRow(ctx, l.q.release, []any{lease.Key, lease.Handle, int64(lease.Token), l.names.channel}, &held, &notified)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w (outcome unknown)", l.fail("release", lease.Key, err))
+	}
+	if err == nil {
+		l.deliver(lease.Key) // wake a local waiter without waiting for the notification
+	}
+	err = lease.Released(held)
+	if held {
+		l.gate.EndHolder(lease, lock.ErrReleased)
+	} else {
+		l.gate.EndHolder(lease, err)
+	}
+	return err
+}
+
+// releaseQuietly frees a grant nobody will use (one that raced its
+// caller's cancellation). If the database cannot be reached, the grant is
+// abandoned: deleted in the background as soon as possible.
+func (l *Locker) releaseQuietly(lease *lock.Lease) {
+	if err := l.release(context.Background(), lease); lock.IsRetryable(err) {
+		l.abandon(lease.Key, lease.Handle, lease.TTL())
+	}
+	lease.End(lock.ErrReleased)
+}
+
+// abandon deletes, in the background, a grant whose holder is gone or
+// never learned of it, retrying until the database answers, the grant's
+// TTL is over (then it has expired by itself) or the Locker is closed.
+func (l *Locker) abandon(key, handle string, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		deadline := time.Now().Add(ttl)
+		ctx, cancel := context.WithDeadline(l.ctx, deadline)
+		defer cancel()
+		lock.Retry(ctx, l.cfg.Retry, nil, func(ctx context.Context) error {
+			c, cancel := l.roundTrip(ctx)
+			defer cancel()
+			_, err := l.pool.Exec(c, l.q.abandon, key, handle, l.names.channel)
+			if err != nil {
+				l.cfg.Logger.Warn("sqllock: undoing an acquire whose outcome is unknown", "key", key, "err", err)
+				return l.fail("abandon", key, err)
+			}
+			return nil
+		})
+	}()
+}
