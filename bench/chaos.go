@@ -171,7 +171,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	}
 
 	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now()}
-	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
 	for i, l := range lockers {
@@ -182,6 +182,22 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		}()
 	}
 	faultErr := w.schedule(runCtx, tg, rand.New(rand.NewPCG(cfg.Seed, 0)))
+	// The clients run for the whole Duration and then on until
+	// RecoveryGrace after the last heal: a fault healed near the end
+	// (a pause is held up to 2 × TTL) must leave time to see the
+	// backend recover, or it would be reported as never recovered.
+	until := w.base.Add(cfg.Duration)
+	w.mu.Lock()
+	if n := len(w.faults); n > 0 {
+		if t := w.base.Add(w.faults[n-1].Heal + RecoveryGrace); t.After(until) {
+			until = t
+		}
+	}
+	w.mu.Unlock()
+	if faultErr == nil {
+		sleepCtx(runCtx, time.Until(until))
+	}
+	stop()
 	wg.Wait()
 	if faultErr != nil {
 		return nil, faultErr
@@ -348,6 +364,11 @@ func (w *workload) write(ctx context.Context, id int, key string, token lock.Tok
 	uw.End, uw.OK = w.now(), true
 	w.record(uw)
 }
+
+// RecoveryGrace is how long a campaign's clients keep running after the
+// last fault is healed, past Duration if need be, so that the recovery
+// from it is observed (bench chaos reports a fault it never saw recover).
+const RecoveryGrace = 5 * time.Second
 
 // schedule injects one fault at a time: a few seconds of calm, the fault,
 // its heal. It stops injecting once too little time is left to heal and

@@ -38,10 +38,15 @@ func TestLatencySmoke(t *testing.T) {
 		Workloads: Workloads,
 		Vias:      Vias,
 		Clients:   4,
-		Duration:  400 * time.Millisecond,
-		Rounds:    2,
-		Warmup:    100 * time.Millisecond,
-		Progress:  testWriter{t},
+		// 500 ms per run and round: an acquire still waiting when its
+		// round ends is not counted, so a 200 ms window (the test's
+		// earlier 400 ms over two rounds) could close on a run with no
+		// cycle done at all when the machine stalled a commit for that
+		// long (seen at about four times CI's load: raft parallel, 0 ops).
+		Duration: time.Second,
+		Rounds:   2,
+		Warmup:   100 * time.Millisecond,
+		Progress: testWriter{t},
 	})
 	if err != nil {
 		t.Fatal(err)
