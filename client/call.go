@@ -89,7 +89,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			continue
 		}
 		switch code := r.code(); code {
-		case "not_leader":
+		case wire.CodeNotLeader:
 			lid, addr := leaderOf(r.Error)
 			last = &lock.NotLeaderError{LeaderID: lid, LeaderAddr: addr}
 			if addr != "" && c.dead(addr) {
@@ -116,12 +116,12 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			if !c.backoff(ctx, retry) {
 				return nil, c.gaveUp(parent, ctx, k.what(), last)
 			}
-		case "closed":
+		case wire.CodeClosed:
 			last = replyError(r, k.req.Key)
 			wc.closeFor("", true, last)
-		case "unavailable", "too_many_waiters":
+		case wire.CodeUnavailable, wire.CodeTooManyWaiters:
 			last = replyError(r, k.req.Key)
-			if code == "unavailable" {
+			if code == wire.CodeUnavailable {
 				k.prior = true // "outcome unknown for writes"
 				wc.strike()    // a gateway that cannot reach its backend: try another
 			}
@@ -129,7 +129,7 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 			if !c.backoff(ctx, retry) {
 				return nil, c.gaveUp(parent, ctx, k.what(), last)
 			}
-		case "cancelled":
+		case wire.CodeCancelled:
 			if !k.wait {
 				return r, nil
 			}
@@ -225,14 +225,14 @@ func (c *Client) abandon(wc *wsConn, id string, ch chan *reply, k *call) {
 				if r.Type == "queued" {
 					continue
 				}
-				if r.Type == "grant" {
+				if r.Type == wire.TypeGrant {
 					c.releaseRaced(wc, r)
 				}
 				return
 			case <-wc.done:
 				select {
 				case r := <-ch:
-					if r.Type == "grant" {
+					if r.Type == wire.TypeGrant {
 						c.releaseRaced(wc, r)
 					}
 				default:
@@ -271,7 +271,7 @@ func (c *Client) releaseRaced(wc *wsConn, r *reply) {
 			select {
 			case a := <-ch:
 				wc.unregister(id)
-				if a.code() == "" || a.code() == "not_held" {
+				if a.code() == "" || a.code() == wire.CodeNotHeld {
 					return
 				}
 			case <-wc.done:
@@ -288,7 +288,7 @@ func (c *Client) releaseRaced(wc *wsConn, r *reply) {
 	defer cancel()
 	k := &call{op: "release", req: req}
 	a, err := c.do(ctx, ctx, k)
-	if err == nil && (a.code() == "" || a.code() == "not_held") {
+	if err == nil && (a.code() == "" || a.code() == wire.CodeNotHeld) {
 		return
 	}
 	if err == nil {

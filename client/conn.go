@@ -110,7 +110,7 @@ func (wc *wsConn) read(extend func()) {
 		}
 		r.arrived = time.Now()
 		if r.ID == "" {
-			if r.Type == "error" && r.Error != nil {
+			if r.Type == wire.TypeError && r.Error != nil {
 				wc.c.log.Warn("lockgate client: gateway error without request id", "addr", wc.addr, "code", r.Error.Code, "message", r.Error.Message)
 			}
 			continue

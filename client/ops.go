@@ -67,8 +67,8 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		if err != nil {
 			return nil, err
 		}
-		if r.Type != "grant" {
-			return nil, unexpected(r, key, "grant")
+		if r.Type != wire.TypeGrant {
+			return nil, unexpected(r, key, wire.TypeGrant)
 		}
 		lease, err := c.lease(r, key, opts, k.first)
 		if errors.Is(err, errLostAtOnce) && wait && opts.Handle == "" {
@@ -151,12 +151,12 @@ func (c *Client) renew(parent, ctx context.Context, key, handle string, token lo
 		return time.Time{}, false, err
 	}
 	switch {
-	case r.Type == "renewed":
+	case r.Type == wire.TypeRenewed:
 		return k.last, true, nil
-	case r.code() == "not_held":
+	case r.code() == wire.CodeNotHeld:
 		return k.last, false, nil
 	}
-	return time.Time{}, false, unexpected(r, key, "renewed")
+	return time.Time{}, false, unexpected(r, key, wire.TypeRenewed)
 }
 
 // Release implements lock.Locker. See the package documentation for how a
@@ -182,9 +182,9 @@ func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
 		return err
 	}
 	switch {
-	case r.Type == "released":
+	case r.Type == wire.TypeReleased:
 		return lease.Released(true)
-	case r.code() == "not_held":
+	case r.code() == wire.CodeNotHeld:
 		if k.prior && alive {
 			// An earlier copy may have reached the gateway before its
 			// connection failed, and nothing else can have ended a lease
@@ -194,7 +194,7 @@ func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
 		}
 		return lease.Released(false)
 	}
-	return unexpected(r, lease.Key, "released")
+	return unexpected(r, lease.Key, wire.TypeReleased)
 }
 
 // Inspect implements lock.Locker.
@@ -213,8 +213,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	if err != nil {
 		return nil, err
 	}
-	if r.Type != "info" {
-		return nil, unexpected(r, key, "info")
+	if r.Type != wire.TypeInfo {
+		return nil, unexpected(r, key, wire.TypeInfo)
 	}
 	info := &lock.LockInfo{Key: key, Owner: r.Owner, Token: r.token(), Waiters: -1}
 	if r.Value != nil {
@@ -232,8 +232,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 // unexpected is the error of an answer that is an error reply, or of a type
 // the request does not expect.
 func unexpected(r *reply, key, want string) error {
-	if r.Type == "error" {
+	if r.Type == wire.TypeError {
 		return replyError(r, key)
 	}
-	return &ServerError{Code: "internal", Message: fmt.Sprintf("answered %q where %q was expected", r.Type, want)}
+	return &ServerError{Code: wire.CodeInternal, Message: fmt.Sprintf("answered %q where %q was expected", r.Type, want)}
 }

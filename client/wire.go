@@ -25,11 +25,11 @@ func (r *reply) token() lock.Token {
 
 // code is the error code of an error reply, "" otherwise.
 func (r *reply) code() string {
-	if r.Type != "error" {
+	if r.Type != wire.TypeError {
 		return ""
 	}
 	if r.Error == nil {
-		return "internal"
+		return wire.CodeInternal
 	}
 	return r.Error.Code
 }
@@ -43,12 +43,12 @@ func leaderOf(e *wire.Error) (id, addr string) {
 }
 
 // ServerError is an error reply of the gateway that has no more specific Go
-// type (HeldError and NotLeaderError have their own). It matches, with
-// errors.Is, the lock sentinel of its code: not_held → lock.ErrNotHeld,
-// not_found → lock.ErrNotFound, invalid_* → the matching lock.ErrInvalid*,
+// type (HeldError, NotLeaderError and ValidationError have their own). It
+// matches, with errors.Is, the lock sentinel wire.Codes gives its code:
+// not_held → lock.ErrNotHeld, not_found → lock.ErrNotFound,
 // unavailable/closed/too_many_waiters → lock.ErrUnavailable.
 type ServerError struct {
-	Code    string // the protocol's error code, e.g. "not_held"
+	Code    string // the protocol's error code, e.g. wire.CodeNotHeld
 	Message string // the gateway's explanation
 	err     error  // the sentinel, or nil
 }
@@ -63,14 +63,17 @@ func (e *ServerError) Error() string {
 // Unwrap returns the lock sentinel of the code, if any.
 func (e *ServerError) Unwrap() error { return e.err }
 
-// replyError turns an error reply about key into the lock contract's error.
+// replyError turns an error reply about key into the lock contract's error
+// for its code (wire.Codes): the structured error where the lock package
+// has one, else a ServerError matching the code's sentinel.
 func replyError(r *reply, key string) error {
 	e := r.Error
 	if e == nil {
-		e = &wire.Error{Code: "internal", Message: "error reply without an error object"}
+		e = &wire.Error{Code: wire.CodeInternal, Message: "error reply without an error object"}
 	}
-	switch e.Code {
-	case "held":
+	c, _ := wire.Lookup(e.Code) // a code the table lacks: a ServerError without sentinel
+	switch {
+	case c.Name == wire.CodeHeld:
 		he := &lock.HeldError{Key: key}
 		if h := e.Holder; h != nil {
 			he.Owner, he.Token = h.Owner, lock.Token(h.FencingToken)
@@ -79,40 +82,13 @@ func replyError(r *reply, key string) error {
 			}
 		}
 		return he
-	case "not_leader":
+	case c.Name == wire.CodeNotLeader:
 		id, addr := leaderOf(e)
 		return &lock.NotLeaderError{LeaderID: id, LeaderAddr: addr}
-	case "invalid_key", "invalid_ttl", "invalid_value", "invalid_owner", "invalid_handle":
-		field := e.Code[len("invalid_"):]
-		return &lock.ValidationError{Field: field, Value: strconv.Quote(key), Reason: "rejected by the gateway: " + e.Message, Err: codeSentinel(e.Code)}
+	case c.Field != "":
+		return &lock.ValidationError{Field: c.Field, Value: strconv.Quote(key), Reason: "rejected by the gateway: " + e.Message, Err: c.Sentinel}
 	}
-	return &ServerError{Code: e.Code, Message: e.Message, err: codeSentinel(e.Code)}
-}
-
-func codeSentinel(code string) error {
-	switch code {
-	case "held":
-		return lock.ErrNotAcquired
-	case "not_held":
-		return lock.ErrNotHeld
-	case "not_found":
-		return lock.ErrNotFound
-	case "invalid_key":
-		return lock.ErrInvalidKey
-	case "invalid_ttl":
-		return lock.ErrInvalidTTL
-	case "invalid_value":
-		return lock.ErrInvalidValue
-	case "invalid_owner":
-		return lock.ErrInvalidOwner
-	case "invalid_handle":
-		return lock.ErrInvalidHandle
-	case "not_leader":
-		return lock.ErrNotLeader
-	case "unavailable", "closed", "too_many_waiters":
-		return lock.ErrUnavailable
-	}
-	return nil
+	return &ServerError{Code: e.Code, Message: e.Message, err: c.Sentinel}
 }
 
 // errDropped is the cause recorded when the connection carrying a request

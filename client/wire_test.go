@@ -85,6 +85,33 @@ func TestReplyError(t *testing.T) {
 	}
 }
 
+// TestReplyErrorEveryCode: the error built for each code of the protocol's
+// table matches the code's sentinel and no other lock sentinel, an
+// invalid_* code names its field, and a ServerError keeps the code.
+func TestReplyErrorEveryCode(t *testing.T) {
+	sentinels := []error{lock.ErrNotAcquired, lock.ErrNotHeld, lock.ErrNotFound, lock.ErrUnavailable, lock.ErrClosed,
+		lock.ErrInvalidKey, lock.ErrInvalidTTL, lock.ErrInvalidValue, lock.ErrInvalidOwner, lock.ErrInvalidHandle,
+		lock.ErrNilLease, lock.ErrNotLeader}
+	for _, c := range wire.Codes {
+		r := &reply{Reply: wire.Reply{ID: "1", Type: wire.TypeError, Error: &wire.Error{Code: c.Name, Message: "m"}}, arrived: time.Now()}
+		err := replyError(r, "k")
+		for _, s := range sentinels {
+			want := s == c.Sentinel || c.Name == wire.CodeNotLeader && s == lock.ErrUnavailable // a NotLeaderError is also an outage
+			if errors.Is(err, s) != want {
+				t.Errorf("code %s: errors.Is(%v, %v) = %v", c.Name, err, s, !want)
+			}
+		}
+		var ve *lock.ValidationError
+		if errors.As(err, &ve) != (c.Field != "") || c.Field != "" && ve.Field != c.Field {
+			t.Errorf("code %s: %#v, want a *lock.ValidationError exactly for field %q", c.Name, err, c.Field)
+		}
+		var se *ServerError
+		if errors.As(err, &se) && se.Code != c.Name {
+			t.Errorf("code %s: a ServerError with code %s", c.Name, se.Code)
+		}
+	}
+}
+
 func TestWSURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"127.0.0.1:50051":           "ws://127.0.0.1:50051/v1/ws",
