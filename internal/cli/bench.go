@@ -220,7 +220,7 @@ campaign was not valid: a fault expected to break mutual exclusion
 	f := cmd.Flags()
 	f.StringVar(&cfg.Backend, "backend", bench.Raft, "backend: "+strings.Join(bench.Backends, ", "))
 	f.StringSliceVar(&faults, "faults", []string{bench.FaultKill, bench.FaultPause, bench.FaultPartition}, "faults: "+strings.Join(bench.Faults, ","))
-	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "campaign length")
+	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "campaign length: faults are injected within it; the clients run on until 5 s after the last heal so that its recovery is seen")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the clients' choices")
 	f.IntVar(&cfg.Clients, "clients", 8, "clients")
 	f.IntVar(&cfg.Keys, "keys", 4, "keys the clients contend for")
