@@ -26,7 +26,7 @@ const (
 	CodeUnauthorized     = "unauthorized"       // 401
 )
 
-// writeResponse is the body of POST /write's answers (seed 000's
+// writeResponse is the body of POST /write's answers (a
 // WriteResponse, with an error object on failure).
 type writeResponse struct {
 	Success bool       `json:"success"`

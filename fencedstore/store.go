@@ -1,5 +1,6 @@
-// Package fencedstore is seed 000's data store made real: a key-value store
-// whose writes carry a fencing token and which rejects stale ones.
+// Package fencedstore is the fenced data store of Martin Kleppmann's "How
+// to do distributed locking" made real: a key-value store whose writes
+// carry a fencing token and which rejects stale ones.
 //
 // A write whose token is lower than the highest token already accepted for
 // its key is rejected (and counted); an equal or higher token is accepted.
@@ -93,7 +94,7 @@ type FencingToken struct {
 	Value uint64 `json:"value"`
 }
 
-// WriteRequest is seed 000's write: the wire format is
+// WriteRequest is one write: the wire format is
 // {"clientID": "...", "fencingToken": {"key": "...", "value": 12}, "data": "..."}.
 type WriteRequest struct {
 	ClientID string       `json:"clientID"`

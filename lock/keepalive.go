@@ -8,7 +8,7 @@ import (
 
 // KeepAlive renews lease through l every TTL/3 until the lease ends, ctx
 // ends, or l is closed. It is the auto-renewal of AcquireOptions.AutoRenew
-// (seed 004's auto-extension, seed 002's renewCheck) and blocks; run it in
+// (auto-extension, as Redisson's lock watchdog does) and blocks; run it in
 // its own goroutine.
 //
 // A refused renewal (ErrNotHeld) ends the lease at once: Done closes with

@@ -93,7 +93,8 @@ type Locker interface {
 }
 
 // AcquireOptions are the per-acquisition settings. The zero value asks for
-// the backend's default TTL with automatic renewal (seed 004's shortcut lock).
+// the backend's default TTL with automatic renewal (the one-call lock of
+// simple lock APIs: take it, use it, let it renew).
 type AcquireOptions struct {
 	// TTL is how long the lease lives without renewal. Zero means DefaultTTL
 	// with AutoRenew; negative or above the maximum is ErrInvalidTTL.

@@ -9,7 +9,8 @@ import (
 )
 
 // RetryStrategy decides whether and how long to wait before each retry of a
-// failed attempt (seed 001's SDK: exponential backoff with jitter).
+// failed attempt (exponential backoff with full jitter, as in AWS's
+// "Exponential Backoff And Jitter").
 // Implementations are stateless and safe for concurrent use.
 type RetryStrategy interface {
 	// Backoff returns the pause before retry number attempt (1 for the

@@ -27,8 +27,8 @@ const (
 	// MaxTTL is the longest TTL: a lease that outlives its holder by more
 	// than a day is a deadlock, not a lease.
 	MaxTTL = 24 * time.Hour
-	// DefaultTTL is the TTL of a lease acquired without one (seed 004's
-	// 20 s); such a lease is renewed automatically.
+	// DefaultTTL is the TTL of a lease acquired without one (20 s, a
+	// common default of lock services); such a lease is renewed automatically.
 	DefaultTTL = 20 * time.Second
 )
 

@@ -13,9 +13,9 @@ import (
 	"github.com/lockgate/lockgate/internal/netguard"
 )
 
-// Default ports (seed 000): the Raft transport listens on 8080+id and the
-// client API (WebSocket/REST gateway and the membership endpoints) on
-// 50050+id.
+// Default ports (the design's, docs/raftlock.md): the Raft transport
+// listens on 8080+id and the client API (WebSocket/REST gateway and the
+// membership endpoints) on 50050+id.
 const (
 	DefaultRaftPortBase = 8080
 	DefaultAPIPortBase  = 50050

@@ -23,7 +23,7 @@ import (
 	"github.com/lockgate/lockgate/internal/netguard"
 )
 
-// Membership (seed 000's Join Cluster, Fetch Peer List and Remove Server
+// Membership (the design's Join Cluster, Fetch Peer List and Remove Server
 // RPCs) over HTTP+JSON on each node's API address. Any member accepts a
 // join or remove and forwards it to the leader, following at most
 // DefaultMaxJoinHops redirects; the change itself is a Raft configuration

@@ -1,4 +1,4 @@
-// Package raftlock is lockgate's native lock service (seed 000) on
+// Package raftlock is lockgate's native lock service (docs/raftlock.md) on
 // github.com/hashicorp/raft: a Raft-replicated lock table with FIFO queues of
 // waiters on the leader, grants pushed to waiters the moment they commit,
 // fencing tokens from a replicated counter, expiry from the leader's clock
@@ -426,8 +426,8 @@ func (n *Node) verifyLeader() error {
 	return nil
 }
 
-// AppendData writes key=value to the replicated data store (seed 000's
-// Append Data): committed by a quorum before it returns.
+// AppendData writes key=value to the replicated data store (the
+// design's Append Data RPC, docs/raftlock.md): committed by a quorum before it returns.
 func (n *Node) AppendData(ctx context.Context, key string, value []byte) error {
 	if err := lock.ValidateKey(key); err != nil {
 		return err

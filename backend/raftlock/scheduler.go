@@ -11,8 +11,8 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// scheduler is the leader's side of locking (seed 000's pendingLockQueue and
-// its release monitors): a FIFO queue of waiters per key, at most one
+// scheduler is the leader's side of locking (the design's pending-lock queue
+// and its release monitors, docs/raftlock.md): a FIFO queue of waiters per key, at most one
 // granting entry in flight per key, and one timer for the expiry of every
 // held lock (a min-heap, not a goroutine per lock). It is active only while
 // the node leads; on a follower every call is redirected to the leader.
@@ -70,7 +70,7 @@ func (s *scheduler) isReady() bool {
 	return s.ready
 }
 
-// becomeLeader takes over after an election (seed 000's graceful recovery):
+// becomeLeader takes over after an election (graceful recovery):
 // apply everything earlier leaders committed, extend every lease by its full
 // TTL on this leader's clock, record this node's API address, and rebuild
 // the expiry timers from the replicated lock table. Waiters of the old

@@ -209,7 +209,7 @@ func (n *Node) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) 
 // Close implements lock.Locker by shutting the node down.
 func (n *Node) Close() error { return n.Shutdown() }
 
-// ForceRelease frees key whoever holds it (seed 000's forced release: an
+// ForceRelease frees key whoever holds it (a forced release: an
 // operator's tool for a holder known to be dead). The next waiter is granted
 // in the same entry. The holder learns of it on its next renewal
 // (ErrNotHeld); fencing tokens protect the resource meanwhile. A key nobody

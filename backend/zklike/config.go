@@ -18,7 +18,7 @@ const (
 	DefaultPrefix = "lockgate/zklike"
 
 	// DefaultSessionTTL is the TTL of a lease acquired with zero options
-	// (lock.DefaultTTL, seed 004's 20 s), which lives under the Locker's
+	// (lock.DefaultTTL, 20 s), which lives under the Locker's
 	// shared, automatically renewed session lease.
 	DefaultSessionTTL = lock.DefaultTTL
 

@@ -1,4 +1,5 @@
-// Package zklike is the ZooKeeper lock recipe (seed 001) on etcd, using
+// Package zklike is the ZooKeeper lock recipe (zookeeper.apache.org, "Recipes and
+// Solutions": Locks) on etcd, using
 // go.etcd.io/etcd/client/v3. It is the counterpart of etcd's own
 // concurrency.Mutex and of Apache Curator's InterProcessMutex, with the
 // fixes their users asked for.

@@ -23,7 +23,7 @@ func newStoreCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store",
 		Short: "Run the fenced data store",
-		Long: `Run seed 000's data store: an HTTP server that accepts writes guarded by
+		Long: `Run the fenced data store: an HTTP server that accepts writes guarded by
 fencing tokens and rejects stale ones (a token lower than the highest already
 accepted for the key), so a lock holder paused past its lease cannot
 overwrite the next holder's data.

@@ -15,7 +15,7 @@ import (
 
 // mutualExclusion: many goroutines on several clients take turns on one key.
 // Inside the lock each one increments a shared counter with a separate load
-// and store (seed 002's check: any overlap loses updates, so the counter
+// and store (a shared-counter check: any overlap loses updates, so the counter
 // falls short of the number of grants), and every hold is recorded for the
 // history checker. The load and store are atomic only so that the race
 // detector does not stop the run when a broken locker overlaps; the
@@ -151,9 +151,10 @@ func (s *suite) crashedHolderExpires(t *testing.T) {
 }
 
 // staleRelease: a release (or renewal) of a lease whose key was re-granted
-// returns ErrNotHeld and leaves the new holder holding (seed 001's "tricky
-// part"). Rebuilt leases, whose local deadline has not passed, make sure it
-// is the backend that refuses, not only the client.
+// returns ErrNotHeld and leaves the new holder holding (the classic fencing
+// hazard: a paused holder whose lease expired acts on it anyway). Rebuilt
+// leases, whose local deadline has not passed, make sure it is the backend
+// that refuses, not only the client.
 func (s *suite) staleRelease(t *testing.T) {
 	caps := s.f.Caps
 	a, b, c := s.locker(t), s.locker(t), s.locker(t)

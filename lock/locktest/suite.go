@@ -66,7 +66,7 @@ type Capabilities struct {
 	GrantBound time.Duration
 
 	// MutexGoroutines × MutexCycles is the size of the mutual-exclusion
-	// case. Defaults 32 × 100 (seed 002's check).
+	// case. Defaults 32 × 100 (the shared-counter check).
 	MutexGoroutines int
 	MutexCycles     int
 }
