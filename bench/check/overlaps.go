@@ -97,38 +97,58 @@ func overlaps(h History, maxExamples int) (int, []string) {
 			byKey[b.Key] = append(byKey[b.Key], b)
 		}
 	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
+	n := 0
+	var examples []string
+	for _, k := range sortedKeys(byKey) {
+		bs := byKey[k]
+		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Start < bs[j].Start })
+		sweep(bs, func(a, b int) {
+			if bs[a].Client == bs[b].Client {
+				return
+			}
+			n++
+			if len(examples) < maxExamples {
+				examples = append(examples, fmt.Sprintf("key %q: %v overlaps %v", k, bs[a], bs[b]))
+			}
+		}, nil)
+	}
+	return n, examples
+}
+
+// sweep is the one overlap check of this package, shared by Overlaps (a
+// campaign's beliefs) and CheckHistory (a test's holds). bs are the
+// beliefs of one key sorted by Start. For each bs[b] in order it calls
+// pair(a, b) for every earlier bs[a] that is still running when bs[b]
+// starts (a.End > b.Start: beliefs that only touch do not overlap), in the
+// order they started, and then after(b) if after is not nil. Each
+// intersecting pair is visited once.
+func sweep(bs []Belief, pair func(a, b int), after func(b int)) {
+	// active holds the beliefs that began earlier and may still be running.
+	var active []int
+	for b := range bs {
+		kept := active[:0]
+		for _, a := range active {
+			if bs[a].End > bs[b].Start {
+				kept = append(kept, a)
+			}
+		}
+		active = kept
+		for _, a := range active {
+			pair(a, b)
+		}
+		if after != nil {
+			after(b)
+		}
+		active = append(active, b)
+	}
+}
+
+// sortedKeys returns m's keys in order, so that reports are reproducible.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	n := 0
-	var examples []string
-	for _, k := range keys {
-		bs := byKey[k]
-		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Start < bs[j].Start })
-		// Sweep by start: active holds the beliefs that began earlier and
-		// may still be running.
-		var active []Belief
-		for _, b := range bs {
-			kept := active[:0]
-			for _, a := range active {
-				if a.End > b.Start {
-					kept = append(kept, a)
-				}
-			}
-			active = kept
-			for _, a := range active {
-				if a.Client == b.Client {
-					continue
-				}
-				n++
-				if len(examples) < maxExamples {
-					examples = append(examples, fmt.Sprintf("key %q: %v overlaps %v", k, a, b))
-				}
-			}
-			active = append(active, b)
-		}
-	}
-	return n, examples
+	return keys
 }

@@ -21,12 +21,12 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/bench/check"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 // Config sets the demo's size and length.
@@ -128,12 +128,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 
 	wg.Wait()
 	st := store.Stats()
-	vs := locktest.CheckHistory(r.rec.Holds())
+	vs := check.CheckHistory(r.rec.Holds())
 	for _, v := range vs {
 		switch v.Kind {
-		case locktest.Overlap:
+		case check.Overlap:
 			sum.Overlaps++
-		case locktest.TokenRegression, locktest.TokenRepeat:
+		case check.TokenRegression, check.TokenRepeat:
 			sum.TokenRegresses++
 		}
 	}
@@ -197,7 +197,7 @@ type runner struct {
 	endpoints []string
 	fs        *fencedstore.Client
 	out       io.Writer
-	rec       locktest.Recorder
+	rec       check.Recorder
 	grants    atomic.Int64
 	errors    atomic.Int64
 }
@@ -236,7 +236,7 @@ func (r *runner) contend(ctx context.Context, id string) {
 		if d := lease.Deadline(); d.Before(end) {
 			end = d
 		}
-		r.rec.Add(locktest.Hold{Key: key, Holder: id, Token: lease.Token, Start: start, End: end})
+		r.rec.Add(check.Hold{Key: key, Holder: id, Token: lease.Token, Start: start, End: end})
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := c.Release(rctx, lease); err != nil && !errors.Is(err, lock.ErrNotHeld) {
 			r.errors.Add(1)
@@ -264,7 +264,7 @@ func (r *runner) pausedClient(ctx context.Context) string {
 	start := time.Now()
 	w := fencedstore.WriteRequest{ClientID: "paused-client", Token: fencedstore.FencingToken{Key: key, Value: uint64(lease.Token)}, Data: "before the pause"}
 	r.fs.Write(ctx, w)
-	r.rec.Add(locktest.Hold{Key: key, Holder: "paused-client", Token: lease.Token, Start: start, End: lease.Deadline()})
+	r.rec.Add(check.Hold{Key: key, Holder: "paused-client", Token: lease.Token, Start: start, End: lease.Deadline()})
 	// The pause: no renewal, no release; the lease runs out and others take
 	// the key (the contending clients, every few milliseconds).
 	next := r.waitForHigherToken(ctx, key, uint64(lease.Token))
@@ -299,7 +299,7 @@ func (r *runner) waitForHigherToken(ctx context.Context, key string, token uint6
 func (r *runner) grantsAndHandoffs() (grants, handoffs int) {
 	last := map[string]string{}
 	holds := r.rec.Holds()
-	slices.SortFunc(holds, func(a, b locktest.Hold) int { return a.Start.Compare(b.Start) })
+	slices.SortFunc(holds, func(a, b check.Hold) int { return a.Start.Compare(b.Start) })
 	for _, h := range holds {
 		if prev, ok := last[h.Key]; ok && prev != h.Holder {
 			handoffs++

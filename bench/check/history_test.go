@@ -1,6 +1,8 @@
-package locktest
+package check
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -29,6 +31,11 @@ func TestCheckHistory(t *testing.T) {
 		{"Overlap", []Hold{h("k", "a", 1, 0, 10), h("k", "b", 2, 9, 20)}, []ViolationKind{Overlap}},
 		{"Contained", []Hold{h("k", "a", 1, 0, 100), h("k", "b", 2, 10, 20), h("k", "c", 3, 30, 40)},
 			[]ViolationKind{Overlap, Overlap}},
+		// Every intersecting pair is a violation, as in Overlaps: b and c
+		// overlap each other as well as a.
+		{"ThreeAtOnce", []Hold{h("k", "a", 1, 0, 100), h("k", "b", 2, 10, 50), h("k", "c", 3, 20, 30)},
+			[]ViolationKind{Overlap, Overlap, Overlap}},
+		{"SameHolder", []Hold{h("k", "a", 1, 0, 10), h("k", "a", 2, 5, 15)}, []ViolationKind{Overlap}},
 		{"SameStart", []Hold{h("k", "a", 1, 0, 10), h("k", "b", 2, 0, 10)}, []ViolationKind{Overlap}},
 		{"TokenRegression", []Hold{h("k", "a", 5, 0, 10), h("k", "b", 4, 10, 20)}, []ViolationKind{TokenRegression}},
 		{"TokenRepeat", []Hold{h("k", "a", 5, 0, 10), h("k", "b", 5, 10, 20)}, []ViolationKind{TokenRepeat}},
@@ -62,5 +69,37 @@ func TestCheckHistoryNamesThePair(t *testing.T) {
 	vs := CheckHistory([]Hold{b, a})
 	if len(vs) != 1 || vs[0].First.Holder != "a" || vs[0].Second.Holder != "b" {
 		t.Fatalf("CheckHistory = %v, want one overlap of a then b", vs)
+	}
+}
+
+// TestCheckHistoryAgreesWithOverlaps: a test's holds and a campaign's
+// history of the same intervals (distinct holders) give the same overlaps:
+// one time base, one sweep.
+func TestCheckHistoryAgreesWithOverlaps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 3))
+	t0 := time.Now()
+	for round := 0; round < 200; round++ {
+		var holds []Hold
+		var hist History
+		for c := 0; c < 6; c++ {
+			key := fmt.Sprintf("k%d", rng.IntN(2))
+			start := rng.IntN(100)
+			end := start + 1 + rng.IntN(30)
+			tok := lock.Token(c + 1)
+			holds = append(holds, Hold{Key: key, Holder: fmt.Sprint(c), Token: tok,
+				Start: t0.Add(time.Duration(start) * ms), End: t0.Add(time.Duration(end) * ms)})
+			hist = append(hist,
+				acq(c, key, float64(start)-1, float64(start), uint64(tok), 1000, 1000),
+				rel(c, key, float64(end), float64(end)+1, uint64(tok)))
+		}
+		var got int
+		for _, v := range CheckHistory(holds) {
+			if v.Kind == Overlap {
+				got++
+			}
+		}
+		if want, _ := Overlaps(hist); got != want {
+			t.Fatalf("round %d: CheckHistory found %d overlaps, Overlaps %d, in %v", round, got, want, holds)
+		}
 	}
 }
