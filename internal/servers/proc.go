@@ -33,10 +33,10 @@ const (
 	startAttempts = 5
 )
 
-// proc is one server process owned by a test: it starts the command in its
-// own process group, pumps its combined stdout/stderr to its Logger line by line,
-// and offers the fault-injection primitives used by Redis, Postgres and
-// EtcdMember. The zero value is not usable; fill the configuration fields
+// proc is one server process owned by its starter: it starts the command
+// in its own process group, pumps its combined stdout/stderr to its Logger
+// line by line, and offers the fault-injection primitives used by Redis,
+// Postgres, EtcdMember and RaftNode. The zero value is not usable; fill the configuration fields
 // and call start.
 //
 // SIGSTOP, SIGCONT and SIGKILL go to the whole process group and to every
@@ -78,7 +78,7 @@ type run struct {
 	sigMu  sync.Mutex
 	exited bool
 	// guard, while paused with descendants, is a watchdog that SIGCONTs
-	// them if the test binary dies (see startGuardLocked); guarded by
+	// them if our process dies (see startGuardLocked); guarded by
 	// sigMu.
 	guard  *exec.Cmd
 	guardW *os.File
@@ -118,7 +118,7 @@ func (p *proc) start() error {
 		// stay in it, and a terminal's Ctrl-C does not reach the server
 		// directly.
 		Setpgid: true,
-		// Kill the server if the test binary dies without cleanup. The
+		// Kill the server if our process dies without cleanup. The
 		// kernel sends this when the forking OS thread exits; Go only
 		// exits the thread of a goroutine that ends while locked with
 		// runtime.LockOSThread, so do not start servers from such a
@@ -163,7 +163,7 @@ func (p *proc) start() error {
 		// Workers that left the process group (postgres backends call
 		// setsid) and outlived the leader may hold the pipe a little
 		// longer; they exit on their own when they notice, but do not
-		// let them hold up the test.
+		// let them hold up the caller.
 		select {
 		case <-drained:
 		case <-time.After(5 * time.Second):
@@ -362,7 +362,7 @@ func (p *proc) pause() error {
 	desc := r.freezeLocked()
 	if len(desc) > 0 {
 		if err := r.startGuardLocked(append([]int{r.pid}, desc...)); err != nil {
-			logf(p.log, "%s: Pause: %v (stopped workers would survive a crash of the test binary)", p.name, err)
+			logf(p.log, "%s: Pause: %v (stopped workers would survive a crash of this process)", p.name, err)
 		}
 	}
 	p.paused = true
@@ -370,10 +370,10 @@ func (p *proc) pause() error {
 }
 
 // startGuardLocked starts a watchdog for a paused process tree. The leader
-// dies with the test binary (Pdeathsig), but workers that left its session
+// dies with our process (Pdeathsig), but workers that left its session
 // (postgres backends) do not get the kernel's orphaned-group SIGCONT, so
 // they would stay stopped forever. The watchdog blocks reading a pipe whose
-// only write end is ours; when the test binary dies the pipe closes and the
+// only write end is ours; when our process dies the pipe closes and the
 // watchdog SIGCONTs the workers, which then notice that their parent died
 // and exit. Caller holds r.sigMu.
 func (r *run) startGuardLocked(pids []int) error {
@@ -535,7 +535,7 @@ func (p *proc) waitReady(deadline time.Time, check func() error) error {
 
 // waitAll polls checks[i] for procs[i] until every check has succeeded
 // once, then verifies that each process itself listens on its ports (a
-// server of a parallel test that grabbed a port would answer the probe
+// server of a parallel test or run that grabbed a port would answer the probe
 // too). It fails as soon as any of the processes exits (an *errStart), or
 // when the deadline passes or ctx ends.
 func waitAll(ctx context.Context, deadline time.Time, procs []*proc, checks []func() error) error {
