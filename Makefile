@@ -49,7 +49,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 3000x ./fencedstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 150000x ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 150000x ./internal/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime 15000x ./internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime 30000x ./internal/wire
 
 ## test-short: quick run without the race detector or the slow suites
 test-short:
