@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -77,7 +78,7 @@ func startRaft(t testing.TB) *raftlock.LocalCluster {
 		t.Fatalf("starting a raftlock cluster: %v", err)
 	}
 	for _, s := range c.Servers {
-		gateway.ServeRaft(s, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+		raftgw.Serve(s, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	}
 	t.Cleanup(c.Shutdown)
 	return c

@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
@@ -58,7 +59,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	})
 	// raft: a durable three-node raftlock cluster in this process. Direct
 	// calls the leader Node; the gateway path is the one `lockgate node`
-	// serves, the leader's own gateway (ServeRaft) on its API address.
+	// serves, the leader's own gateway (raftgw.Serve) on its API address.
 	b.Run("raft", func(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -75,7 +76,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, s := range c.Servers {
-			g := gateway.ServeRaft(s, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
+			g := raftgw.Serve(s, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 			b.Cleanup(func() { g.Close() })
 		}
 		benchPaths(b, leader, leader.APIAddr())

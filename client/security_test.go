@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
@@ -124,7 +125,7 @@ func TestTLSRaftRedirect(t *testing.T) {
 	}
 	t.Cleanup(c.Shutdown)
 	for _, s := range c.Servers {
-		g := gateway.ServeRaft(s, gateway.Options{Logger: slog.New(slog.DiscardHandler), Tokens: toks})
+		g := raftgw.Serve(s, gateway.Options{Logger: slog.New(slog.DiscardHandler), Tokens: toks})
 		t.Cleanup(func() { g.Close() })
 	}
 	l, err := c.Leader(ctx)

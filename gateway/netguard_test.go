@@ -24,7 +24,9 @@ import (
 
 // startGuarded starts a one-node raftlock server the way `lockgate node`
 // does (raftlock.StartServer with the connection limits lim, the gateway
-// mounted by ServeRaft with opts) and returns its API address.
+// with opts mounted on its API mux) and returns its API address. It mounts
+// the gateway by hand rather than through gateway/raftgw, which imports
+// this package; the limits under test are the server's, not the adapter's.
 func startGuarded(t testing.TB, lim netguard.Limits, opts Options) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -38,9 +40,33 @@ func startGuarded(t testing.TB, lim netguard.Limits, opts Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := ServeRaft(c.Servers[0], opts)
+	g := New(c.Servers[0].Node, opts)
+	c.Servers[0].Mux.Handle("/", g)
 	t.Cleanup(func() { g.Close(); c.Shutdown() })
 	return c.Servers[0].APIAddr()
+}
+
+// startRaft starts a three-node raftlock cluster with a gateway mounted on
+// every node's API mux, by hand for the reason startGuarded gives. (The
+// adapter's own tests, redirects, readiness and metrics, are in
+// gateway/raftgw.)
+func startRaft(t testing.TB) *raftlock.LocalCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := raftlock.StartLocalCluster(ctx, 3, t.TempDir(), func(cfg *raftlock.Config) {
+		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 400*time.Millisecond, 400*time.Millisecond, 200*time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range c.Servers {
+		s.Mux.Handle("/", New(s.Node, Options{}))
+	}
+	t.Cleanup(c.Shutdown)
+	return c
 }
 
 // raiseFDLimit makes room for n more descriptors or skips the test.

@@ -20,6 +20,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/backend/raftlock/store"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/gateway/raftgw"
 )
 
 // raftFlags are the settings shared by `node` and `cluster`.
@@ -136,7 +137,7 @@ loopback API without client tokens. See docs/security.md.`,
 			if err != nil {
 				return err
 			}
-			gw := gateway.ServeRaft(s, gateway.Options{Logger: slog.Default(), Tokens: toks})
+			gw := raftgw.Serve(s, gateway.Options{Logger: slog.Default(), Tokens: toks})
 			defer gw.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s\n", id, s.RaftAddr(), s.APIAddr())
 			<-ctx.Done()
@@ -200,7 +201,7 @@ restart the cluster from disk. Ctrl-C shuts every node down cleanly.`,
 				return err
 			}
 			for _, s := range c.Servers {
-				defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
+				defer raftgw.Serve(s, gateway.Options{Logger: slog.Default()}).Close()
 			}
 			out := cmd.OutOrStdout()
 			for _, n := range c.Nodes() {

@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -141,7 +142,7 @@ a CA made in memory at start. See docs/security.md.`,
 			}
 			if internal == nil {
 				for _, s := range c.Servers {
-					defer gateway.ServeRaft(s, gateway.Options{Logger: slog.Default()}).Close()
+					defer raftgw.Serve(s, gateway.Options{Logger: slog.Default()}).Close()
 				}
 			}
 			return serveGateway(ctx, cmd, listen, &sec, c.Locker(), fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))

@@ -25,6 +25,7 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -92,7 +93,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	defer cluster.Shutdown()
 	var endpoints []string
 	for _, s := range cluster.Servers {
-		defer gateway.ServeRaft(s, gateway.Options{Logger: cfg.Logger}).Close()
+		defer raftgw.Serve(s, gateway.Options{Logger: cfg.Logger}).Close()
 		endpoints = append(endpoints, s.APIAddr())
 	}
 	store, storeURL, stopStore, err := startStore(filepath.Join(dir, "store.log"), cfg.Logger)

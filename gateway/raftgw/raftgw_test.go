@@ -1,9 +1,11 @@
-package gateway
+package raftgw
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +13,13 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/wire"
 )
 
 // startRaft starts a three-node raftlock cluster with a gateway on every
 // node's API address.
-func startRaft(t testing.TB) *raftlock.LocalCluster {
+func startRaft(t *testing.T) *raftlock.LocalCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -28,7 +32,7 @@ func startRaft(t testing.TB) *raftlock.LocalCluster {
 		t.Fatal(err)
 	}
 	for _, s := range c.Servers {
-		ServeRaft(s, Options{})
+		Serve(s, gateway.Options{})
 	}
 	t.Cleanup(c.Shutdown)
 	return c
@@ -75,9 +79,10 @@ func TestRaftNodesRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	c2 := &wsClient{t: t, ws: ws}
-	c2.send(map[string]any{"id": "1", "commandType": 5, "key": "y"})
-	r := c2.expect("1", "error", "not_leader")
+	r := roundTrip(t, ws, map[string]any{"id": "1", "commandType": 5, "key": "y"})
+	if r.ID != "1" || r.Type != "error" || r.Error == nil || r.Error.Code != "not_leader" {
+		t.Fatalf("follower WebSocket reply %+v (error %+v), want id 1 error not_leader", r, r.Error)
+	}
 	if r.Error.Leader == nil || r.Error.Leader.Addr != l.APIAddr() || r.Error.Leader.ID != l.ID() {
 		t.Errorf("not_leader names %+v, want %s at %s", r.Error.Leader, l.ID(), l.APIAddr())
 	}
@@ -130,4 +135,69 @@ func TestRaftMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The helpers below are the gateway package's test helpers this file used
+// when it lived there (gateway/raft_test.go), cut to what it needs.
+
+// roundTrip sends m on ws and reads the next reply (within 5 s).
+func roundTrip(t *testing.T, ws *websocket.Conn, m map[string]any) wire.Reply {
+	t.Helper()
+	if err := ws.WriteJSON(m); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var r wire.Reply
+	if err := ws.ReadJSON(&r); err != nil {
+		t.Fatalf("recv: %v", err)
+	}
+	return r
+}
+
+// do sends an HTTP request without following redirects and returns the
+// status, the decoded JSON body and the headers.
+func do(t *testing.T, method, url, contentType, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if len(data) > 0 {
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("%s %s: non-JSON body %q", method, url, data)
+		}
+	}
+	return resp.StatusCode, m, resp.Header
+}
+
+// errCode is the error code of a decoded REST error body.
+func errCode(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+// doText GETs url and returns the status and the body as text.
+func doText(t *testing.T, url string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b), resp.Header
 }
