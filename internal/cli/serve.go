@@ -7,16 +7,15 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
-	"github.com/lockgate/lockgate/backend/redlock"
-	"github.com/lockgate/lockgate/backend/sqllock"
-	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -65,29 +64,22 @@ a CA made in memory at start. See docs/security.md.`,
 			if err := sec.check(); err != nil {
 				return err
 			}
-			switch backend {
-			case "raft":
-			case "redlock":
-				if len(redisAddrs) == 0 {
-					return errors.New("--backend redlock needs --redis-addrs host:port[,host:port...]")
+			if backend != backends.Raft {
+				spec := backends.Spec{Redlock: redisAddrs, Postgres: pgURL, Etcd: etcdEPs}
+				if err := backends.Check(backend); err != nil {
+					return fmt.Errorf("--backend: %w", err)
 				}
-				return serveLocker(cmd, listen, &sec, fmt.Sprintf("backend redlock over %d Redis masters", len(redisAddrs)),
-					func(context.Context) (lock.Locker, error) { return redlock.New(redlock.DefaultConfig(redisAddrs...)) })
-			case "postgres":
-				if pgURL == "" {
-					return errors.New("--backend postgres needs --postgres-url postgres://user@host:port/db")
+				if !spec.Has(backend) {
+					return fmt.Errorf("--backend %s needs %s", backend, serveServerFlags[backend])
 				}
-				return serveLocker(cmd, listen, &sec, "backend postgres",
-					func(ctx context.Context) (lock.Locker, error) { return sqllock.New(ctx, sqllock.DefaultConfig(pgURL)) })
-			case "etcd":
-				if len(etcdEPs) == 0 {
-					return errors.New("--backend etcd needs --etcd-endpoints http://host:port[,...]")
-				}
-				return serveLocker(cmd, listen, &sec, fmt.Sprintf("backend etcd over %d endpoints", len(etcdEPs)),
-					func(context.Context) (lock.Locker, error) { return zklike.New(zklike.DefaultConfig(etcdEPs...)) })
-			default:
-				return fmt.Errorf("--backend %q: want raft, redlock, postgres or etcd", backend)
+				return serveLocker(cmd, listen, &sec, "backend "+backends.Describe(backend, spec),
+					func(ctx context.Context) (lock.Locker, error) {
+						return backends.Open(ctx, backend, spec, backends.Options{})
+					})
 			}
+			// --backend raft runs a cluster of its own rather than
+			// reaching existing servers: the one backend serve does not
+			// open through backends.Open.
 			if nodes < 1 || nodes > 9 {
 				return fmt.Errorf("--nodes %d: want 1 to 9", nodes)
 			}
@@ -148,7 +140,7 @@ a CA made in memory at start. See docs/security.md.`,
 			return serveGateway(ctx, cmd, listen, &sec, c.Locker(), fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
 		},
 	}
-	cmd.Flags().StringVar(&backend, "backend", "raft", "lock backend: raft, redlock, postgres or etcd")
+	cmd.Flags().StringVar(&backend, "backend", backends.Raft, "lock backend: "+strings.Join(backends.Names, ", "))
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:50050", "address of the gateway")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "raft: directory of the embedded cluster (default: a temporary one)")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "raft: servers in the embedded cluster")
@@ -158,6 +150,14 @@ a CA made in memory at start. See docs/security.md.`,
 	sec.register(cmd, false)
 	registerNetFlags(cmd)
 	return cmd
+}
+
+// serveServerFlags says, per backend that serve reaches over existing
+// servers, which flag names them: the hint when it is missing.
+var serveServerFlags = map[string]string{
+	backends.Redlock:  "--redis-addrs host:port[,host:port...]",
+	backends.Postgres: "--postgres-url postgres://user@host:port/db",
+	backends.Etcd:     "--etcd-endpoints http://host:port[,...]",
 }
 
 // serveLocker serves the gateway over the Locker that open returns.
