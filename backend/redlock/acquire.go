@@ -44,22 +44,14 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	// A re-sent acquire with the caller's own handle must not queue behind
 	// the grant it may be re-sending: it bypasses the local gate.
 	if !try && opts.Handle == "" {
-		handed, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error {
-			if ctx.Err() != nil {
-				return fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
-			}
-			return lock.ErrClosed
-		}, l.releaseQuietly)
+		handed, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error { return l.gaveUp(ctx, key) }, l.releaseQuietly)
 		if err != nil {
 			return nil, err
 		}
 		if handed != nil {
-			if ctx.Err() != nil || l.ctx.Err() != nil {
+			if err := l.gaveUp(ctx, key); err != nil {
 				l.releaseQuietly(handed)
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
-				}
-				return nil, lock.ErrClosed
+				return nil, err
 			}
 			if opts.AutoRenew {
 				go lock.KeepAlive(l.ctx, l, handed)
@@ -75,6 +67,19 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		return lease, nil
 	}
 	return l.wait(ctx, key, opts, try)
+}
+
+// gaveUp is the error to return instead of a grant when the caller's
+// context or the Locker ended meanwhile (the caller's context first: its
+// error says why the caller stopped).
+func (l *Locker) gaveUp(ctx context.Context, key string) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
+	case l.ctx.Err() != nil:
+		return lock.ErrClosed
+	}
+	return nil
 }
 
 // wait makes attempts until one succeeds (only one when try).
@@ -100,13 +105,10 @@ func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions,
 			}
 		}
 		if o.lease != nil {
-			if ctx.Err() != nil || l.ctx.Err() != nil {
+			if err := l.gaveUp(ctx, key); err != nil {
 				// The grant raced the cancellation: never leave it behind.
 				l.releaseQuietly(o.lease)
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
-				}
-				return nil, lock.ErrClosed
+				return nil, err
 			}
 			if opts.AutoRenew {
 				go lock.KeepAlive(l.ctx, l, o.lease)
