@@ -1,5 +1,5 @@
-// Package gateway serves any lock.Locker over WebSocket (seed 000's
-// protocol) and REST (seed 001's API), with metrics, health checks and
+// Package gateway serves any lock.Locker over WebSocket (a push protocol:
+// grants arrive as their commits do) and REST, with metrics, health checks and
 // limits. docs/protocol.md is the reference of both protocols.
 package gateway
 

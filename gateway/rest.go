@@ -18,7 +18,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// REST (seed 001): /locks/{key} and /tickets/{ticket}. Leases are not
+// REST: /locks/{key} and /tickets/{ticket}. Leases are not
 // stored: renew and release name them by (key, lock_token, fencing_token).
 
 type acquireBody struct {

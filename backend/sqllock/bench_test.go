@@ -53,7 +53,8 @@ func shared(t testing.TB) *testenv.Postgres {
 
 const benchTTL = 8 * time.Second
 
-// The raw baseline: the hand-written lock of seed 001 with a fencing token,
+// The raw baseline: the hand-written table lock of the classic
+// database-lock design, with a fencing token,
 // two prepared statements, no waiting support.
 const (
 	rawSchema = `

@@ -1,4 +1,4 @@
-// Package sqllock is lockgate's PostgreSQL backend: seed 001's database
+// Package sqllock is lockgate's PostgreSQL backend: the classic database
 // lock (a table with one row per held key and an expiry column), for teams
 // that have PostgreSQL and no other infrastructure, with real fencing
 // tokens and waiting without polling. It uses github.com/jackc/pgx/v5.

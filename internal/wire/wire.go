@@ -9,7 +9,7 @@ import (
 	"strconv"
 )
 
-// Command types (seed 000's commandType).
+// Command types (the commandType field of a request).
 const (
 	CmdAcquire    = 1 // wait for the key
 	CmdRelease    = 2
