@@ -13,10 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
-	"github.com/lockgate/lockgate/backend/redlock"
-	"github.com/lockgate/lockgate/backend/sqllock"
-	"github.com/lockgate/lockgate/backend/zklike"
-	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/internal/servers"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -59,6 +56,19 @@ func (t *target) do(what string, f func() error) error {
 	return nil
 }
 
+// campaignClients tunes the campaign's clients, each a Locker of its own
+// (backends.Open). Campaign servers fail on purpose, so a client should
+// give up on a dead path and let its lease go sooner than a production one
+// would: the SDK's requests time out after 5 s (not 10), and an etcd
+// session lives 2 s past its client's last keep-alive. Each PostgreSQL
+// client pools 4 connections, not sqllock's 16: the campaign's 8 clients
+// at 16 would pass PostgreSQL's default max_connections of 100.
+var campaignClients = backends.Options{RequestTimeout: 5 * time.Second, PoolSize: 4, SessionTTL: 2 * time.Second}
+
+// campaignOpenTimeout bounds opening one campaign client (PostgreSQL's
+// pool dials at once; the other backends connect lazily).
+const campaignOpenTimeout = 30 * time.Second
+
 // startTarget provisions backend's servers for faults and defines the
 // faults and the campaign's clients on them.
 func startTarget(ctx context.Context, backend, lockgate string, log io.Writer) (*target, error) {
@@ -67,6 +77,11 @@ func startTarget(ctx context.Context, backend, lockgate string, log io.Writer) (
 		return nil, err
 	}
 	t := &target{backend: backend, s: s, faults: map[string]injector{}, notes: map[string]string{}}
+	t.newClient = func() (lock.Locker, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), campaignOpenTimeout)
+		defer cancel()
+		return backends.Open(ctx, backend, backends.Spec(s.Spec), campaignClients)
+	}
 	switch backend {
 	case Raft:
 		t.raftFaults()
@@ -106,10 +121,6 @@ func cutAll(ps []*Proxy) func() error {
 
 func (t *target) raftFaults() {
 	rl, api, peer := t.s.RaftProcs, t.s.RaftAPILinks, t.s.RaftPeerLinks
-	endpoints := t.s.Spec.Raft
-	t.newClient = func() (lock.Locker, error) {
-		return client.New(endpoints, client.Options{RequestTimeout: 5 * time.Second})
-	}
 	// victim is the leader, or (one time in two for kill) a random node.
 	victim := func(rng *rand.Rand, anyNode bool) (*servers.RaftNode, int, string) {
 		l := rl.Leader()
@@ -183,8 +194,7 @@ func skewRaftClock(apiAddr string, d time.Duration) error {
 }
 
 func (t *target) redlockFaults() {
-	rs, ps, addrs := t.s.Redis, t.s.RedisLinks, t.s.Spec.Redlock
-	t.newClient = func() (lock.Locker, error) { return redlock.New(redlock.DefaultConfig(addrs...)) }
+	rs, ps := t.s.Redis, t.s.RedisLinks
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		i := rng.IntN(len(rs))
 		rs[i].Kill()
@@ -248,14 +258,7 @@ return n`
 }
 
 func (t *target) postgresFaults() {
-	pg, p, clock, url := t.s.PG, t.s.PGLink, t.s.PGClock, t.s.Spec.Postgres
-	t.newClient = func() (lock.Locker, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		cfg := sqllock.DefaultConfig(url)
-		cfg.PoolSize = 4
-		return sqllock.New(ctx, cfg)
-	}
+	pg, p, clock := t.s.PG, t.s.PGLink, t.s.PGClock
 	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 		pg.Kill()
 		return func() error { return t.do("restarting postgres", pg.Restart) }, "SIGKILL postgres", nil
@@ -280,12 +283,7 @@ func (t *target) postgresFaults() {
 }
 
 func (t *target) etcdFaults() {
-	e, ps, eps := t.s.EtcdProcs, t.s.EtcdLinks, t.s.Spec.Etcd
-	t.newClient = func() (lock.Locker, error) {
-		cfg := zklike.DefaultConfig(eps...)
-		cfg.SessionTTL = 2 * time.Second
-		return zklike.New(cfg)
-	}
+	e, ps := t.s.EtcdProcs, t.s.EtcdLinks
 	member := func(rng *rand.Rand) (*servers.EtcdMember, string) {
 		m := pick(rng, e.Members)
 		return m, m.Name

@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/lockgate/lockgate/backend/redlock"
-	"github.com/lockgate/lockgate/backend/sqllock"
-	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -36,17 +34,7 @@ var Vias = []string{Direct, Gateway}
 
 // direct returns a new backend Locker over the servers of s.
 func (s *Servers) direct(ctx context.Context, backend string) (lock.Locker, error) {
-	switch backend {
-	case Raft:
-		return client.New(s.Spec.Raft, client.Options{})
-	case Redlock:
-		return redlock.New(redlock.DefaultConfig(s.Spec.Redlock...))
-	case Postgres:
-		return sqllock.New(ctx, sqllock.DefaultConfig(s.Spec.Postgres))
-	case Etcd:
-		return zklike.New(zklike.DefaultConfig(s.Spec.Etcd...))
-	}
-	return nil, fmt.Errorf("bench: unknown backend %q", backend)
+	return backends.Open(ctx, backend, backends.Spec(s.Spec), backends.Options{})
 }
 
 // Conn is a set of clients of one backend over one path.

@@ -23,19 +23,20 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/internal/servers"
 )
 
-// Backend names, as `--backend` spells them.
+// Backend names, as `--backend` spells them: internal/backends' table.
 const (
-	Raft     = "raft"
-	Redlock  = "redlock"
-	Postgres = "postgres"
-	Etcd     = "etcd"
+	Raft     = backends.Raft
+	Redlock  = backends.Redlock
+	Postgres = backends.Postgres
+	Etcd     = backends.Etcd
 )
 
 // Backends lists every backend in report order.
-var Backends = []string{Raft, Redlock, Postgres, Etcd}
+var Backends = backends.Names
 
 // Sizes of the clusters Provision starts.
 const (
@@ -87,19 +88,7 @@ func ParseSpec(s string) (Spec, error) {
 }
 
 // has reports whether the Spec names servers for backend.
-func (sp Spec) has(backend string) bool {
-	switch backend {
-	case Raft:
-		return len(sp.Raft) > 0
-	case Redlock:
-		return len(sp.Redlock) > 0
-	case Postgres:
-		return sp.Postgres != ""
-	case Etcd:
-		return len(sp.Etcd) > 0
-	}
-	return false
-}
+func (sp Spec) has(backend string) bool { return backends.Spec(sp).Has(backend) }
 
 // CheckBackends returns an error naming the first unknown backend.
 func CheckBackends(names []string) error {
