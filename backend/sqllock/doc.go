@@ -132,20 +132,6 @@
 //     pgx's simple or exec protocol (default_query_exec_mode in the URL),
 //     and LISTEN needs a session: point the Locker at the database directly.
 //   - Throughput is bounded by one round trip per grant to a single
-//     primary, and every grant is a committed write (WAL). Measured on a
-//     loaded 2-core VM (fsync off, loopback, after a warm-up), one client's
-//     acquire+release of a free key has a p50 of 100–180 µs; alternating
-//     blocks of it with two hand-written statements
-//     (BenchmarkSequentialPaired) puts it at 1.1–1.6× those (median 1.3;
-//     1.4–1.7× before lock.Lease ran AfterEnd callbacks inline instead of
-//     starting a goroutine each). The SQL is not the difference: the
-//     executor time of our statements is within 2–5 µs of the hand-written
-//     ones (the advisory lock costs 1.5–2 µs). The client's CPU is: about
-//     92 µs per cycle against 64–77 µs before that change. 32 clients of one
-//     Locker on one key reach 4,600–8,200 acquisitions/s, 1.3–2.4× the
-//     hand-written statements retried every 1–10 ms (BenchmarkContended);
-//     89 % of those grants are one-statement local handoffs, each a round
-//     trip of about 70 µs of which the UPDATE itself executes in 9 µs.
-//     The machine's load moves these numbers by 2×; compare ours and raw
-//     from the same run.
+//     primary, and every grant is a committed write (WAL): the
+//     measurements are in docs/backends.md ("sqllock").
 package sqllock

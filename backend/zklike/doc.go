@@ -128,25 +128,10 @@
 // event can have been missed. A handoff then costs the release's commit,
 // one watch notification and one linearizable read.
 //
-// Measured on this repository's test machine (two cores, shared with
-// other jobs; three etcd 3.4 members on loopback, data on disk; go test
-// -bench . ./backend/zklike/): two clients taking turns on a key
-// (BenchmarkHandoff) make about 120 handoffs/s here against about 21/s for
-// concurrency.Mutex (47 ms per handoff: half the 100 ms sync period). With
-// 32 clients (BenchmarkContended) both make 110 to 230 handoffs/s: the
-// queue then takes longer than 100 ms to drain, so each Mutex waiter's
-// watch is synced before its turn comes, and both are bound by the Raft
-// commit of each release on this machine. An uncontended acquire and
-// release (BenchmarkSequential) costs two Txns on both sides, 2 to 6 ms
-// p50 here depending on the machine's load; BenchmarkSequentialPaired,
-// which alternates the two cycle by cycle, puts ours 6 to 12 % behind
-// concurrency.Mutex. Both send two requests and two Raft proposals per
-// cycle; the difference is our release, a Txn that compares the key's
-// create revision before deleting it (about 100 µs more etcd time than
-// Mutex's plain Delete: the price of ErrNotHeld for a stale release), and
-// 60 to 90 µs more client CPU. A grant's key name is never reused (its
-// suffix is the lock token), so until etcd compacts, an acquire's range
-// read walks the key's deleted names: run etcd with auto-compaction. With
-// an explicit TTL (a lease of its own) an acquisition costs one
-// LeaseGrant more.
+// The measurements (handoffs/s against concurrency.Mutex, the sequential
+// cycle and where its difference is) are in docs/backends.md ("zklike").
+// A grant's key name is never reused (its suffix is the lock token), so
+// until etcd compacts, an acquire's range read walks the key's deleted
+// names: run etcd with auto-compaction. With an explicit TTL (a lease of
+// its own) an acquisition costs one LeaseGrant more.
 package zklike
