@@ -15,7 +15,7 @@ import (
 
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in
 // process, in arrival order, and a release hands the lock to the next of
-// them directly (see MaxLocalHandoffs). The caller at the head tries; while
+// them directly (see localgate.MaxHandoffs). The caller at the head tries; while
 // the key is held it subscribes to the key's release channel, tries once
 // more, then waits for a release message or for the holder's TTL to run
 // out, and tries again. Across Lockers there is no order (not FIFO).
@@ -38,35 +38,7 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	// A re-sent acquire with the caller's own handle must not queue behind
-	// the grant it may be re-sending: it bypasses the local gate.
-	if !try && opts.Handle == "" {
-		handed, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error { return l.gaveUp(ctx, key) }, l.releaseQuietly)
-		if err != nil {
-			return nil, err
-		}
-		if handed != nil {
-			if err := l.gaveUp(ctx, key); err != nil {
-				l.releaseQuietly(handed)
-				return nil, err
-			}
-			if opts.AutoRenew {
-				go lock.KeepAlive(l.ctx, l, handed)
-			}
-			return handed, nil
-		}
-		lease, err := l.wait(ctx, key, opts, false)
-		if err != nil {
-			l.gate.Exit(key)
-			return nil, err
-		}
-		l.gate.Hold(lease, false)
-		return lease, nil
-	}
-	return l.wait(ctx, key, opts, try)
+	return l.gate.Acquire(ctx, key, opts, try)
 }
 
 // gaveUp is the error to return instead of a grant when the caller's
@@ -109,9 +81,6 @@ func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions,
 				// The grant raced the cancellation: never leave it behind.
 				l.releaseQuietly(o.lease)
 				return nil, err
-			}
-			if opts.AutoRenew {
-				go lock.KeepAlive(l.ctx, l, o.lease)
 			}
 			return o.lease, nil
 		}

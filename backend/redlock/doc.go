@@ -124,7 +124,7 @@
 // without being freed (handoff.lua, on every node: compare the old handle
 // and token, mint the next token, replace the lock; quorum and validity
 // rules as for an acquire, Sent = the start of the handoff round), at most
-// MaxLocalHandoffs times in a row before a real release lets other Lockers
+// localgate.MaxHandoffs times in a row before a real release lets other Lockers
 // in. A failed handoff falls back to a release and a normal attempt.
 // TryAcquire, and Acquire with a caller-chosen Handle, bypass the gate.
 //

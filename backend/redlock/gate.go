@@ -9,19 +9,13 @@ import (
 	"github.com/lockgate/lockgate/lock/localgate"
 )
 
-// MaxLocalHandoffs bounds how many times in a row a lease is handed from
-// one caller to the next waiter of the same Locker without freeing the key
-// (see the local gate below); then the key is released, so that waiters of
-// other Lockers get their chance.
-const MaxLocalHandoffs = 8
-
 // The local gate (lock/localgate) serializes, per key, the Acquire calls of
 // one Locker: the first caller goes to Redis, the others queue in process
 // and get their turn when the caller before them is done, so callers of one
 // Locker neither race each other for the quorum nor split its votes. When
 // the holder releases while a local caller waits, the lock is handed over
 // directly (handoff.lua: one script per node instead of a release and an
-// acquire).
+// acquire), at most localgate.MaxHandoffs times in a row.
 
 // handoff replaces lease by a new grant for t on every node. On success it
 // hands the new lease to t and ends the old one; otherwise t gets the turn

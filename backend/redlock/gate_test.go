@@ -94,7 +94,7 @@ func TestRebuiltReleasePassesTurn(t *testing.T) {
 }
 
 // TestHandoffFairness: a Locker whose callers keep the key busy hands it
-// over at most MaxLocalHandoffs times in a row; a caller of another Locker
+// over at most localgate.MaxHandoffs times in a row; a caller of another Locker
 // still gets it promptly.
 func TestHandoffFairness(t *testing.T) {
 	rs := testenv.StartRedisN(t, 3)

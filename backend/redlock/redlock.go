@@ -25,7 +25,7 @@ type Locker struct {
 	ops    sync.WaitGroup // operations and background work using the clients
 	chans  map[string]*channelState
 	work   chan func() // idle workers take jobs from here (see spawn)
-	gate   *localgate.Gate
+	gate   *localgate.Sequence
 
 	// releasing: per key, this Locker's release still in flight on some
 	// nodes (Release returns once a quorum answered).
@@ -49,10 +49,11 @@ func New(cfg Config) (*Locker, error) {
 		cancel: cancel,
 		chans:  make(map[string]*channelState),
 		work:   make(chan func()),
-		gate:   localgate.New(MaxLocalHandoffs),
 
 		releasing: make(map[string]*inflight),
 	}
+	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: ctx,
+		Attempt: l.wait, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
 	for i, addr := range cfg.Addrs {
 		l.nodes = append(l.nodes, newNode(l, i, addr))
 	}

@@ -55,10 +55,7 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 	if err := lock.ValidateLease(lease); err != nil {
 		return err
 	}
-	if t := l.gate.TakeHandoff(lease); t != nil {
-		return l.handoff(ctx, lease, t)
-	}
-	return l.release(ctx, lease)
+	return l.gate.Release(ctx, lease)
 }
 
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {

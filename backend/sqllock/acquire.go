@@ -15,7 +15,7 @@ import (
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in
 // process, in arrival order; the first of them goes to the database, and a
 // release hands the lock straight to the next (one UPDATE instead of a
-// DELETE and an INSERT, at most MaxLocalHandoffs times in a row). The one at
+// DELETE and an INSERT, at most localgate.MaxHandoffs times in a row). The one at
 // the database subscribes to the key's release notifications, attempts, and
 // while the key is held sleeps until a notification arrives or the holder's
 // TTL (as reported by the database) runs out, then attempts again. Across
@@ -40,36 +40,7 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sqllock: acquire %q: %w", key, err)
-	}
-	// A re-sent acquire with the caller's own handle must not queue behind
-	// the grant it may be re-sending: it bypasses the local gate.
-	if try || opts.Handle != "" {
-		lease, err := l.wait(ctx, key, opts, try)
-		if err == nil && opts.AutoRenew {
-			go lock.KeepAlive(l.ctx, l, lease)
-		}
-		return lease, err
-	}
-	lease, err := l.gate.Enter(ctx, l.ctx.Done(), key, opts, func() error { return l.gaveUp(ctx, key) }, l.releaseQuietly)
-	if err != nil {
-		return nil, err
-	}
-	if lease == nil {
-		if lease, err = l.wait(ctx, key, opts, false); err != nil {
-			l.gate.Exit(key)
-			return nil, err
-		}
-		l.gate.Hold(lease, false)
-	} else if err := l.gaveUp(ctx, key); err != nil {
-		l.releaseQuietly(lease)
-		return nil, err
-	}
-	if opts.AutoRenew {
-		go lock.KeepAlive(l.ctx, l, lease)
-	}
-	return lease, nil
+	return l.gate.Acquire(ctx, key, opts, try)
 }
 
 // gaveUp is the error to return instead of a grant when the caller's

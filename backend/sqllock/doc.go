@@ -68,7 +68,7 @@
 // queue per key (the local gate, FIFO in process): only the first goes to
 // the database, and when a holder releases while a local caller waits, the
 // lease is handed over in one UPDATE with a new handle and token, at most
-// MaxLocalHandoffs times in a row before the key is really released so that
+// localgate.MaxHandoffs times in a row before the key is really released so that
 // other Lockers get their chance. Across Lockers there is no order: the
 // backend is not FIFO.
 //

@@ -12,18 +12,12 @@ import (
 	"github.com/lockgate/lockgate/lock/localgate"
 )
 
-// MaxLocalHandoffs bounds how many times in a row a lease is handed from
-// one caller to the next waiter of the same Locker without freeing the row;
-// then the key is released (and its release notified), so that waiters of
-// other Lockers get their chance.
-const MaxLocalHandoffs = 8
-
 // The local gate (lock/localgate) serializes, per key, the Acquire calls of
 // one Locker: the first caller goes to the database, the others queue in
 // process and get their turn when the caller before them is done. When the
 // holder releases while a local caller waits, the lock is handed over
 // directly (handoff.sql: one UPDATE instead of a DELETE, a notification and
-// an INSERT).
+// an INSERT), at most localgate.MaxHandoffs times in a row.
 
 // handoff replaces lease by a new grant for t in one statement. On success
 // it hands the new lease to t and ends the old one; otherwise t gets the

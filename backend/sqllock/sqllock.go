@@ -32,7 +32,7 @@ type Locker struct {
 	ops    sync.WaitGroup // calls in progress
 	bg     sync.WaitGroup // listener, sweeper, abandon retries
 	subs   map[string][]*waiter
-	gate   *localgate.Gate
+	gate   *localgate.Sequence
 
 	stats stats
 }
@@ -100,8 +100,9 @@ func New(ctx context.Context, cfg Config) (*Locker, error) {
 		ctx:    lctx,
 		cancel: cancel,
 		subs:   make(map[string][]*waiter),
-		gate:   localgate.New(MaxLocalHandoffs),
 	}
+	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: lctx,
+		Attempt: l.wait, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
 	if err := l.createSchema(ctx); err != nil {
 		cancel()
 		pool.Close()
