@@ -1,0 +1,131 @@
+package localgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// fakeServer is a Backend whose server operations grant at once (or fail
+// while failing is set) and count what the Sequence asked of them.
+type fakeServer struct {
+	s                  *Sequence
+	attempts, handoffs atomic.Int32
+	releases           atomic.Int32
+	fail               chan error // when non-nil, Attempt blocks for the error to return
+	n                  atomic.Int32
+}
+
+func newFakeServer() *fakeServer {
+	f := &fakeServer{}
+	f.s = NewSequence(Backend{
+		Ctx: context.Background(),
+		Attempt: func(ctx context.Context, key string, _ lock.AcquireOptions, _ bool) (*lock.Lease, error) {
+			f.attempts.Add(1)
+			if f.fail != nil {
+				if err := <-f.fail; err != nil {
+					return nil, err
+				}
+			}
+			return grant(key, fmt.Sprint("h", f.n.Add(1))), nil
+		},
+		Handoff: func(_ context.Context, lease *lock.Lease, t *Turn) error {
+			f.handoffs.Add(1)
+			f.s.HandOver(t, lease, grant(lease.Key, fmt.Sprint("h", f.n.Add(1))))
+			return lease.Released(true)
+		},
+		Release: func(_ context.Context, lease *lock.Lease) error {
+			f.releases.Add(1)
+			f.s.EndHolder(lease, lock.ErrReleased)
+			return lease.Released(true)
+		},
+		GaveUp:  func(ctx context.Context, _ string) error { return ctx.Err() },
+		Discard: func(lease *lock.Lease) { lease.End(lock.ErrReleased) },
+	})
+	return f
+}
+
+// acquireAsync starts Acquire on a goroutine and returns its result once
+// the caller is queued in the gate.
+func acquireAsync(t *testing.T, f *fakeServer, ctx context.Context, key string) <-chan *lock.Lease {
+	t.Helper()
+	done := make(chan *lock.Lease, 1)
+	before := f.s.queued(key)
+	go func() {
+		lease, err := f.s.Acquire(ctx, key, lock.AcquireOptions{}, false)
+		if err != nil {
+			t.Errorf("queued Acquire: %v", err)
+		}
+		done <- lease
+	}()
+	for f.s.queued(key) == before {
+		time.Sleep(time.Millisecond)
+	}
+	return done
+}
+
+// TestSequenceHandsOverAtMostMaxHandoffs: a release while a local caller
+// waits hands the key over, MaxHandoffs times in a row; the next release
+// frees it at the server, and the next waiter then attempts there.
+func TestSequenceHandsOverAtMostMaxHandoffs(t *testing.T) {
+	f := newFakeServer()
+	ctx := context.Background()
+	lease, err := f.s.Acquire(ctx, "k", lock.AcquireOptions{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= MaxHandoffs; i++ {
+		next := acquireAsync(t, f, ctx, "k")
+		if err := f.s.Release(ctx, lease); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+		lease = <-next
+		if lease == nil {
+			t.FailNow()
+		}
+	}
+	if h, r, a := f.handoffs.Load(), f.releases.Load(), f.attempts.Load(); h != MaxHandoffs || r != 1 || a != 2 {
+		t.Errorf("%d handoffs, %d releases, %d attempts; want %d, 1, 2", h, r, a, MaxHandoffs)
+	}
+	if err := f.s.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if q := f.s.queued("k"); q != -1 {
+		t.Errorf("gate still has key after the last release (%d queued)", q)
+	}
+}
+
+// TestSequenceFailedAttemptPassesTurn: when the caller at the server
+// fails, the gate passes the turn on, and the next caller attempts.
+func TestSequenceFailedAttemptPassesTurn(t *testing.T) {
+	f := newFakeServer()
+	f.fail = make(chan error, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.s.Acquire(ctx, "k", lock.AcquireOptions{}, false)
+		first <- err
+	}()
+	for f.attempts.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	next := acquireAsync(t, f, ctx, "k")
+	boom := errors.New("server down")
+	f.fail <- boom
+	if err := <-first; !errors.Is(err, boom) {
+		t.Fatalf("first Acquire: %v, want %v", err, boom)
+	}
+	f.fail <- nil
+	if lease := <-next; lease == nil {
+		t.Fatal("next caller got no lease")
+	}
+	if a := f.attempts.Load(); a != 2 {
+		t.Errorf("%d attempts, want 2", a)
+	}
+}
