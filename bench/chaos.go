@@ -35,6 +35,8 @@ type ChaosConfig struct {
 	Dir string
 	// Log receives the servers' output; Progress one line per fault.
 	Log, Progress io.Writer
+
+	kinds []*Fault // Faults, resolved by fill
 }
 
 func (c *ChaosConfig) fill() error {
@@ -44,10 +46,16 @@ func (c *ChaosConfig) fill() error {
 	if len(c.Faults) == 0 {
 		return errors.New("no faults: want one or more of " + strings.Join(Faults, ","))
 	}
-	for _, f := range c.Faults {
-		if !slices.Contains(Faults, f) {
-			return fmt.Errorf("unknown fault %q (want %s)", f, strings.Join(Faults, ", "))
+	c.kinds = nil
+	for _, name := range c.Faults {
+		f, err := FaultByName(name)
+		if err != nil {
+			return err
 		}
+		if err := f.check(c.Backend); err != nil {
+			return err
+		}
+		c.kinds = append(c.kinds, f)
 	}
 	if c.Duration < 5*time.Second || c.Duration > 24*time.Hour {
 		return fmt.Errorf("duration %v: want 5s to 24h", c.Duration)
@@ -85,9 +93,10 @@ type ChaosReport struct {
 	Linearizable        bool     `json:"linearizable"`
 	UnavailableS        float64  `json:"unavailable_s"`
 	MaxRecoveryS        float64  `json:"max_recovery_s"`
-	// Valid is false when a fault that was expected to bite (client-pause
-	// on any backend; clock on redlock) produced no overlap: the campaign
-	// then tested nothing.
+	// Valid is false when a fault expected to break mutual exclusion on
+	// the backend (Fault.BreaksSafety: client-pause on any backend, clock
+	// on redlock) was injected and produced no overlap: the campaign then
+	// tested nothing.
 	Valid bool `json:"valid"`
 
 	Linearizability string         `json:"linearizability"` // Ok, Illegal or Unknown (timed out)
@@ -115,24 +124,11 @@ type FaultEvent struct {
 	Recovered bool    `json:"recovered"`
 }
 
-// expectedToBite reports whether fault f on backend must produce overlaps
-// in a campaign that tests anything: a client paused past its TTL breaks
-// every lease-based lock (that is what fencing is for), and a forward jump
-// of a quorum's clocks breaks Redlock.
-func expectedToBite(backend, f string) bool {
-	return f == FaultClientPause || f == FaultClock && backend == Redlock
-}
-
 // RunChaos starts the backend's servers behind proxies, runs the workload
 // under a seeded schedule of faults, and checks the history.
 func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
-	}
-	for _, f := range cfg.Faults {
-		if f == FaultClock && cfg.Backend == Etcd {
-			return nil, errors.New("fault clock on etcd: not supported (etcd is a Go binary, which libfaketime does not shift, and its leases run on a monotonic timer)")
-		}
 	}
 	dir := cfg.Dir
 	if dir == "" {
@@ -157,9 +153,9 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 
 	rep := &ChaosReport{Backend: cfg.Backend, Faults: cfg.Faults, Seed: cfg.Seed, Clients: cfg.Clients, Keys: cfg.Keys,
 		TTLMs: cfg.TTL.Milliseconds(), Errors: map[string]int{}}
-	for _, f := range cfg.Faults {
-		if n := tg.notes[f]; n != "" {
-			rep.Notes = append(rep.Notes, f+": "+n)
+	for _, f := range cfg.kinds {
+		if n := f.Note(cfg.Backend); n != "" {
+			rep.Notes = append(rep.Notes, f.Name+": "+n)
 		}
 	}
 	lockers := make([]lock.Locker, cfg.Clients)
@@ -227,11 +223,13 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	for k, n := range w.errs {
 		rep.Errors[k] = n
 	}
-	bite := false
+	bites := false
 	for _, ev := range w.events {
-		bite = bite || expectedToBite(cfg.Backend, ev.Fault)
+		if f, err := FaultByName(ev.Fault); err == nil && f.BreaksSafety(cfg.Backend) {
+			bites = true
+		}
 	}
-	rep.Valid = !bite || rep.Overlaps > 0
+	rep.Valid = !bites || rep.Overlaps > 0
 	return rep, nil
 }
 
@@ -380,32 +378,12 @@ func (w *workload) schedule(ctx context.Context, tg *target, rng *rand.Rand) err
 		if !sleepCtx(ctx, between(rng, 2*time.Second, 4*time.Second)) || time.Now().After(end) {
 			return nil
 		}
-		name := pick(rng, w.cfg.Faults)
+		f := pick(rng, w.cfg.kinds)
+		name := f.Name
 		start := w.now()
-		var heal func() error
-		var what string
-		var hold time.Duration
-		switch name {
-		case FaultClientPause:
-			w.pauses.Add(1)
-			heal, what, hold = func() error { return nil }, "the next client to take a lock stalls 1.5 × TTL before writing", 0
-		default:
-			inject := tg.faults[name]
-			if inject == nil {
-				return fmt.Errorf("fault %s is not supported on %s", name, tg.backend)
-			}
-			var err error
-			if heal, what, err = inject(rng, ttl); err != nil {
-				return fmt.Errorf("injecting %s: %w", name, err)
-			}
-			switch name {
-			case FaultPause:
-				hold = between(rng, ttl/2, 2*ttl)
-			case FaultClock:
-				hold = between(rng, time.Second, 2*time.Second)
-			default:
-				hold = between(rng, time.Second, 3*time.Second)
-			}
+		heal, what, hold, err := f.Inject(tg.backend, faultEnv{s: tg.s, pauses: &w.pauses}, rng, ttl)
+		if err != nil {
+			return fmt.Errorf("injecting %s: %w", name, err)
 		}
 		fmt.Fprintf(w.cfg.Progress, "%6.1fs  %-12s %s\n", start.Seconds(), name, what)
 		time.Sleep(hold) // a fault is held even past the end: it must be healed

@@ -18,38 +18,19 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Fault names, as `--faults` spells them.
-const (
-	FaultKill        = "kill"
-	FaultPause       = "pause"
-	FaultPartition   = "partition"
-	FaultClock       = "clock"
-	FaultClientPause = "client-pause"
-)
-
-// Faults lists every fault.
-var Faults = []string{FaultKill, FaultPause, FaultPartition, FaultClock, FaultClientPause}
-
-// injector injects one fault into a target and returns how to heal it and
-// what it did. Server faults (internal/servers) return their errors.
-type injector func(rng *rand.Rand, ttl time.Duration) (heal func() error, what string, err error)
-
 // target is one backend's servers, provisioned for a campaign (behind
-// proxies: ProvisionOptions.Faults), with the faults it supports.
+// proxies: ProvisionOptions.Faults), and how to open its clients. The
+// faults it can take are in faultKinds.
 type target struct {
 	backend   string
 	s         *Servers
 	newClient func() (lock.Locker, error)
-	faults    map[string]injector
-	// notes say how a fault is realised on this backend where that is not
-	// obvious (e.g. an emulated clock jump).
-	notes map[string]string
 }
 
 func (t *target) close() { t.s.Close() }
 
-// do runs a server fault's heal and says what failed.
-func (t *target) do(what string, f func() error) error {
+// healing runs a server fault's heal and says what failed.
+func healing(what string, f func() error) error {
 	if err := f(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -70,27 +51,17 @@ var campaignClients = backends.Options{RequestTimeout: 5 * time.Second, PoolSize
 const campaignOpenTimeout = 30 * time.Second
 
 // startTarget provisions backend's servers for faults and defines the
-// faults and the campaign's clients on them.
+// campaign's clients on them.
 func startTarget(ctx context.Context, backend, lockgate string, log io.Writer) (*target, error) {
 	s, err := Provision(ctx, []string{backend}, ProvisionOptions{Lockgate: lockgate, Log: log, Faults: true})
 	if err != nil {
 		return nil, err
 	}
-	t := &target{backend: backend, s: s, faults: map[string]injector{}, notes: map[string]string{}}
+	t := &target{backend: backend, s: s}
 	t.newClient = func() (lock.Locker, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), campaignOpenTimeout)
 		defer cancel()
 		return backends.Open(ctx, backend, backends.Spec(s.Spec), campaignClients)
-	}
-	switch backend {
-	case Raft:
-		t.raftFaults()
-	case Redlock:
-		t.redlockFaults()
-	case Postgres:
-		t.postgresFaults()
-	case Etcd:
-		t.etcdFaults()
 	}
 	return t, nil
 }
@@ -119,59 +90,65 @@ func cutAll(ps []*Proxy) func() error {
 	}
 }
 
-func (t *target) raftFaults() {
-	rl, api, peer := t.s.RaftProcs, t.s.RaftAPILinks, t.s.RaftPeerLinks
-	// victim is the leader, or (one time in two for kill) a random node.
-	victim := func(rng *rand.Rand, anyNode bool) (*servers.RaftNode, int, string) {
-		l := rl.Leader()
-		if l == nil || anyNode && rng.IntN(2) == 0 {
-			i := rng.IntN(len(rl.Nodes))
-			return rl.Nodes[i], i, "node " + rl.Nodes[i].ID
-		}
-		for i, nd := range rl.Nodes {
-			if nd == l {
-				return nd, i, "leader " + nd.ID
-			}
-		}
-		return l, 0, "leader " + l.ID
+// raftVictim picks the node a raftlock fault strikes: the leader, or
+// (anyNode, one time in two) a random node.
+func raftVictim(s *Servers, rng *rand.Rand, anyNode bool) (*servers.RaftNode, int, string) {
+	rl := s.RaftProcs
+	l := rl.Leader()
+	if l == nil || anyNode && rng.IntN(2) == 0 {
+		i := rng.IntN(len(rl.Nodes))
+		return rl.Nodes[i], i, "node " + rl.Nodes[i].ID
 	}
-	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		nd, _, who := victim(rng, true)
-		nd.Kill()
-		return func() error { return t.do("restarting "+who, nd.Restart) }, "SIGKILL " + who, nil
-	}
-	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		nd, _, who := victim(rng, false)
-		if err := nd.Pause(); err != nil {
-			return nil, "", err
+	for i, nd := range rl.Nodes {
+		if nd == l {
+			return nd, i, "leader " + nd.ID
 		}
-		return func() error { return t.do("resuming "+who, nd.Resume) }, "SIGSTOP " + who, nil
 	}
-	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		_, i, who := victim(rng, rng.IntN(2) == 0) // the leader, or a random node: minority | majority
-		var cut []*Proxy
-		for j := range rl.Nodes {
-			if j != i {
-				cut = append(cut, peer[i][j], peer[j][i])
-			}
-		}
-		what := "isolate " + who + " from its peers"
-		if rng.IntN(2) == 0 {
-			cut = append(cut, api[i])
-			what += " and clients"
-		}
-		return cutAll(cut), what, nil
+	return l, 0, "leader " + l.ID
+}
+
+func raftKill(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	nd, _, who := raftVictim(env.s, rng, true)
+	nd.Kill()
+	return func() error { return healing("restarting "+who, nd.Restart) }, "SIGKILL " + who, nil
+}
+
+func raftPause(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	nd, _, who := raftVictim(env.s, rng, false)
+	if err := nd.Pause(); err != nil {
+		return nil, "", err
 	}
-	t.faults[FaultClock] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		nd, _, who := victim(rng, false)
-		jump := between(rng, ttl, 3*ttl)
-		if err := skewRaftClock(nd.APIAddr, jump); err != nil {
-			return nil, "", err
+	return func() error { return healing("resuming "+who, nd.Resume) }, "SIGSTOP " + who, nil
+}
+
+// raftPartition isolates the leader or a random node from its peers (a
+// minority or the majority loses its leader), and half the time from its
+// clients too.
+func raftPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	api, peer := env.s.RaftAPILinks, env.s.RaftPeerLinks
+	_, i, who := raftVictim(env.s, rng, rng.IntN(2) == 0)
+	var cut []*Proxy
+	for j := range env.s.RaftProcs.Nodes {
+		if j != i {
+			cut = append(cut, peer[i][j], peer[j][i])
 		}
-		return func() error { return skewRaftClock(nd.APIAddr, 0) },
-			fmt.Sprintf("clock of %s jumps %v forward", who, jump.Round(time.Millisecond)), nil
 	}
-	t.notes[FaultClock] = "the node's leader clock is shifted through its fault-injection endpoint (Go binaries ignore libfaketime)"
+	what := "isolate " + who + " from its peers"
+	if rng.IntN(2) == 0 {
+		cut = append(cut, api[i])
+		what += " and clients"
+	}
+	return cutAll(cut), what, nil
+}
+
+func raftClock(env faultEnv, rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+	nd, _, who := raftVictim(env.s, rng, false)
+	jump := between(rng, ttl, 3*ttl)
+	if err := skewRaftClock(nd.APIAddr, jump); err != nil {
+		return nil, "", err
+	}
+	return func() error { return skewRaftClock(nd.APIAddr, 0) },
+		fmt.Sprintf("clock of %s jumps %v forward", who, jump.Round(time.Millisecond)), nil
 }
 
 // skewRaftClock sets a raftlock node's clock offset (fault injection).
@@ -193,43 +170,48 @@ func skewRaftClock(apiAddr string, d time.Duration) error {
 	return nil
 }
 
-func (t *target) redlockFaults() {
-	rs, ps := t.s.Redis, t.s.RedisLinks
-	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		i := rng.IntN(len(rs))
-		rs[i].Kill()
-		return func() error { return t.do("restarting redis", rs[i].Restart) },
-			fmt.Sprintf("SIGKILL redis %d (restarts empty: no persistence)", i), nil
+func redisKill(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	rs := env.s.Redis
+	i := rng.IntN(len(rs))
+	rs[i].Kill()
+	return func() error { return healing("restarting redis", rs[i].Restart) },
+		fmt.Sprintf("SIGKILL redis %d (restarts empty: no persistence)", i), nil
+}
+
+func redisPause(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	rs := env.s.Redis
+	i := rng.IntN(len(rs))
+	if err := rs[i].Pause(); err != nil {
+		return nil, "", err
 	}
-	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		i := rng.IntN(len(rs))
-		if err := rs[i].Pause(); err != nil {
+	return func() error { return healing("resuming redis", rs[i].Resume) }, fmt.Sprintf("SIGSTOP redis %d", i), nil
+}
+
+// redisPartition cuts the clients from a minority of the Redis masters:
+// the quorum survives.
+func redisPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	ps := env.s.RedisLinks
+	n := 1 + rng.IntN(len(env.s.Redis)/2)
+	idx := rng.Perm(len(env.s.Redis))[:n]
+	cut := make([]*Proxy, n)
+	for k, i := range idx {
+		cut[k] = ps[i]
+	}
+	return cutAll(cut), fmt.Sprintf("cut clients from redis %v", idx), nil
+}
+
+// redisClock jumps a quorum's clocks forward; a jump cannot be undone, so
+// its heal does nothing.
+func redisClock(env faultEnv, rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+	rs := env.s.Redis
+	jump := between(rng, 2*ttl, 4*ttl)
+	idx := rng.Perm(len(rs))[:len(rs)/2+1]
+	for _, i := range idx {
+		if err := jumpRedisClock(rs[i].Addr, jump); err != nil {
 			return nil, "", err
 		}
-		return func() error { return t.do("resuming redis", rs[i].Resume) }, fmt.Sprintf("SIGSTOP redis %d", i), nil
 	}
-	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		n := 1 + rng.IntN(len(rs)/2) // a minority: the quorum survives
-		idx := rng.Perm(len(rs))[:n]
-		cut := make([]*Proxy, n)
-		for k, i := range idx {
-			cut[k] = ps[i]
-		}
-		return cutAll(cut), fmt.Sprintf("cut clients from redis %v", idx), nil
-	}
-	t.faults[FaultClock] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		jump := between(rng, 2*ttl, 4*ttl)
-		idx := rng.Perm(len(rs))[:len(rs)/2+1] // a quorum's clocks jump
-		for _, i := range idx {
-			if err := jumpRedisClock(rs[i].Addr, jump); err != nil {
-				return nil, "", err
-			}
-		}
-		return func() error { return nil }, fmt.Sprintf("clocks of redis %v jump %v forward", idx, jump.Round(time.Millisecond)), nil
-	}
-	t.notes[FaultClock] = "emulated: libfaketime cannot run Debian's redis-server (its jemalloc recurses into " +
-		"clock_gettime during libfaketime's start, wolfcw/libfaketime#130), so every key's remaining TTL on the " +
-		"node is shortened by the jump, which is what a forward wall-clock step does to Redis expiry"
+	return func() error { return nil }, fmt.Sprintf("clocks of redis %v jump %v forward", idx, jump.Round(time.Millisecond)), nil
 }
 
 // jumpRedisClock does to one Redis server's keys what a forward jump of
@@ -257,57 +239,63 @@ return n`
 	return nil
 }
 
-func (t *target) postgresFaults() {
-	pg, p, clock := t.s.PG, t.s.PGLink, t.s.PGClock
-	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		pg.Kill()
-		return func() error { return t.do("restarting postgres", pg.Restart) }, "SIGKILL postgres", nil
-	}
-	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		if err := pg.Pause(); err != nil {
-			return nil, "", err
-		}
-		return func() error { return t.do("resuming postgres", pg.Resume) }, "SIGSTOP postgres", nil
-	}
-	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		return cutAll([]*Proxy{p}), "cut clients from postgres", nil
-	}
-	t.faults[FaultClock] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		jump := between(rng, 2*ttl, 4*ttl).Round(time.Second) // libfaketime: whole seconds
-		if err := clock.Jump(jump); err != nil {
-			return nil, "", err
-		}
-		return func() error { return nil }, fmt.Sprintf("the server's clock jumps %v forward (now %v ahead)", jump, clock.Offset()), nil
-	}
-	t.notes[FaultClock] = "libfaketime shifts the server's wall clock (clock_timestamp()), not its monotonic clock; a jump takes effect within a second"
+func postgresKill(env faultEnv, _ *rand.Rand, _ time.Duration) (func() error, string, error) {
+	pg := env.s.PG
+	pg.Kill()
+	return func() error { return healing("restarting postgres", pg.Restart) }, "SIGKILL postgres", nil
 }
 
-func (t *target) etcdFaults() {
-	e, ps := t.s.EtcdProcs, t.s.EtcdLinks
-	member := func(rng *rand.Rand) (*servers.EtcdMember, string) {
-		m := pick(rng, e.Members)
-		return m, m.Name
+func postgresPause(env faultEnv, _ *rand.Rand, _ time.Duration) (func() error, string, error) {
+	pg := env.s.PG
+	if err := pg.Pause(); err != nil {
+		return nil, "", err
 	}
-	t.faults[FaultKill] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		m, who := member(rng)
-		m.Kill()
-		return func() error { return t.do("restarting "+who, m.Restart) }, "SIGKILL " + who, nil
+	return func() error { return healing("resuming postgres", pg.Resume) }, "SIGSTOP postgres", nil
+}
+
+func postgresPartition(env faultEnv, _ *rand.Rand, _ time.Duration) (func() error, string, error) {
+	return cutAll([]*Proxy{env.s.PGLink}), "cut clients from postgres", nil
+}
+
+// postgresClock jumps the server's clock forward through libfaketime, in
+// whole seconds (its granularity); the jump is not undone.
+func postgresClock(env faultEnv, rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
+	clock := env.s.PGClock
+	jump := between(rng, 2*ttl, 4*ttl).Round(time.Second)
+	if err := clock.Jump(jump); err != nil {
+		return nil, "", err
 	}
-	t.faults[FaultPause] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		m, who := member(rng)
-		if err := m.Pause(); err != nil {
-			return nil, "", err
-		}
-		return func() error { return t.do("resuming "+who, m.Resume) }, "SIGSTOP " + who, nil
+	return func() error { return nil }, fmt.Sprintf("the server's clock jumps %v forward (now %v ahead)", jump, clock.Offset()), nil
+}
+
+// etcdMember picks a random etcd member.
+func etcdMember(s *Servers, rng *rand.Rand) (*servers.EtcdMember, string) {
+	m := pick(rng, s.EtcdProcs.Members)
+	return m, m.Name
+}
+
+func etcdKill(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	m, who := etcdMember(env.s, rng)
+	m.Kill()
+	return func() error { return healing("restarting "+who, m.Restart) }, "SIGKILL " + who, nil
+}
+
+func etcdPause(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	m, who := etcdMember(env.s, rng)
+	if err := m.Pause(); err != nil {
+		return nil, "", err
 	}
-	t.faults[FaultPartition] = func(rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
-		n := 1 + rng.IntN(len(ps)-1)
-		idx := rng.Perm(len(ps))[:n]
-		cut := make([]*Proxy, n)
-		for k, i := range idx {
-			cut[k] = ps[i]
-		}
-		return cutAll(cut), fmt.Sprintf("cut clients from etcd members %v", idx), nil
+	return func() error { return healing("resuming "+who, m.Resume) }, "SIGSTOP " + who, nil
+}
+
+// etcdPartition cuts the clients from one to all but one of the members.
+func etcdPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	ps := env.s.EtcdLinks
+	n := 1 + rng.IntN(len(ps)-1)
+	idx := rng.Perm(len(ps))[:n]
+	cut := make([]*Proxy, n)
+	for k, i := range idx {
+		cut[k] = ps[i]
 	}
-	t.notes[FaultPartition] = "client↔server links only: etcd's peers dial each other directly"
+	return cutAll(cut), fmt.Sprintf("cut clients from etcd members %v", idx), nil
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,8 +71,10 @@ func TestChaosRaftSmoke(t *testing.T) {
 	}
 }
 
-// TestExpectedToBite: the campaigns that must show overlaps to count.
-func TestExpectedToBite(t *testing.T) {
+// TestFaultBreaksSafety: the campaigns that must show overlaps to count
+// (moved from TestExpectedToBite, which tested the function the Fault
+// table replaced).
+func TestFaultBreaksSafety(t *testing.T) {
 	for _, tc := range []struct {
 		backend, fault string
 		want           bool
@@ -81,8 +86,50 @@ func TestExpectedToBite(t *testing.T) {
 		{Raft, FaultKill, false},
 		{Redlock, FaultPartition, false},
 	} {
-		if got := expectedToBite(tc.backend, tc.fault); got != tc.want {
-			t.Errorf("expectedToBite(%s, %s) = %v, want %v", tc.backend, tc.fault, got, tc.want)
+		f, err := FaultByName(tc.fault)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.BreaksSafety(tc.backend); got != tc.want {
+			t.Errorf("%s.BreaksSafety(%s) = %v, want %v", tc.fault, tc.backend, got, tc.want)
+		}
+	}
+}
+
+// TestFaultTable: every fault kind named in Faults can be injected on
+// every backend bar etcd's clock, whose refusal says why, and a fault that
+// breaks safety somewhere is available there.
+func TestFaultTable(t *testing.T) {
+	for _, name := range Faults {
+		f, err := FaultByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range Backends {
+			want := !(name == FaultClock && b == Etcd)
+			if got := f.Available(b); got != want {
+				t.Errorf("%s.Available(%s) = %v, want %v", name, b, got, want)
+			}
+			if f.BreaksSafety(b) && !f.Available(b) {
+				t.Errorf("%s breaks safety on %s, where it is not available", name, b)
+			}
+		}
+	}
+}
+
+// TestChaosRejectsUnavailableFault: a campaign that asks for a fault its
+// backend cannot take, or for no fault that exists, fails before starting
+// any server, with an error errors.Is can match.
+func TestChaosRejectsUnavailableFault(t *testing.T) {
+	for _, tc := range []struct {
+		backend, fault, says string
+	}{
+		{Etcd, FaultClock, "libfaketime"},
+		{Raft, "meteor", "unknown fault"},
+	} {
+		_, err := RunChaos(context.Background(), ChaosConfig{Backend: tc.backend, Faults: []string{tc.fault}, Duration: 10 * time.Second})
+		if !errors.Is(err, ErrFaultUnavailable) || !strings.Contains(fmt.Sprint(err), tc.says) {
+			t.Errorf("%s on %s: %v, want ErrFaultUnavailable saying %q", tc.fault, tc.backend, err, tc.says)
 		}
 	}
 }
