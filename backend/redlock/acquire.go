@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in
@@ -54,80 +55,21 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 	return nil
 }
 
-// wait makes attempts until one succeeds (only one when try).
-func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	k := l.keysFor(key)
-	var w *waiter
-	var minToken lock.Token
-	retries := 0
-	for {
-		if w != nil {
-			w.drain()
-		}
-		o := l.attempt(key, k, opts, minToken)
-		if o.lease == nil && w == nil && !try {
-			// The key is taken: subscribe to its release channel, then
-			// try again at once, since a release published before the
-			// subscription took effect would not wake us.
-			w = l.join(k.channel)
-			defer l.leave(w)
-			l.awaitSubscribed(ctx, w)
-			if ctx.Err() == nil && l.ctx.Err() == nil {
-				continue
-			}
-		}
-		if o.lease != nil {
-			if err := l.gaveUp(ctx, key); err != nil {
-				// The grant raced the cancellation: never leave it behind.
-				l.releaseQuietly(o.lease)
-				return nil, err
-			}
-			return o.lease, nil
-		}
-		if o.held != nil && o.held.Token > minToken {
-			minToken = o.held.Token
-		}
-		if try {
-			if o.err != nil {
-				return nil, o.err
-			}
-			return nil, o.held
-		}
-		if l.ctx.Err() != nil {
-			return nil, lock.ErrClosed
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
-		}
-		var pause time.Duration
-		if o.err == nil && o.quorumHeld {
-			// Wait for the release message, or for the holder's TTL.
-			retries = 0
-			pause = o.pttl + time.Duration(rand.N(int64(time.Millisecond)*3))
-		} else {
-			retries++
-			p, again := l.cfg.Retry.Backoff(retries)
-			if !again {
-				if o.err != nil {
-					return nil, o.err
-				}
-				return nil, o.held
-			}
-			pause = p
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-w.wake:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("redlock: acquire %q: %w", key, ctx.Err())
-		case <-l.ctx.Done():
-			t.Stop()
-			return nil, lock.ErrClosed
-		}
-		t.Stop()
-	}
+// attemptOnce is the local gate's Attempt: one Redlock round. A refusal
+// by a holder that holds a quorum is waited out (its release message, or
+// its TTL); any other refusal backs off.
+func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, _ bool, floor lock.Token) localgate.Outcome {
+	o := l.attempt(key, l.keysFor(key), opts, floor)
+	return localgate.Outcome{Lease: o.lease, Held: o.held, Err: o.err,
+		AwaitRelease: o.quorumHeld, Await: o.pttl + time.Duration(rand.N(int64(time.Millisecond)*3))}
+}
+
+// subscribe is the local gate's Subscribe: join key's release channel and
+// wait until enough nodes confirmed it.
+func (l *Locker) subscribe(ctx context.Context, key string) *localgate.Subscription {
+	w := l.join(l.keysFor(key).channel)
+	l.awaitSubscribed(ctx, w)
+	return &localgate.Subscription{Wake: w.wake, Close: func() { l.leave(w) }}
 }
 
 // outcome of one acquire attempt.

@@ -53,7 +53,7 @@ func New(cfg Config) (*Locker, error) {
 		releasing: make(map[string]*inflight),
 	}
 	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: ctx,
-		Attempt: l.wait, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
+		Attempt: l.attemptOnce, Subscribe: l.subscribe, Retry: cfg.Retry, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
 	for i, addr := range cfg.Addrs {
 		l.nodes = append(l.nodes, newNode(l, i, addr))
 	}

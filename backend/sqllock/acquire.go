@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in
@@ -55,71 +56,22 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 	return nil
 }
 
-// wait makes attempts until one succeeds (only one when try).
-func (l *Locker) wait(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	var w *waiter
-	if !try {
-		// Subscribe before the first attempt: a release committed after
-		// the attempt looked at the row then finds us listening.
-		w = l.subscribe(key)
-		defer l.unsubscribe(w)
-	}
-	retries := 0
-	for {
-		if w != nil {
-			w.drain()
-		}
-		o := l.attempt(key, opts, try)
-		if o.lease != nil {
-			if err := l.gaveUp(ctx, key); err != nil {
-				// The grant raced the cancellation: never leave it behind.
-				l.releaseQuietly(o.lease)
-				return nil, err
-			}
-			return o.lease, nil
-		}
-		if try {
-			if o.err != nil {
-				return nil, o.err
-			}
-			return nil, o.held
-		}
-		if err := l.gaveUp(ctx, key); err != nil {
-			if o.err != nil {
-				return nil, fmt.Errorf("%w (last attempt: %w)", err, o.err)
-			}
-			return nil, err
-		}
-		var pause time.Duration
-		if o.err != nil {
-			if !lock.IsRetryable(o.err) {
-				return nil, o.err
-			}
-			retries++
-			p, again := l.cfg.Retry.Backoff(retries)
-			if !again {
-				return nil, o.err
-			}
-			pause = p
-		} else {
-			// Sleep until the holder's TTL runs out on the database's
-			// clock (plus a little, so that we arrive after it), unless
-			// its release is announced first.
-			retries = 0
-			pause = o.remaining + time.Millisecond + rand.N(time.Millisecond)
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-w.wake:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-l.ctx.Done():
-		}
-		t.Stop()
-		if err := l.gaveUp(ctx, key); err != nil {
-			return nil, err
-		}
-	}
+// attemptOnce is the local gate's Attempt: one run of acquire.sql. A
+// refusal names the holder and its remaining TTL on the database's clock:
+// the waiter sleeps until then (plus a little, so that it arrives after
+// the expiry) unless the release is announced first.
+func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, _ lock.Token) localgate.Outcome {
+	o := l.attempt(key, opts, try)
+	return localgate.Outcome{Lease: o.lease, Held: o.held, Err: o.err,
+		AwaitRelease: true, Await: o.remaining + time.Millisecond + rand.N(time.Millisecond)}
+}
+
+// subscribeGate is the local gate's Subscribe: an in-process waiter on the
+// key's notifications, which costs no round trip, so the gate subscribes
+// before the first attempt.
+func (l *Locker) subscribeGate(_ context.Context, key string) *localgate.Subscription {
+	w := l.subscribe(key)
+	return &localgate.Subscription{Wake: w.wake, Close: func() { l.unsubscribe(w) }}
 }
 
 // outcome of one acquire attempt.

@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg Config) (*Locker, error) {
 		subs:   make(map[string][]*waiter),
 	}
 	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: lctx,
-		Attempt: l.wait, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
+		Attempt: l.attemptOnce, Subscribe: l.subscribeGate, SubscribeFirst: true, Retry: cfg.Retry, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
 	if err := l.createSchema(ctx); err != nil {
 		cancel()
 		pool.Close()

@@ -22,9 +22,18 @@ type Backend struct {
 	Locker lock.Locker
 	// Ctx ends when the Locker closes.
 	Ctx context.Context
-	// Attempt acquires key at the server, waiting while it is held (one
-	// attempt only when try).
-	Attempt func(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error)
+	// Attempt makes one attempt at the server. Its grant must carry a
+	// token above floor, the largest token a refusal named so far. try
+	// says the caller will not wait (a backend may then read the holder
+	// without marking itself as waiting).
+	Attempt func(key string, opts lock.AcquireOptions, try bool, floor lock.Token) Outcome
+	// Subscribe starts listening for key's release announcements.
+	Subscribe func(ctx context.Context, key string) *Subscription
+	// SubscribeFirst subscribes before the first attempt rather than
+	// after the first refusal (when subscribing costs nothing remote).
+	SubscribeFirst bool
+	// Retry paces attempts that could not tell who holds the key.
+	Retry lock.RetryStrategy
 	// Handoff replaces lease by a new grant for t in one server operation,
 	// then calls HandOver (it succeeded) or Decline (it did not) on the
 	// gate, and ends or releases lease accordingly.
@@ -75,7 +84,7 @@ func (s *Sequence) Acquire(ctx context.Context, key string, opts lock.AcquireOpt
 
 func (s *Sequence) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	if try || opts.Handle != "" {
-		return s.b.Attempt(ctx, key, opts, try)
+		return s.wait(ctx, key, opts, try)
 	}
 	gaveUp := func() error { return s.b.GaveUp(ctx, key) }
 	handed, err := s.Enter(ctx, s.b.Ctx.Done(), key, opts, gaveUp, s.b.Discard)
@@ -89,7 +98,7 @@ func (s *Sequence) acquire(ctx context.Context, key string, opts lock.AcquireOpt
 		}
 		return handed, nil
 	}
-	lease, err := s.b.Attempt(ctx, key, opts, false)
+	lease, err := s.wait(ctx, key, opts, false)
 	if err != nil {
 		s.Exit(key)
 		return nil, err

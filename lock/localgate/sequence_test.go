@@ -25,15 +25,20 @@ func newFakeServer() *fakeServer {
 	f := &fakeServer{}
 	f.s = NewSequence(Backend{
 		Ctx: context.Background(),
-		Attempt: func(ctx context.Context, key string, _ lock.AcquireOptions, _ bool) (*lock.Lease, error) {
+		Attempt: func(key string, _ lock.AcquireOptions, _ bool, _ lock.Token) Outcome {
 			f.attempts.Add(1)
 			if f.fail != nil {
 				if err := <-f.fail; err != nil {
-					return nil, err
+					return Outcome{Err: err}
 				}
 			}
-			return grant(key, fmt.Sprint("h", f.n.Add(1))), nil
+			return Outcome{Lease: grant(key, fmt.Sprint("h", f.n.Add(1)))}
 		},
+		Subscribe: func(context.Context, string) *Subscription {
+			return &Subscription{Wake: make(chan struct{}), Close: func() {}}
+		},
+		SubscribeFirst: true,
+		Retry:          lock.DefaultBackoff(),
 		Handoff: func(_ context.Context, lease *lock.Lease, t *Turn) error {
 			f.handoffs.Add(1)
 			f.s.HandOver(t, lease, grant(lease.Key, fmt.Sprint("h", f.n.Add(1))))
