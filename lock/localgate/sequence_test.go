@@ -134,3 +134,60 @@ func TestSequenceFailedAttemptPassesTurn(t *testing.T) {
 		t.Errorf("%d attempts, want 2", a)
 	}
 }
+
+// TestSequenceWaitsForRelease: a refusal subscribes (after it, when
+// subscribing is not free) and tries again at once; a refusal by a known
+// holder is then waited out until its release is announced, and the next
+// attempt must beat the largest token a refusal named (the retry right
+// after subscribing carries none yet, as redlock's loop did).
+func TestSequenceWaitsForRelease(t *testing.T) {
+	wake := make(chan struct{}, 1)
+	attempts := make(chan lock.Token, 3)
+	var subscribed, n atomic.Int32
+	s := NewSequence(Backend{
+		Ctx: context.Background(),
+		Attempt: func(key string, _ lock.AcquireOptions, _ bool, floor lock.Token) Outcome {
+			attempts <- floor
+			if i := n.Add(1); i < 3 {
+				return Outcome{Held: &lock.HeldError{Key: key, Token: lock.Token(10 + i)},
+					AwaitRelease: true, Await: time.Hour}
+			}
+			return Outcome{Lease: grant(key, "h")}
+		},
+		Subscribe: func(context.Context, string) *Subscription {
+			subscribed.Add(1)
+			return &Subscription{Wake: wake, Close: func() {}}
+		},
+		Retry:   lock.DefaultBackoff(),
+		GaveUp:  func(ctx context.Context, _ string) error { return ctx.Err() },
+		Discard: func(lease *lock.Lease) { lease.End(lock.ErrReleased) },
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, "k", lock.AcquireOptions{}, false)
+		done <- err
+	}()
+	if f := <-attempts; f != 0 {
+		t.Errorf("first attempt's floor %d, want 0", f)
+	}
+	if f := <-attempts; f != 0 {
+		t.Errorf("attempt right after subscribing: floor %d, want 0", f)
+	}
+	if n := subscribed.Load(); n != 1 {
+		t.Errorf("subscribed %d times, want 1", n)
+	}
+	wake <- struct{}{}
+	select {
+	case f := <-attempts:
+		if f != 12 {
+			t.Errorf("attempt after the release: floor %d, want 12", f)
+		}
+	case err := <-done:
+		t.Fatalf("no attempt after the release was announced: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
