@@ -169,10 +169,22 @@ func TestSequenceWaitsForRelease(t *testing.T) {
 		_, err := s.Acquire(ctx, "k", lock.AcquireOptions{}, false)
 		done <- err
 	}()
-	if f := <-attempts; f != 0 {
+	// next awaits the next attempt; an Acquire that returns instead (its
+	// context ends after 10 s) fails the test rather than hanging it.
+	next := func(what string) lock.Token {
+		t.Helper()
+		select {
+		case f := <-attempts:
+			return f
+		case err := <-done:
+			t.Fatalf("no %s: Acquire returned %v", what, err)
+			return 0
+		}
+	}
+	if f := next("first attempt"); f != 0 {
 		t.Errorf("first attempt's floor %d, want 0", f)
 	}
-	if f := <-attempts; f != 0 {
+	if f := next("attempt right after subscribing"); f != 0 {
 		t.Errorf("attempt right after subscribing: floor %d, want 0", f)
 	}
 	if n := subscribed.Load(); n != 1 {
