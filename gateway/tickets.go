@@ -8,8 +8,10 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// tickets are REST acquires that outlived the synchronous window (seed
-// 003's hybrid): the wait goes on in the gateway and the client polls.
+// tickets are REST acquires that outlived the synchronous window (a
+// synchronous call that turns into a polled ticket, so that a plain HTTP
+// client can wait longer than its proxies allow a request to last): the
+// wait goes on in the gateway and the client polls.
 // Each client (Gateway.clientOf) has at most max of them, waiting or
 // waiting to be collected: each holds a goroutine and a backend waiter.
 type tickets struct {

@@ -31,10 +31,10 @@ import (
 
 const (
 	// maxInflight is how many entries may be in the Raft pipeline at once
-	// before submissions start to coalesce. Measured on 2 cores with 32
-	// clients cycling their own keys: 1 gives 10.3k cycles/s, 2 gives 7k,
-	// 4 gives 6.5k and no coalescing 3k (docs/raftlock.md); a lone client
-	// commits at once whatever the value.
+	// before submissions start to coalesce. One: every fsync then carries
+	// all that arrived during the previous one, which is what bounds
+	// throughput on a disk-bound log; a lone client commits at once
+	// whatever the value. docs/raftlock.md has the measurements behind it.
 	maxInflight = 1
 	// maxBatchOps bounds the ops of one entry.
 	maxBatchOps = 512

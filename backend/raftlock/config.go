@@ -87,7 +87,7 @@ type Config struct {
 	// an admin token of the cluster.
 	MembershipToken string
 	// FaultInjection mounts POST /v1/debug/clock on the API, which shifts
-	// this node's leader clock (a SkewClock) by {"offsetMs": N}: the chaos
+	// this node's leader clock (Faults.SkewClock) by {"offsetMs": N}: the chaos
 	// bench's clock-jump fault. Never enable it in production.
 	FaultInjection bool
 	// Bootstrap makes this node form a new single-node cluster if it has no
@@ -186,8 +186,8 @@ func (c *Config) fill() {
 	if c.Clock == nil {
 		c.Clock = NewMonotonicClock()
 	}
-	if _, ok := c.Clock.(*SkewClock); c.FaultInjection && !ok {
-		c.Clock = NewSkewClock(c.Clock)
+	if _, ok := c.Clock.(*skewClock); c.FaultInjection && !ok {
+		c.Clock = &skewClock{base: c.Clock}
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {

@@ -8,7 +8,7 @@ import (
 )
 
 // Expiry on the leader: one min-heap of (expiry, key, token) and one timer
-// for all held locks, instead of the seed's goroutine per lock. Items are
+// for all held locks, instead of a goroutine and a timer per lock. Items are
 // never updated in place: a renewal pushes a new item and the old one is
 // skipped when it surfaces, because the lock table then shows a later
 // expiry. When the earliest expiry passes, the leader appends one entry that

@@ -244,22 +244,6 @@ func (n *Node) notLeader() error {
 	return &lock.NotLeaderError{LeaderID: id, LeaderAddr: addr}
 }
 
-// Partition cuts this node's Raft traffic to and from the peers at the given
-// Raft addresses (call it on both sides). Heal undoes it. For fault tests and
-// the chaos bench; inert in normal operation.
-func (n *Node) Partition(raftAddrs ...string) { n.stream.block(true, toServerAddrs(raftAddrs)...) }
-
-// Heal restores Raft traffic to the given peers.
-func (n *Node) Heal(raftAddrs ...string) { n.stream.block(false, toServerAddrs(raftAddrs)...) }
-
-func toServerAddrs(a []string) []raft.ServerAddress {
-	out := make([]raft.ServerAddress, len(a))
-	for i, s := range a {
-		out[i] = raft.ServerAddress(s)
-	}
-	return out
-}
-
 // Shutdown stops the node: a leader first hands leadership to another
 // voter (so the cluster does not wait an election timeout for a new one),
 // waiting callers get an error (the SDK re-sends them to the new leader),

@@ -16,11 +16,11 @@ import (
 func partition(a *Node, bs []*Node, cut bool) {
 	for _, b := range bs {
 		if cut {
-			a.Partition(b.RaftAddr())
-			b.Partition(a.RaftAddr())
+			a.Faults().Partition(b.RaftAddr())
+			b.Faults().Partition(a.RaftAddr())
 		} else {
-			a.Heal(b.RaftAddr())
-			b.Heal(a.RaftAddr())
+			a.Faults().Heal(b.RaftAddr())
+			b.Faults().Heal(a.RaftAddr())
 		}
 	}
 }

@@ -2,7 +2,6 @@ package raftlock
 
 import (
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,9 +10,6 @@ import (
 
 	"github.com/hashicorp/raft"
 )
-
-// ErrPartitioned is returned by a dial to a peer that a fault cut off.
-var ErrPartitioned = errors.New("raftlock: peer cut off by an injected network fault")
 
 // faultStream is the TCP (or TLS) stream layer of the Raft transport, with a switch
 // to cut this node off from chosen peers (tests and the chaos bench inject
@@ -71,7 +67,7 @@ func (s *faultStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	blocked := s.blocked[addr]
 	s.mu.Unlock()
 	if blocked {
-		return nil, fmt.Errorf("dial %s: %w", addr, ErrPartitioned)
+		return nil, fmt.Errorf("dial %s: %w", addr, errPartitioned)
 	}
 	dial := string(addr)
 	if v, ok := s.via[dial]; ok {
@@ -91,7 +87,7 @@ func (s *faultStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	defer s.mu.Unlock()
 	if s.blocked[addr] { // cut while dialling
 		c.Close()
-		return nil, fmt.Errorf("dial %s: %w", addr, ErrPartitioned)
+		return nil, fmt.Errorf("dial %s: %w", addr, errPartitioned)
 	}
 	tc := &trackedConn{Conn: c, s: s}
 	s.conns[tc] = addr
