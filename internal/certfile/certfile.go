@@ -8,10 +8,14 @@
 // changed, checked at most once per CheckInterval, at a TLS handshake. A
 // pair that fails to load (half-written, key not matching) leaves the
 // previous one in service and is retried at the next check; Err reports it.
+//
+// LoadPool reads a CA bundle; MemoryCA is a certificate authority held in
+// memory, for `lockgate serve`'s embedded cluster and for tests.
 package certfile
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"sync"
@@ -123,4 +127,18 @@ func (k *Keypair) GetClientCertificate(cri *tls.CertificateRequestInfo) (*tls.Ce
 		return &tls.Certificate{}, nil
 	}
 	return c, nil
+}
+
+// LoadPool reads PEM certificates (a CA bundle) into a pool; a file that
+// holds none is an error.
+func LoadPool(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("certfile: CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("certfile: CA file %s holds no PEM certificate", path)
+	}
+	return pool, nil
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/internal/certfile"
 )
 
@@ -21,7 +20,7 @@ type pair struct {
 	serial    *big.Int
 }
 
-func issue(t *testing.T, ca *raftlock.MemoryCA) pair {
+func issue(t *testing.T, ca *certfile.MemoryCA) pair {
 	t.Helper()
 	c, k, err := ca.IssuePEM("127.0.0.1")
 	if err != nil {
@@ -85,7 +84,7 @@ func served(t *testing.T, keys *certfile.Keypair, pool *x509.CertPool) *big.Int 
 // (a certificate with another's key) leaves the last good pair in service
 // and is reported; fixing the files recovers.
 func TestRotation(t *testing.T) {
-	ca, err := raftlock.NewMemoryCA("test CA")
+	ca, err := certfile.NewMemoryCA("test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +129,7 @@ func TestRotation(t *testing.T) {
 
 // TestCheckInterval: within CheckInterval the files are not looked at.
 func TestCheckInterval(t *testing.T) {
-	ca, err := raftlock.NewMemoryCA("test CA")
+	ca, err := certfile.NewMemoryCA("test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +149,7 @@ func TestCheckInterval(t *testing.T) {
 
 // TestLoadErrors: missing or mismatched files fail at start.
 func TestLoadErrors(t *testing.T) {
-	ca, err := raftlock.NewMemoryCA("test CA")
+	ca, err := certfile.NewMemoryCA("test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
