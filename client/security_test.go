@@ -14,15 +14,16 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 const testToken = "client-test-token-0123456789"
 
-func testCA(t testing.TB) *raftlock.MemoryCA {
+func testCA(t testing.TB) *certfile.MemoryCA {
 	t.Helper()
-	ca, err := raftlock.NewMemoryCA("client test CA")
+	ca, err := certfile.NewMemoryCA("client test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func testCA(t testing.TB) *raftlock.MemoryCA {
 }
 
 // startSecureGateway serves a gateway over TLS with bearer tokens.
-func startSecureGateway(t testing.TB, ca *raftlock.MemoryCA) string {
+func startSecureGateway(t testing.TB, ca *certfile.MemoryCA) string {
 	t.Helper()
 	cert, err := ca.Issue("127.0.0.1", "localhost")
 	if err != nil {
@@ -114,11 +115,11 @@ func TestTLSRaftRedirect(t *testing.T) {
 	c, err := raftlock.StartLocalCluster(ctx, 3, t.TempDir(), func(cfg *raftlock.Config) {
 		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.Logger = slog.New(slog.DiscardHandler)
-		nt, err := ca.NodeTLS(true, "127.0.0.1", "localhost")
+		cert, err := ca.Issue("127.0.0.1", "localhost")
 		if err != nil {
 			t.Error(err)
 		}
-		cfg.TLS = nt
+		cfg.TLS = &raftlock.TLS{Certificate: cert, RootCAs: ca.Pool(), ClientCAs: ca.Pool()}
 	})
 	if err != nil {
 		t.Fatal(err)

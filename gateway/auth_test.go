@@ -15,7 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -155,7 +155,7 @@ func TestAuthWS(t *testing.T) {
 // TestTLSGateway: a gateway served over TLS refuses plaintext HTTP and
 // WebSocket clients and serves clients that trust its CA.
 func TestTLSGateway(t *testing.T) {
-	ca, err := raftlock.NewMemoryCA("test CA")
+	ca, err := certfile.NewMemoryCA("test CA")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -111,7 +112,7 @@ func stranger(t testing.TB, cfg *tls.Config) *raft.NetworkTransport {
 
 // strangerConfigs are the TLS configurations of non-members: one presents
 // no certificate, one a certificate from a CA the cluster does not trust.
-func strangerConfigs(t testing.TB, ca *MemoryCA) map[string]*tls.Config {
+func strangerConfigs(t testing.TB, ca *certfile.MemoryCA) map[string]*tls.Config {
 	rogue, err := newCA(t, "rogue CA").Issue("127.0.0.1", "localhost")
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ type forgedTarget struct {
 	tokens []lock.Token
 }
 
-func startForgedTarget(t *testing.T, ca *MemoryCA) *forgedTarget {
+func startForgedTarget(t *testing.T, ca *certfile.MemoryCA) *forgedTarget {
 	t.Helper()
 	logs := newLogCapture(t)
 	c := startCluster(t, 1, func(cfg *Config) {

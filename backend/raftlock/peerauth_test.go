@@ -1,17 +1,22 @@
 package raftlock
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/certfile"
 )
 
 // TestPeerAuthRequired: a node without TLS refuses a Raft address others
@@ -66,11 +71,42 @@ func TestPeerAuthRequired(t *testing.T) {
 			}
 		}
 	}
-	if _, err := LoadTLS("c.pem", "k.pem", "", ""); !errors.Is(err, ErrNoPeerCA) {
-		// The files need not exist: the missing CA is refused first.
-		if err == nil || !strings.Contains(err.Error(), "c.pem") {
-			t.Errorf("LoadTLS without a CA: %v, want ErrNoPeerCA", err)
+	// A TLS serving reloadable files (what `lockgate node --tls-cert`
+	// builds) without a CA is refused by New and StartServer too, on
+	// loopback as well, before the data directory is made.
+	dir := t.TempDir()
+	certPEM, keyPEM, err := ca.IssuePEM("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
+	for f, b := range map[string][]byte{certFile: certPEM, keyFile: keyPEM} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
 		}
+	}
+	keys, err := certfile.Load(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := base("127.0.0.1:0", "")
+	cfg.APIAddr = "127.0.0.1:0"
+	cfg.DataDir = filepath.Join(dir, "data")
+	cfg.TLS = &TLS{Keys: keys}
+	if n, err := New(cfg); !errors.Is(err, ErrNoPeerCA) {
+		if n != nil {
+			n.Shutdown()
+		}
+		t.Errorf("New with a file-backed TLS and no CA: %v, want ErrNoPeerCA", err)
+	}
+	if s, err := StartServer(context.Background(), cfg, nil); !errors.Is(err, ErrNoPeerCA) {
+		if s != nil {
+			s.Shutdown()
+		}
+		t.Errorf("StartServer with a file-backed TLS and no CA: %v, want ErrNoPeerCA", err)
+	}
+	if _, err := os.Stat(cfg.DataDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused node made its data dir: %v", err)
 	}
 }
 

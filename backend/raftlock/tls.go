@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/certfile"
@@ -27,8 +26,9 @@ import (
 // holding a certificate from it is a member.
 type TLS struct {
 	// Certificate is this node's certificate and key: presented by its
-	// listeners, and as the client certificate when it dials peers. Its
-	// SANs must cover the host of the node's RaftAddr and APIAddr.
+	// listeners, and as the client certificate when it dials peers (unless
+	// Keys is set). Its SANs must cover the host of the node's RaftAddr
+	// and APIAddr.
 	Certificate tls.Certificate
 	// RootCAs verifies the peers' (server) certificates: the cluster CA.
 	// Nil: the system's roots, and then ClientCAs is required (public
@@ -37,66 +37,19 @@ type TLS struct {
 	// ClientCAs verifies the peers' client certificates. Nil: RootCAs.
 	ClientCAs *x509.CertPool
 
-	// keys, set by LoadTLS, serves Certificate's files and picks up a
-	// rotated pair without a restart (the CA files are read once).
-	keys *certfile.Keypair
+	// Keys, if not nil, serves the certificate instead of Certificate,
+	// and picks up a rotated pair without a restart (certfile.Load; set
+	// its OnReload to log rotations). Nil: the fixed Certificate.
+	Keys *certfile.Keypair
 }
-
-// LoadTLS reads a TLS from PEM files. caFile (the cluster CA) verifies
-// peers' server certificates and, unless clientCAFile is given, their
-// client certificates too. At least one of them is required (ErrNoPeerCA).
-func LoadTLS(certFile, keyFile, caFile, clientCAFile string) (*TLS, error) {
-	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("raftlock: TLS needs both a certificate file and a key file")
-	}
-	if certFile == "" {
-		return nil, errors.New("raftlock: TLS needs a certificate file and a key file")
-	}
-	keys, err := certfile.Load(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("raftlock: %w", err)
-	}
-	if caFile == "" && clientCAFile == "" {
-		return nil, ErrNoPeerCA
-	}
-	t := &TLS{Certificate: *keys.Current(), keys: keys}
-	if caFile != "" {
-		if t.RootCAs, err = LoadCertPool(caFile); err != nil {
-			return nil, err
-		}
-	}
-	if clientCAFile != "" {
-		if t.ClientCAs, err = LoadCertPool(clientCAFile); err != nil {
-			return nil, err
-		}
-	}
-	return t, nil
-}
-
-// LoadCertPool reads PEM certificates (a CA bundle) into a pool.
-func LoadCertPool(path string) (*x509.CertPool, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("raftlock: CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("raftlock: CA file %s holds no PEM certificate", path)
-	}
-	return pool, nil
-}
-
-// Keypair is the reloadable certificate of a TLS made by LoadTLS (nil
-// otherwise): set its OnReload to log rotations.
-func (t *TLS) Keypair() *certfile.Keypair { return t.keys }
 
 // withCert sets c's certificate: the reloadable pair if there is one.
 func (t *TLS) withCert(c *tls.Config, client bool) *tls.Config {
 	switch {
-	case t.keys != nil && client:
-		c.GetClientCertificate = t.keys.GetClientCertificate
-	case t.keys != nil:
-		c.GetCertificate = t.keys.GetCertificate
+	case t.Keys != nil && client:
+		c.GetClientCertificate = t.Keys.GetClientCertificate
+	case t.Keys != nil:
+		c.GetCertificate = t.Keys.GetCertificate
 	default:
 		c.Certificates = []tls.Certificate{t.Certificate}
 	}

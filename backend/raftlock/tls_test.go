@@ -20,23 +20,31 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/lock"
 )
 
-func newCA(t testing.TB, name string) *MemoryCA {
+func newCA(t testing.TB, name string) *certfile.MemoryCA {
 	t.Helper()
-	ca, err := NewMemoryCA(name)
+	ca, err := certfile.NewMemoryCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ca
 }
 
-func nodeTLS(t testing.TB, ca *MemoryCA, peerAuth bool) *TLS {
+// nodeTLS is a TLS for a node on loopback with a certificate from ca,
+// which it also trusts for peers' server certificates and, with peerAuth,
+// for their client certificates.
+func nodeTLS(t testing.TB, ca *certfile.MemoryCA, peerAuth bool) *TLS {
 	t.Helper()
-	nt, err := ca.NodeTLS(peerAuth, "127.0.0.1", "localhost")
+	cert, err := ca.Issue("127.0.0.1", "localhost")
 	if err != nil {
 		t.Fatal(err)
+	}
+	nt := &TLS{Certificate: cert, RootCAs: ca.Pool()}
+	if peerAuth {
+		nt.ClientCAs = ca.Pool()
 	}
 	return nt
 }
@@ -200,11 +208,17 @@ func TestTLSRotation(t *testing.T) {
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Cert.Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nt, err := LoadTLS(certFile, keyFile, caFile, caFile)
+	keys, err := certfile.Load(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nt.Keypair().CheckInterval = 0
+	keys.CheckInterval = 0
+	pool, err := certfile.LoadPool(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Certificate is left empty: the node must serve Keys' pair.
+	nt := &TLS{Keys: keys, RootCAs: pool, ClientCAs: pool}
 	c := startCluster(t, 1, func(cfg *Config) { cfg.TLS = nt })
 	l := leader(t, c)
 	client := nodeTLS(t, ca, true).ClientConfig() // a peer: mTLS on the Raft listener

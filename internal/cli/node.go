@@ -21,6 +21,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/store"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
+	"github.com/lockgate/lockgate/internal/certfile"
 )
 
 // raftFlags are the settings shared by `node` and `cluster`.
@@ -235,7 +236,7 @@ func newPeersCmd() *cobra.Command {
 			defer cancel()
 			mc := &raftlock.MembershipClient{}
 			if tlsCA != "" {
-				pool, err := raftlock.LoadCertPool(tlsCA)
+				pool, err := certfile.LoadPool(tlsCA)
 				if err != nil {
 					return fmt.Errorf("--tls-ca: %w", err)
 				}

@@ -76,16 +76,37 @@ func (f *securityFlags) serverTLS() (*tls.Config, error) {
 	return &tls.Config{GetCertificate: keys.GetCertificate, MinVersion: tls.VersionTLS12}, nil
 }
 
-// nodeTLS is a node's TLS, or nil.
+// nodeTLS is a node's TLS, or nil: its certificate and key are served
+// from the files and picked up when rotated; the CA files are read once.
+// --tls-ca (the cluster CA) verifies peers' server certificates and,
+// without --tls-client-ca, their client certificates too; one of them is
+// required (raftlock.ErrNoPeerCA, also checked by check).
 func (f *securityFlags) nodeTLS() (*raftlock.TLS, error) {
 	if f.cert == "" {
 		return nil, nil
 	}
-	t, err := raftlock.LoadTLS(f.cert, f.key, f.ca, f.clientCA)
-	if err != nil {
-		return nil, err
+	if f.key == "" {
+		return nil, errors.New("--tls-cert needs --tls-key (the certificate's private key)")
 	}
-	t.Keypair().OnReload = logCertReload(f.cert)
+	if f.ca == "" && f.clientCA == "" {
+		return nil, fmt.Errorf("--tls-cert needs --tls-ca or --tls-client-ca: %w", raftlock.ErrNoPeerCA)
+	}
+	keys, err := certfile.Load(f.cert, f.key)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", f.cert, f.key, err)
+	}
+	keys.OnReload = logCertReload(f.cert)
+	t := &raftlock.TLS{Certificate: *keys.Current(), Keys: keys}
+	if f.ca != "" {
+		if t.RootCAs, err = certfile.LoadPool(f.ca); err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+	}
+	if f.clientCA != "" {
+		if t.ClientCAs, err = certfile.LoadPool(f.clientCA); err != nil {
+			return nil, fmt.Errorf("--tls-client-ca: %w", err)
+		}
+	}
 	return t, nil
 }
 
@@ -171,7 +192,7 @@ func (f *clientSecurity) resolve() (*tls.Config, string, error) {
 	}
 	var cfg *tls.Config
 	if f.ca != "" {
-		pool, err := raftlock.LoadCertPool(f.ca)
+		pool, err := certfile.LoadPool(f.ca)
 		if err != nil {
 			return nil, "", fmt.Errorf("--tls-ca: %w", err)
 		}

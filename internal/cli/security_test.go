@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/internal/testenv"
 )
 
@@ -32,6 +35,8 @@ func TestTLSFlagsBothOrNeither(t *testing.T) {
 		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-cert", "x.pem"}, "--tls-cert needs --tls-key"},
 		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-key", "x.key"}, "--tls-key needs --tls-cert"},
 		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-client-ca", "ca.pem"}, "--tls-client-ca needs --tls-cert"},
+		// On loopback too: a TLS node always authenticates its peers.
+		{[]string{"node", "--id", "1", "--data-dir", dir, "--tls-cert", "x.pem", "--tls-key", "x.key"}, "--tls-cert needs --tls-ca"},
 		{[]string{"serve", "--listen", "127.0.0.1:0", "--tls-cert", "x.pem"}, "--tls-cert needs --tls-key"},
 		{[]string{"lock", "inspect", "k", "--token", "a", "--token-file", "b"}, "--token and --token-file exclude each other"},
 	} {
@@ -47,10 +52,10 @@ func TestTLSFlagsBothOrNeither(t *testing.T) {
 
 // secureFiles writes a CA, a certificate and key for 127.0.0.1 and a
 // tokens file into a temporary directory.
-func secureFiles(t *testing.T) (dir string, ca *raftlock.MemoryCA) {
+func secureFiles(t *testing.T) (dir string, ca *certfile.MemoryCA) {
 	t.Helper()
 	dir = t.TempDir()
-	ca, err := raftlock.NewMemoryCA("cli test CA")
+	ca, err := certfile.NewMemoryCA("cli test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +74,84 @@ func secureFiles(t *testing.T) (dir string, ca *raftlock.MemoryCA) {
 		}
 	}
 	return dir, ca
+}
+
+// TestNodeTLSFromFiles: the node's TLS from --tls-cert, --tls-key,
+// --tls-ca and --tls-client-ca serves the reloadable key pair and trusts
+// the CA files; without a CA it is refused with raftlock.ErrNoPeerCA, and
+// a CA file that holds no certificate is refused naming its flag.
+func TestNodeTLSFromFiles(t *testing.T) {
+	dir, ca := secureFiles(t)
+	f := func(name string) string { return filepath.Join(dir, name) }
+	if err := os.WriteFile(f("not-pem"), []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	issued, err := ca.Issue("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(issued.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifies := func(pool *x509.CertPool) bool {
+		if pool == nil {
+			return false
+		}
+		_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		return err == nil
+	}
+	node := func(ca, clientCA string) *securityFlags {
+		return &securityFlags{cert: f("cert.pem"), key: f("key.pem"), ca: ca, clientCA: clientCA, node: true}
+	}
+
+	for _, tc := range []struct {
+		name             string
+		flags            *securityFlags
+		root, clientRoot bool
+	}{
+		{"--tls-ca", node(f("ca.pem"), ""), true, false},
+		{"--tls-client-ca", node("", f("ca.pem")), false, true},
+		{"both", node(f("ca.pem"), f("ca.pem")), true, true},
+	} {
+		nt, err := tc.flags.nodeTLS()
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if nt.Keys == nil || nt.Keys.OnReload == nil {
+			t.Errorf("%s: Keys %v; want the reloadable pair, its reloads logged", tc.name, nt.Keys)
+		} else if got := nt.Keys.Current(); got == nil || len(got.Certificate) == 0 {
+			t.Errorf("%s: the key pair serves no certificate", tc.name)
+		}
+		if !nt.PeerAuth() {
+			t.Errorf("%s: PeerAuth false", tc.name)
+		}
+		if verifies(nt.RootCAs) != tc.root || verifies(nt.ClientCAs) != tc.clientRoot {
+			t.Errorf("%s: RootCAs trusts the CA %v, ClientCAs %v; want %v, %v",
+				tc.name, verifies(nt.RootCAs), verifies(nt.ClientCAs), tc.root, tc.clientRoot)
+		}
+	}
+
+	if nt, err := node("", "").nodeTLS(); !errors.Is(err, raftlock.ErrNoPeerCA) || nt != nil {
+		t.Errorf("no CA: %v, %v; want ErrNoPeerCA", nt, err)
+	}
+	for flag, fl := range map[string]*securityFlags{
+		"--tls-ca":        node(f("not-pem"), ""),
+		"--tls-client-ca": node(f("ca.pem"), f("not-pem")),
+	} {
+		if nt, err := fl.nodeTLS(); err == nil || nt != nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s holding no certificate: %v, %v; want a refusal naming %s", flag, nt, err, flag)
+		}
+	}
+	bad := node(f("ca.pem"), "")
+	bad.key = f("tokens")
+	if nt, err := bad.nodeTLS(); err == nil || nt != nil || !strings.Contains(err.Error(), "--tls-key") {
+		t.Errorf("a key file holding no key: %v, %v; want a refusal naming --tls-key", nt, err)
+	}
+	if nt, err := (&securityFlags{node: true}).nodeTLS(); nt != nil || err != nil {
+		t.Errorf("no --tls-cert: %v, %v; want no TLS", nt, err)
+	}
 }
 
 // TestServeTLSAndTokens runs `lockgate serve` with TLS and tokens: the

@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/internal/backends"
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -98,10 +99,10 @@ a CA made in memory at start. See docs/security.md.`,
 			// A secured gateway must not sit beside open doors: the
 			// embedded nodes then talk mutual TLS with a CA that exists
 			// only in this process, and serve no gateway of their own.
-			var internal *raftlock.MemoryCA
+			var internal *certfile.MemoryCA
 			if sec.secure() {
 				var err error
-				if internal, err = raftlock.NewMemoryCA("lockgate serve internal CA"); err != nil {
+				if internal, err = certfile.NewMemoryCA("lockgate serve internal CA"); err != nil {
 					return err
 				}
 			}
@@ -114,9 +115,11 @@ a CA made in memory at start. See docs/security.md.`,
 				cfg.Logger = slog.Default()
 				addrs.configure(cfg)
 				if internal != nil {
-					var err error
-					cfg.TLS, err = internal.NodeTLS(true, "127.0.0.1", "localhost")
+					// Each node its own certificate; the internal CA
+					// verifies peers, as servers and as clients.
+					cert, err := internal.Issue("127.0.0.1", "localhost")
 					tlsErr = errors.Join(tlsErr, err)
+					cfg.TLS = &raftlock.TLS{Certificate: cert, RootCAs: internal.Pool(), ClientCAs: internal.Pool()}
 				}
 			})
 			if err = errors.Join(err, tlsErr); err != nil {
