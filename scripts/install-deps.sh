@@ -3,10 +3,14 @@
 # internal/testenv: redis-server, etcd (Debian package etcd-server) and the
 # PostgreSQL server binaries (package postgresql, under
 # /usr/lib/postgresql/*/bin), and Chromium, in which the bench tests render
-# their HTML report headless, and libfaketime (package faketime), which
-# shifts PostgreSQL's clock in the tests and the chaos bench. Installs only
-# what is missing; uses sudo when
-# not root. Exits non-zero, naming the package, if something cannot be had.
+# their HTML report headless, libfaketime (package faketime), which
+# shifts PostgreSQL's clock in the tests and the chaos bench, and ZooKeeper
+# (package zookeeper, 3.8: jars under /usr/share/java, run with the Java
+# runtime it depends on), which the tests and the bench start as ensembles
+# of `java ... QuorumPeerMain` processes for the go-zookeeper lock recipe.
+# ZooKeeper counts as present when its jar is, not its service. Installs
+# only what is missing; uses sudo when not root. Exits non-zero, naming the
+# package, if something cannot be had.
 set -euo pipefail
 
 missing=()
@@ -17,9 +21,11 @@ pg_ok || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 ft_ok() { compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; }
 ft_ok || missing+=(faketime)
+zk_ok() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
+zk_ok || missing+=(zookeeper)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium and libfaketime present"
+  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, libfaketime and ZooKeeper present"
   exit 0
 fi
 
@@ -44,11 +50,13 @@ if ! $sudo apt-get install -y --no-install-recommends "${missing[@]}"; then
   $sudo apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-# Debian starts the packaged services on install where it can; the tests
-# start their own servers on free ports and need none of them.
+# Debian starts the packaged services on install where it can (not
+# ZooKeeper's: its package ships no enabled service); the tests start their
+# own servers on free ports and need none of them.
 command -v redis-server >/dev/null || { echo "deps: redis-server still missing" >&2; exit 1; }
 command -v etcd >/dev/null || { echo "deps: etcd still missing (package etcd-server)" >&2; exit 1; }
 pg_ok || { echo "deps: PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin" >&2; exit 1; }
 command -v chromium >/dev/null || { echo "deps: chromium still missing" >&2; exit 1; }
 ft_ok || { echo "deps: libfaketime still missing (package faketime)" >&2; exit 1; }
+zk_ok || { echo "deps: ZooKeeper still missing (package zookeeper: /usr/share/java/zookeeper.jar and java)" >&2; exit 1; }
 echo "deps: done"
