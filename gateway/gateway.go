@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/internal/workerpool"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -109,7 +110,10 @@ type Gateway struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	tickets *tickets
-	workers *workers
+	// workers run the backend calls (acquire, release, renew, inspect) off
+	// the connection's reader, so that one slow call does not hold up the
+	// next frame.
+	workers *workerpool.Pool
 	// slotWait, if not nil, is called when a connection's reader starts
 	// waiting for an in-flight slot (tests await it).
 	slotWait func()
@@ -125,7 +129,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g := &Gateway{l: l, opts: opts, log: opts.Logger, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
 	g.metrics = newMetrics(g)
 	g.tickets = newTickets(opts.MaxTicketsPerClient)
-	g.workers = newWorkers()
+	g.workers = workerpool.New()
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
 	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)
@@ -181,7 +185,7 @@ func (g *Gateway) Close() error {
 		c.goAway()
 	}
 	g.tickets.cancelAll()
-	g.workers.close()
+	g.workers.Close()
 	return nil
 }
 

@@ -224,7 +224,7 @@ func (c *conn) acquire(req wire.Request) {
 			c.fail(req.ID, aerr)
 			return
 		}
-		c.g.workers.run(func() {
+		c.g.workers.Go(func() {
 			defer c.giveSlot()
 			start := time.Now()
 			lease, err := c.g.l.TryAcquire(c.ctx, req.Key, opts)
@@ -255,7 +255,7 @@ func (c *conn) acquire(req wire.Request) {
 	}
 	c.mu.Unlock()
 	c.g.metrics.waiters.Inc()
-	c.g.workers.run(func() {
+	c.g.workers.Go(func() {
 		defer cancel(nil)
 		start := time.Now()
 		lease, err := c.g.l.Acquire(ctx, req.Key, opts)
@@ -365,7 +365,7 @@ func (c *conn) release(req wire.Request) {
 	if !c.takeSlot() {
 		return
 	}
-	c.g.workers.run(func() {
+	c.g.workers.Go(func() {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
@@ -393,7 +393,7 @@ func (c *conn) renew(req wire.Request) {
 	if !c.takeSlot() {
 		return
 	}
-	c.g.workers.run(func() {
+	c.g.workers.Go(func() {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
@@ -427,7 +427,7 @@ func (c *conn) inspect(req wire.Request) {
 	if !c.takeSlot() {
 		return
 	}
-	c.g.workers.run(func() {
+	c.g.workers.Go(func() {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
