@@ -31,15 +31,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 }
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !l.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer l.ops.Done()
-	opts, err := opts.Normalize(key, l.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
-	return l.gate.Acquire(ctx, key, opts, try)
+	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return l.gate.Acquire(ctx, key, opts, try)
+	})
 }
 
 // gaveUp is the error to return instead of a grant when the caller's
@@ -171,18 +165,18 @@ func (l *Locker) abort(r *round[grantReply], k keys, handle, abortKey string, tt
 		switch {
 		case r.heard[i] && r.vals[i].Granted:
 			wg.Add(1)
-			l.spawn(func() {
+			l.work.Go(func() {
 				defer wg.Done()
 				c, cancel := l.nodeCtx(context.Background())
 				defer cancel()
 				abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "0")
 			})
 		case !r.heard[i]:
-			if !l.begin() {
+			if !l.life.Begin() {
 				continue
 			}
 			go func() {
-				defer l.ops.Done()
+				defer l.life.End()
 				// Retry until the node answers or the attempt's TTL is
 				// over (then a late grant has expired by itself).
 				deadline := time.Now().Add(time.Duration(ttlMS) * time.Millisecond)

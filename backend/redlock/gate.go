@@ -42,7 +42,7 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 			continue
 		}
 		wg.Add(1)
-		l.spawn(func() {
+		l.work.Go(func() {
 			defer wg.Done()
 			c, cancel := l.nodeCtx(context.Background())
 			defer cancel()

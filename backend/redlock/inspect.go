@@ -18,13 +18,10 @@ import (
 // propagation has not reached it yet), and the quorum's remaining TTL.
 // Waiters is -1: they are not tracked in Redis.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !l.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer l.ops.Done()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
+	return l.life.Inspect(key, func() (*lock.LockInfo, error) { return l.inspect(ctx, key) })
+}
+
+func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	k := l.keysFor(key)
 	now := time.Now()
 	r := broadcast(l, ctx, func(c context.Context, nd *node) (holderReply, error) {

@@ -56,11 +56,11 @@ func (l *Locker) propagate(r *round[grantReply], k keys, handle string, token lo
 	if r.pending == 0 && synced(r, token) {
 		return
 	}
-	if !l.begin() {
+	if !l.life.Begin() {
 		return
 	}
-	l.spawn(func() {
-		defer l.ops.Done()
+	l.work.Go(func() {
+		defer l.life.End()
 		r.collect(false)
 		for i, nd := range l.nodes {
 			if tokenOf(r, i) == token {

@@ -69,7 +69,7 @@ func broadcast[T vote](l *Locker, ctx context.Context, req func(context.Context,
 		vals:    make([]T, n),
 	}
 	for i, nd := range l.nodes {
-		l.spawn(func() {
+		l.work.Go(func() {
 			c, cancel := l.nodeCtx(ctx)
 			defer cancel()
 			v, err := req(c, nd)

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
+	"github.com/lockgate/lockgate/internal/lifecycle"
+	"github.com/lockgate/lockgate/internal/workerpool"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/localgate"
 )
@@ -17,15 +18,18 @@ type Locker struct {
 	quorum int
 	nodes  []*node
 
-	ctx    context.Context // ends at Close: stops waits and keep-alives
-	cancel context.CancelFunc
+	// life counts the calls and the background work that use the clients;
+	// ctx is its context, which ends at Close: it stops waits and
+	// keep-alives.
+	life *lifecycle.State
+	ctx  context.Context
 
-	mu     sync.Mutex
-	closed bool
-	ops    sync.WaitGroup // operations and background work using the clients
-	chans  map[string]*channelState
-	work   chan func() // idle workers take jobs from here (see spawn)
-	gate   *localgate.Sequence
+	mu    sync.Mutex
+	chans map[string]*channelState
+	// work runs the requests to the nodes and their background follow-ups
+	// on reused goroutines, whose stacks the Redis client has grown.
+	work *workerpool.Pool
+	gate *localgate.Sequence
 
 	// releasing: per key, this Locker's release still in flight on some
 	// nodes (Release returns once a quorum answered).
@@ -41,14 +45,15 @@ func New(cfg Config) (*Locker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
+	life := lifecycle.New()
+	ctx := life.Context()
 	l := &Locker{
 		cfg:    cfg,
 		quorum: len(cfg.Addrs)/2 + 1,
+		life:   life,
 		ctx:    ctx,
-		cancel: cancel,
 		chans:  make(map[string]*channelState),
-		work:   make(chan func()),
+		work:   workerpool.New(),
 
 		releasing: make(map[string]*inflight),
 	}
@@ -69,37 +74,6 @@ func (l *Locker) Quorum() int { return l.quorum }
 // ClientID is the default owner of this Locker's leases.
 func (l *Locker) ClientID() string { return l.cfg.ClientID }
 
-// workerIdle is how long an idle worker goroutine waits for a job.
-const workerIdle = 10 * time.Second
-
-// spawn runs f on an idle worker goroutine, or on a new one. Workers live
-// on between jobs so that their stacks, grown by the Redis client, are
-// reused instead of being grown again for every request.
-func (l *Locker) spawn(f func()) {
-	select {
-	case l.work <- f:
-	default:
-		go l.worker(f)
-	}
-}
-
-func (l *Locker) worker(f func()) {
-	f()
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
-	for {
-		select {
-		case f := <-l.work:
-			f()
-			t.Reset(workerIdle)
-		case <-t.C:
-			return
-		case <-l.ctx.Done():
-			return
-		}
-	}
-}
-
 // keys of one lock.
 type keys struct {
 	lock, fence, meta, channel string
@@ -119,17 +93,6 @@ func (l *Locker) abortKey(key, attempt string) string {
 	return l.cfg.Prefix + ":abort:{" + key + "}:" + attempt
 }
 
-// begin registers an operation; false when the Locker is closed.
-func (l *Locker) begin() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.ops.Add(1)
-	return true
-}
-
 // nodeCtx bounds one request to a node. It is detached from the caller's
 // cancellation: a request that was sent is always seen through, so that its
 // outcome is known and can be undone.
@@ -142,15 +105,10 @@ func (l *Locker) nodeCtx(ctx context.Context) (context.Context, context.CancelFu
 // clients are closed. Held leases run out at their TTL unless released
 // first (through another Locker rebuilt with lock.NewLease).
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.life.Close() {
 		return nil
 	}
-	l.closed = true
-	l.mu.Unlock()
-	l.cancel()
-	l.ops.Wait()
+	l.work.Close()
 	var errs []error
 	for _, n := range l.nodes {
 		errs = append(errs, n.close())

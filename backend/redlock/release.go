@@ -12,14 +12,10 @@ import (
 // is extended only when a quorum still holds its handle and the round ended
 // within the new validity window.
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !l.begin() {
-		return lock.ErrClosed
-	}
-	defer l.ops.Done()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })
+}
+
+func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	k := l.keysFor(lease.Key)
 	sent := time.Now()
 	r := broadcast(l, ctx, func(c context.Context, nd *node) (held, error) {
@@ -48,14 +44,7 @@ func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 // succeeds when a quorum still had the lease's handle; otherwise it returns
 // ErrNotHeld (or ErrUnavailable when too few nodes answered to tell).
 func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
-	if !l.begin() {
-		return lock.ErrClosed
-	}
-	defer l.ops.Done()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
-	return l.gate.Release(ctx, lease)
+	return l.life.Release(lease, func() error { return l.gate.Release(ctx, lease) })
 }
 
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {

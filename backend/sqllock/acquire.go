@@ -33,15 +33,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 }
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !l.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer l.ops.Done()
-	opts, err := opts.Normalize(key, l.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
-	return l.gate.Acquire(ctx, key, opts, try)
+	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return l.gate.Acquire(ctx, key, opts, try)
+	})
 }
 
 // gaveUp is the error to return instead of a grant when the caller's

@@ -15,15 +15,10 @@ import (
 // measured on the database's clock. Waiters is -1: they are not recorded in
 // the database.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !l.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer l.ops.Done()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
-	info, _, err := l.inspect(ctx, l.q.inspect, key)
-	return info, err
+	return l.life.Inspect(key, func() (*lock.LockInfo, error) {
+		info, _, err := l.inspect(ctx, l.q.inspect, key)
+		return info, err
+	})
 }
 
 // inspect runs inspect.sql or waiters.sql.

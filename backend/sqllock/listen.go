@@ -117,7 +117,6 @@ func (l *Locker) connectListener(ctx context.Context) (*pgx.Conn, error) {
 // listen runs the listening connection until Close, replacing it whenever
 // it fails.
 func (l *Locker) listen(conn *pgx.Conn) {
-	defer l.bg.Done()
 	defer func() {
 		if conn != nil {
 			conn.Close(context.Background())

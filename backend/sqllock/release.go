@@ -13,17 +13,13 @@ import (
 
 // Renew implements lock.Locker: compare-and-extend on the database's clock.
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !l.begin() {
-		return lock.ErrClosed
-	}
-	defer l.ops.Done()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })
+}
+
+func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	sent := time.Now()
 	var token int64
-	err = l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token)
+	err := l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token)
 	switch {
 	case err == nil:
 		return lease.Renewed(sent, ttl, true)
@@ -38,14 +34,7 @@ func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 // the key's waiters in one statement, or, when a caller of this Locker
 // waits for the key, a handoff to it.
 func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
-	if !l.begin() {
-		return lock.ErrClosed
-	}
-	defer l.ops.Done()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
-	return l.gate.Release(ctx, lease)
+	return l.life.Release(lease, func() error { return l.gate.Release(ctx, lease) })
 }
 
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
@@ -80,15 +69,12 @@ func (l *Locker) releaseQuietly(lease *lock.Lease) {
 // abandon deletes, in the background, a grant whose holder is gone or
 // never learned of it, retrying until the database answers, the grant's
 // TTL is over (then it has expired by itself) or the Locker is closed.
+// Once Close has begun nothing is started: the grant expires at its TTL.
 func (l *Locker) abandon(key, handle string, ttl time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	if l.life.Closed() {
 		return
 	}
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
+	l.life.Go(func() {
 		deadline := time.Now().Add(ttl)
 		ctx, cancel := context.WithDeadline(l.ctx, deadline)
 		defer cancel()
@@ -102,5 +88,5 @@ func (l *Locker) abandon(key, handle string, ttl time.Duration) {
 			}
 			return nil
 		})
-	}()
+	})
 }

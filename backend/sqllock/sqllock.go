@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockgate/lockgate/internal/lifecycle"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/localgate"
 )
@@ -24,15 +25,15 @@ type Locker struct {
 	class int32 // advisory-lock class of this table (see acquire.sql)
 	pool  *pgxpool.Pool
 
-	ctx    context.Context // ends at Close: stops waits, keep-alives and background work
-	cancel context.CancelFunc
+	// life counts the calls in progress and the background work (listener,
+	// sweeper, abandon retries); ctx is its context, which ends at Close:
+	// it stops waits, keep-alives and background work.
+	life *lifecycle.State
+	ctx  context.Context
 
-	mu     sync.Mutex
-	closed bool
-	ops    sync.WaitGroup // calls in progress
-	bg     sync.WaitGroup // listener, sweeper, abandon retries
-	subs   map[string][]*waiter
-	gate   *localgate.Sequence
+	mu   sync.Mutex
+	subs map[string][]*waiter
+	gate *localgate.Sequence
 
 	stats stats
 }
@@ -90,35 +91,34 @@ func New(ctx context.Context, cfg Config) (*Locker, error) {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(cfg.Table))
-	lctx, cancel := context.WithCancel(context.Background())
+	life := lifecycle.New()
+	lctx := life.Context()
 	l := &Locker{
-		cfg:    cfg,
-		names:  n,
-		q:      newQueries(n),
-		class:  int32(h.Sum32()),
-		pool:   pool,
-		ctx:    lctx,
-		cancel: cancel,
-		subs:   make(map[string][]*waiter),
+		cfg:   cfg,
+		names: n,
+		q:     newQueries(n),
+		class: int32(h.Sum32()),
+		pool:  pool,
+		life:  life,
+		ctx:   lctx,
+		subs:  make(map[string][]*waiter),
 	}
 	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: lctx,
 		Attempt: l.attemptOnce, Subscribe: l.subscribeGate, SubscribeFirst: true, Retry: cfg.Retry, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
 	if err := l.createSchema(ctx); err != nil {
-		cancel()
+		life.Close()
 		pool.Close()
 		return nil, err
 	}
 	conn, err := l.connectListener(ctx)
 	if err != nil {
-		cancel()
+		life.Close()
 		pool.Close()
 		return nil, unavailable("start: listen", n.plain, err)
 	}
-	l.bg.Add(1)
-	go l.listen(conn)
+	life.Go(func() { l.listen(conn) })
 	if cfg.SweepInterval > 0 {
-		l.bg.Add(1)
-		go l.sweeper()
+		life.Go(l.sweeper)
 	}
 	return l, nil
 }
@@ -161,17 +161,6 @@ func (l *Locker) ClientID() string { return l.cfg.ClientID }
 // Table is the lock table as configured.
 func (l *Locker) Table() string { return l.cfg.Table }
 
-// begin registers a call; false when the Locker is closed.
-func (l *Locker) begin() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.ops.Add(1)
-	return true
-}
-
 // Close implements lock.Locker: waiters return ErrClosed, auto-renewals
 // stop, and once in-flight calls have finished the listener, the sweeper
 // and the pool are shut down. Held leases stay in the table until their
@@ -179,23 +168,15 @@ func (l *Locker) begin() bool {
 // rebuilt by lock.NewLease). Grants being abandoned in the background are
 // given up: they too expire at their TTL.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.life.Close() {
 		return nil
 	}
-	l.closed = true
-	l.mu.Unlock()
-	l.cancel()
-	l.ops.Wait()
-	l.bg.Wait()
 	l.pool.Close()
 	return nil
 }
 
 // sweeper deletes expired rows every SweepInterval.
 func (l *Locker) sweeper() {
-	defer l.bg.Done()
 	t := time.NewTicker(l.cfg.SweepInterval)
 	defer t.Stop()
 	for {

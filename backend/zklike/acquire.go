@@ -78,18 +78,17 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 }
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !l.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer l.ops.Done()
 	zero := opts.TTL == 0
-	opts, err := opts.Normalize(key, l.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
-	if zero {
-		opts.TTL = l.cfg.SessionTTL
-	}
+	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if zero {
+			opts.TTL = l.cfg.SessionTTL
+		}
+		return l.acquireNormalized(ctx, key, opts, try)
+	})
+}
+
+// acquireNormalized is acquire once the options are normalized.
+func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	op := "acquire"
 	if try {
 		op = "try-acquire"
@@ -537,7 +536,7 @@ func (l *Locker) abandon(c *contender) {
 		return
 	}
 	l.cfg.Logger.Warn("zklike: could not remove an abandoned contender; retrying in the background", "key", c.key, "err", err)
-	l.goBackground(func() {
+	l.life.Go(func() {
 		backoff := lock.ExponentialBackoff{Base: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 1}
 		for attempt := 1; ; attempt++ {
 			pause, _ := backoff.Backoff(attempt)
@@ -557,7 +556,7 @@ func (l *Locker) abandon(c *contender) {
 // revokeLater revokes a lease in the background (best effort: it runs out
 // at its TTL anyway).
 func (l *Locker) revokeLater(id clientv3.LeaseID) {
-	l.goBackground(func() {
+	l.life.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestTimeout)
 		defer cancel()
 		l.cli.Revoke(ctx, id)

@@ -37,13 +37,10 @@ func isHolder(name string, token lock.Token) clientv3.Cmp {
 // nothing). The next contender's watch fires on that delete. A lease of
 // the grant's own is then revoked in the background.
 func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
-	if !l.begin() {
-		return lock.ErrClosed
-	}
-	defer l.ops.Done()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
+	return l.life.Release(lease, func() error { return l.release(ctx, lease) })
+}
+
+func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	name, ok := l.nameOf(lease)
 	if !ok {
 		return lease.Released(false)
@@ -75,20 +72,16 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 // revision, so the token stays); when it asks for less, the lease keeps
 // its longer TTL and the Lease reports that TTL.
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !l.begin() {
-		return lock.ErrClosed
-	}
-	defer l.ops.Done()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })
+}
+
+func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	name, ok := l.nameOf(lease)
 	if !ok {
 		return lease.Renewed(time.Now(), ttl, false)
 	}
 	var kv *mvccpb.KeyValue
-	err = l.do(ctx, func(rc context.Context) error {
+	err := l.do(ctx, func(rc context.Context) error {
 		resp, err := l.cli.Txn(rc).If(isHolder(name, lease.Token)).Then(clientv3.OpGet(name)).Commit()
 		if err == nil && resp.Succeeded {
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -179,13 +172,10 @@ func (l *Locker) sessionRefreshed(id clientv3.LeaseID, sent time.Time) {
 // lease's remaining TTL the expiry, and the other contenders are the
 // waiters.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !l.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer l.ops.Done()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
+	return l.life.Inspect(key, func() (*lock.LockInfo, error) { return l.inspect(ctx, key) })
+}
+
+func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	var resp *clientv3.GetResponse
 	now := time.Now()
 	err := l.do(ctx, func(rc context.Context) (err error) {

@@ -96,7 +96,7 @@ func (s *session) grant(ctx context.Context) {
 	}
 	s.id, s.ttl = resp.ID, time.Duration(resp.TTL)*time.Second
 	s.sent, s.idleSince = sent, time.Now()
-	l.goBackground(s.keep)
+	l.life.Go(s.keep)
 }
 
 // keep renews the lease every TTL/3 until the Locker closes, the lease is

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockgate/lockgate/internal/lifecycle"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -28,13 +29,14 @@ type Locker struct {
 	cli     *clientv3.Client
 	ownsCli bool
 
-	ctx    context.Context // ends at Close: stops waits and keep-alives
-	cancel context.CancelFunc
+	// life counts the calls in progress and the background work (session
+	// keepers and cleanups), which only calls in progress start (so Close
+	// waits for all of it); ctx is its context, which ends at Close: it
+	// stops waits and keep-alives.
+	life *lifecycle.State
+	ctx  context.Context
 
 	mu       sync.Mutex
-	closed   bool
-	ops      sync.WaitGroup // calls in progress
-	bg       sync.WaitGroup // session keepers and cleanups
 	sessions map[int64]*session
 
 	// suspended, when set, blocks every lease keep-alive this Locker sends
@@ -70,13 +72,13 @@ func New(cfg Config) (*Locker, error) {
 		}
 		owns = true
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	life := lifecycle.New()
 	return &Locker{
 		cfg:      cfg,
 		cli:      cli,
 		ownsCli:  owns,
-		ctx:      ctx,
-		cancel:   cancel,
+		life:     life,
+		ctx:      life.Context(),
 		sessions: make(map[int64]*session),
 	}, nil
 }
@@ -87,44 +89,15 @@ func (l *Locker) ClientID() string { return l.cfg.ClientID }
 // Client is the etcd client the Locker uses.
 func (l *Locker) Client() *clientv3.Client { return l.cli }
 
-// begin registers a call; false when the Locker is closed.
-func (l *Locker) begin() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.ops.Add(1)
-	return true
-}
-
-// goBackground runs f as background work that Close waits for. It is only
-// called by calls in progress (between begin and ops.Done), so that Close,
-// which waits for those first, never sees the count rise after its wait.
-func (l *Locker) goBackground(f func()) {
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
-		f()
-	}()
-}
-
 // Close implements lock.Locker: waiting Acquire calls remove their keys
 // and return lock.ErrClosed, auto-renewal stops, and the session leases
 // that no held lock uses are revoked. Held leases are not revoked: their
 // holders may still act until their deadlines, so their keys run out at
 // their TTL unless released first.
 func (l *Locker) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.life.Close() {
 		return nil
 	}
-	l.closed = true
-	l.mu.Unlock()
-	l.cancel()
-	l.ops.Wait()
-	l.bg.Wait()
 	l.mu.Lock()
 	var idle []clientv3.LeaseID
 	for _, s := range l.sessions {
