@@ -44,8 +44,10 @@ func TestConfigValidate(t *testing.T) {
 // few node timeouts and leaves no partial lock behind once the nodes resume.
 func TestQuorum(t *testing.T) {
 	rs := testenv.StartRedisN(t, 5)
-	// Long enough that a live node always answers on a loaded CI machine
-	// (50 ms did not, with the race detector and other packages running).
+	// Long enough that a live node always answers on a loaded CI machine:
+	// under the race detector, with other packages' tests sharing the CPU,
+	// a live node's reply can take tens of milliseconds, and a timeout near
+	// that would count it as down.
 	const nodeTimeout = 500 * time.Millisecond
 	l := newLocker(t, rs, func(c *Config) { c.NodeTimeout = nodeTimeout })
 	for mask := range 1 << 5 {
@@ -410,8 +412,8 @@ func TestInspectUnavailable(t *testing.T) {
 // TestInspectLateGrantToken: two nodes that granted late, with counters
 // an earlier aborted attempt had raised, hold larger node-local tokens
 // than the grant's until the propagation records the grant's; Inspect
-// still reports the grant's token (the largest local token, used before,
-// reported the late nodes' in a stress run).
+// still reports the grant's token, not the largest node-local token (which
+// would be a late node's).
 func TestInspectLateGrantToken(t *testing.T) {
 	rs := testenv.StartRedisN(t, 5)
 	l := newLocker(t, rs, nil)

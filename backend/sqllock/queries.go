@@ -78,10 +78,10 @@ type takenAt struct{}
 // into dest (pgx.ErrNoRows: no row). ctx ends it early (a cancellation or
 // an earlier deadline); QueryTimeout bounds it through the connection's
 // socket deadline rather than a context.WithTimeout, which on this path
-// would start a runtime timer per statement: on a loaded 2-core machine
-// each new earliest timer can wake an idle scheduler thread that then
-// competes with PostgreSQL for the CPU (Sequential: 10–15 µs of client
-// CPU per acquire+release cycle). A statement cut off by the deadline
+// would start a runtime timer per statement: each new earliest timer can
+// wake an idle scheduler thread, which then competes with PostgreSQL for
+// the CPU on a small machine (docs/backends.md, "sqllock", has the
+// client CPU per cycle with either). A statement cut off by the deadline
 // fails as a broken connection would (pgx closes the connection), so its
 // outcome is unknown, as with a context timeout.
 func (l *Locker) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
