@@ -56,7 +56,11 @@ func TestClose(t *testing.T) {
 	if !<-closed {
 		t.Fatal("first Close: false")
 	}
-	<-bgDone
+	select {
+	case <-bgDone:
+	default:
+		t.Fatal("Close returned before the background work ended")
+	}
 	if s.Go(func() { t.Error("background work ran after Close") }) {
 		t.Fatal("Go after Close: true")
 	}
