@@ -81,7 +81,14 @@ func (c *ChaosConfig) fill() error {
 // ChaosReport is the outcome of a campaign; its JSON form is the schema of
 // `lockgate bench chaos --json`.
 type ChaosReport struct {
-	Backend             string   `json:"backend"`
+	Backend string `json:"backend"`
+	// Variant and Mode say which mode of the backend ran, Caps what it
+	// guarantees: without fencing there are no fenced writes, and
+	// stale_writes_accepted is 0 because nothing was fenced
+	// (unfenced_conflicts then counts what the overlaps corrupted).
+	Variant             string   `json:"variant"`
+	Mode                string   `json:"mode"`
+	Caps                Caps     `json:"caps"`
 	Faults              []string `json:"faults"`
 	Seed                uint64   `json:"seed"`
 	DurationS           float64  `json:"duration_s"`
@@ -145,28 +152,41 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		return nil, err
 	}
 	defer tg.close()
+	return runCampaign(ctx, tg, cfg, dir)
+}
+
+// runCampaign runs one campaign on tg's servers, which it leaves running
+// (healed) for the next: the matrix runs one campaign per fault on one
+// backend's servers. cfg is filled.
+func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (*ChaosReport, error) {
 	store, err := fencedstore.Open(filepath.Join(dir, "fenced.log"), fencedstore.Options{})
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
 
-	rep := &ChaosReport{Backend: cfg.Backend, Faults: cfg.Faults, Seed: cfg.Seed, Clients: cfg.Clients, Keys: cfg.Keys,
+	info := infoOf(cfg.Backend)
+	rep := &ChaosReport{Backend: cfg.Backend, Variant: info.Variant, Mode: info.Mode, Caps: info.Caps,
+		Faults: cfg.Faults, Seed: cfg.Seed, Clients: cfg.Clients, Keys: cfg.Keys,
 		TTLMs: cfg.TTL.Milliseconds(), Errors: map[string]int{}}
+	if !info.Caps.Fencing {
+		rep.Notes = append(rep.Notes, cfg.Backend+" gives no fencing token: its writes go to the unfenced store only")
+	}
 	for _, f := range cfg.kinds {
 		if n := f.Note(cfg.Backend); n != "" {
 			rep.Notes = append(rep.Notes, f.Name+": "+n)
 		}
 	}
 	lockers := make([]lock.Locker, cfg.Clients)
+	links := make([]clientLinks, cfg.Clients)
 	for i := range lockers {
-		if lockers[i], err = tg.newClient(); err != nil {
+		if lockers[i], links[i], err = tg.newClient(i); err != nil {
 			return nil, fmt.Errorf("client %d: %w", i, err)
 		}
 		defer lockers[i].Close()
 	}
 
-	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now()}
+	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now(), fencing: info.Caps.Fencing}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -174,7 +194,7 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.client(runCtx, i, l, rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
+			w.client(runCtx, i, l, links[i], rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
 		}()
 	}
 	faultErr := w.schedule(runCtx, tg, rand.New(rand.NewPCG(cfg.Seed, 0)))
@@ -236,10 +256,13 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 // workload is the campaign's clients and fault schedule, and what they
 // recorded.
 type workload struct {
-	cfg      ChaosConfig
-	store    *fencedstore.Store
-	unfenced *unfenced
-	base     time.Time // the campaign clock's zero
+	cfg     ChaosConfig
+	fencing bool // the backend gives fencing tokens: write to the fenced store too
+	// synthetic numbers the grants of a backend without fencing tokens.
+	synthetic atomic.Uint64
+	store     *fencedstore.Store
+	unfenced  *unfenced
+	base      time.Time // the campaign clock's zero
 
 	mu     sync.Mutex
 	ops    check.History
@@ -290,7 +313,7 @@ func (w *workload) history() check.History {
 
 // client runs acquire → fenced and unfenced write → hold → release until
 // ctx ends. It never renews: a lease lives its TTL.
-func (w *workload) client(ctx context.Context, id int, l lock.Locker, rng *rand.Rand) {
+func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clientLinks, rng *rand.Rand) {
 	ttl := w.cfg.TTL
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("chaos/%d", rng.IntN(w.cfg.Keys))
@@ -310,21 +333,39 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, rng *rand.
 			}
 			continue
 		}
-		acq.OK, acq.Token, acq.Deadline = true, uint64(lease.Token), lease.Deadline().Sub(w.base)
+		token := lease.Token
+		if !w.fencing {
+			// No fencing token: the history still needs each grant's
+			// identity, and the linearizability model tokens that grow
+			// with the grants. A counter taken as the grant returns
+			// grows with them: a grant of a key returns only after the
+			// previous holder's release (or expiry), which follows that
+			// holder's own return.
+			token = lock.Token(w.synthetic.Add(1))
+		}
+		acq.OK, acq.Token, acq.Deadline = true, uint64(token), lease.Deadline().Sub(w.base)
 		w.record(acq)
 
 		// A correct client checks its deadline before it writes; a paused
 		// one checked, then stalled (a GC pause) and writes late.
 		paused := w.takePause()
 		if paused {
-			time.Sleep(ttl + ttl/2)
+			// Past the lease's deadline by half a TTL at least: a
+			// session's TTL (ZooKeeper's negotiated timeout) may exceed
+			// the campaign's. Its own links are cut meanwhile, so its
+			// session's keep-alive stalls with it.
+			links.cut()
+			time.Sleep(max(ttl+ttl/2, time.Until(lease.Deadline())+ttl/2))
+			if err := links.heal(); err != nil {
+				w.fail("heal", err)
+			}
 		}
 		if paused || time.Now().Before(lease.Deadline()) {
-			w.write(ctx, id, key, lease.Token)
+			w.write(ctx, id, key, token)
 		}
 		sleepCtx(ctx, time.Duration(rng.Int64N(int64(ttl/5))))
 
-		rel := check.Op{Client: id, Key: key, Kind: check.Release, Token: uint64(lease.Token), Start: w.now()}
+		rel := check.Op{Client: id, Key: key, Kind: check.Release, Token: uint64(token), Start: w.now()}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ttl)
 		err = l.Release(rctx, lease)
 		cancel()
@@ -345,6 +386,17 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, rng *rand.
 // the unfenced store, recording both.
 func (w *workload) write(ctx context.Context, id int, key string, token lock.Token) {
 	data := fmt.Sprintf("client %d token %d", id, token)
+	if w.fencing {
+		w.fencedWrite(ctx, id, key, token, data)
+	}
+	uw := check.Op{Client: id, Key: key, Kind: check.Write, Token: uint64(token), Start: w.now()}
+	uw.StoreSeq = w.unfenced.write(key, data)
+	uw.End, uw.OK = w.now(), true
+	w.record(uw)
+}
+
+// fencedWrite writes data to the fenced store with the token.
+func (w *workload) fencedWrite(ctx context.Context, id int, key string, token lock.Token, data string) {
 	fw := check.Op{Client: id, Key: key, Kind: check.Write, Fenced: true, Token: uint64(token), Start: w.now()}
 	res, err := w.store.Write(context.WithoutCancel(ctx), fencedstore.WriteRequest{
 		ClientID: fmt.Sprint(id), Token: fencedstore.FencingToken{Key: key, Value: uint64(token)}, Data: data})
@@ -357,10 +409,6 @@ func (w *workload) write(ctx context.Context, id int, key string, token lock.Tok
 		fw.Unknown = true
 	}
 	w.record(fw)
-	uw := check.Op{Client: id, Key: key, Kind: check.Write, Token: uint64(token), Start: w.now()}
-	uw.StoreSeq = w.unfenced.write(key, data)
-	uw.End, uw.OK = w.now(), true
-	w.record(uw)
 }
 
 // RecoveryGrace is how long a campaign's clients keep running after the

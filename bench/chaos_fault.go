@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockgate/lockgate/internal/backends"
 )
 
 // Fault names, as `--faults` spells them.
@@ -30,10 +32,12 @@ var ErrFaultUnavailable = errors.New("bench: fault not available")
 // special case in RunChaos.
 type Fault struct {
 	Name string
-	// on says how the fault is realised on each backend it applies to.
+	// on says how the fault is realised on each server kind it applies
+	// to (every backend of the kind: redlock, redsync and redislock share
+	// Redis's).
 	on map[string]realisation
-	// unavailable says why the fault does not apply to a backend, where
-	// the reason is worth telling the user.
+	// unavailable says why the fault does not apply to a server kind,
+	// where the reason is worth telling the user.
 	unavailable map[string]string
 	// hold draws how long the fault is held before its heal (nil: it is
 	// not held; it acts once, as an armed client pause does).
@@ -65,7 +69,7 @@ type faultEnv struct {
 
 // Available reports whether the fault applies to backend.
 func (f *Fault) Available(backend string) bool {
-	_, ok := f.on[backend]
+	_, ok := f.on[kindOf(backend)]
 	return ok
 }
 
@@ -73,10 +77,21 @@ func (f *Fault) Available(backend string) bool {
 // exclusion on backend: a client paused past its TTL breaks every
 // lease-based lock (that is what fencing is for), and a forward jump of a
 // quorum's clocks breaks Redlock.
-func (f *Fault) BreaksSafety(backend string) bool { return f.on[backend].breaksSafety }
+//
+// A lock without a TTL (pg-advisory) is not broken by a client pause: it
+// stays held by the paused client as long as its connection lives, which
+// costs availability instead. A lock on a client session (Caps.Session) is
+// broken once the session's keep-alive stalls too, as in a paused process:
+// the pause cuts that client's own links (clientLinks).
+func (f *Fault) BreaksSafety(backend string) bool {
+	if f.Name == FaultClientPause && !infoOf(backend).Caps.TTL {
+		return false
+	}
+	return f.on[kindOf(backend)].breaksSafety
+}
 
 // Note says how the fault is realised on backend, or "".
-func (f *Fault) Note(backend string) string { return f.on[backend].note }
+func (f *Fault) Note(backend string) string { return f.on[kindOf(backend)].note }
 
 // check returns an error matching ErrFaultUnavailable unless the fault
 // applies to backend.
@@ -84,7 +99,7 @@ func (f *Fault) check(backend string) error {
 	if f.Available(backend) {
 		return nil
 	}
-	if why := f.unavailable[backend]; why != "" {
+	if why := f.unavailable[kindOf(backend)]; why != "" {
 		return fmt.Errorf("%w: %s on %s: %s", ErrFaultUnavailable, f.Name, backend, why)
 	}
 	return fmt.Errorf("%w: %s on %s", ErrFaultUnavailable, f.Name, backend)
@@ -96,7 +111,7 @@ func (f *Fault) Inject(backend string, env faultEnv, rng *rand.Rand, ttl time.Du
 	if err := f.check(backend); err != nil {
 		return nil, "", 0, err
 	}
-	if heal, what, err = f.on[backend].inject(env, rng, ttl); err != nil {
+	if heal, what, err = f.on[kindOf(backend)].inject(env, rng, ttl); err != nil {
 		return nil, "", 0, err
 	}
 	if f.hold != nil {
@@ -115,16 +130,18 @@ var faultKinds = []*Fault{
 	{
 		Name: FaultKill,
 		on: map[string]realisation{
-			Raft: {inject: raftKill}, Redlock: {inject: redisKill},
-			Postgres: {inject: postgresKill}, Etcd: {inject: etcdKill},
+			backends.KindRaft: {inject: raftKill}, backends.KindRedis: {inject: redisKill},
+			backends.KindPostgres: {inject: postgresKill}, backends.KindEtcd: {inject: etcdKill},
+			backends.KindZooKeeper: {inject: zkKill},
 		},
 		hold: holdFixed(time.Second, 3*time.Second),
 	},
 	{
 		Name: FaultPause,
 		on: map[string]realisation{
-			Raft: {inject: raftPause}, Redlock: {inject: redisPause},
-			Postgres: {inject: postgresPause}, Etcd: {inject: etcdPause},
+			backends.KindRaft: {inject: raftPause}, backends.KindRedis: {inject: redisPause},
+			backends.KindPostgres: {inject: postgresPause}, backends.KindEtcd: {inject: etcdPause},
+			backends.KindZooKeeper: {inject: zkPause},
 		},
 		// TTL/2 to 2 × TTL: long enough that a paused leader's leases
 		// expire while it sleeps.
@@ -133,34 +150,37 @@ var faultKinds = []*Fault{
 	{
 		Name: FaultPartition,
 		on: map[string]realisation{
-			Raft: {inject: raftPartition}, Redlock: {inject: redisPartition},
-			Postgres: {inject: postgresPartition},
-			Etcd:     {inject: etcdPartition, note: "client↔server links only: etcd's peers dial each other directly"},
+			backends.KindRaft: {inject: raftPartition}, backends.KindRedis: {inject: redisPartition},
+			backends.KindPostgres:  {inject: postgresPartition},
+			backends.KindEtcd:      {inject: etcdPartition, note: "client↔server links only: etcd's peers dial each other directly"},
+			backends.KindZooKeeper: {inject: zkPartition, note: "client↔server links only: ZooKeeper's servers dial each other directly"},
 		},
 		hold: holdFixed(time.Second, 3*time.Second),
 	},
 	{
 		Name: FaultClock,
 		on: map[string]realisation{
-			Raft: {inject: raftClock,
+			backends.KindRaft: {inject: raftClock,
 				note: "the node's leader clock is shifted through its fault-injection endpoint (Go binaries ignore libfaketime)"},
-			Redlock: {inject: redisClock, breaksSafety: true,
+			backends.KindRedis: {inject: redisClock, breaksSafety: true,
 				note: "emulated: libfaketime cannot run Debian's redis-server (its jemalloc recurses into " +
 					"clock_gettime during libfaketime's start, wolfcw/libfaketime#130), so every key's remaining TTL on the " +
 					"node is shortened by the jump, which is what a forward wall-clock step does to Redis expiry"},
-			Postgres: {inject: postgresClock,
+			backends.KindPostgres: {inject: postgresClock,
 				note: "libfaketime shifts the server's wall clock (clock_timestamp()), not its monotonic clock; a jump takes effect within a second"},
 		},
 		unavailable: map[string]string{
-			Etcd: "not supported (etcd is a Go binary, which libfaketime does not shift, and its leases run on a monotonic timer)",
+			backends.KindEtcd:      "not supported (etcd is a Go binary, which libfaketime does not shift, and its leases run on a monotonic timer)",
+			backends.KindZooKeeper: "not supported (ZooKeeper runs on the JVM, whose clocks libfaketime does not reliably shift, and its session expiry runs on a monotonic clock)",
 		},
 		hold: holdFixed(time.Second, 2*time.Second),
 	},
 	{
 		Name: FaultClientPause,
 		on: map[string]realisation{
-			Raft: {inject: clientPause, breaksSafety: true}, Redlock: {inject: clientPause, breaksSafety: true},
-			Postgres: {inject: clientPause, breaksSafety: true}, Etcd: {inject: clientPause, breaksSafety: true},
+			backends.KindRaft: {inject: clientPause, breaksSafety: true}, backends.KindRedis: {inject: clientPause, breaksSafety: true},
+			backends.KindPostgres: {inject: clientPause, breaksSafety: true}, backends.KindEtcd: {inject: clientPause, breaksSafety: true},
+			backends.KindZooKeeper: {inject: clientPause, breaksSafety: true},
 		},
 	},
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,9 +24,72 @@ import (
 // proxies: ProvisionOptions.Faults), and how to open its clients. The
 // faults it can take are in faultKinds.
 type target struct {
-	backend   string
-	s         *Servers
-	newClient func() (lock.Locker, error)
+	backend string
+	s       *Servers
+	// newClient opens client i, and returns its own links when the
+	// backend's locks live on a client session (see clientLinks).
+	newClient func(i int) (lock.Locker, clientLinks, error)
+}
+
+// clientLinks are one client's own proxies in front of its backend's
+// servers, for a backend whose locks live on a client session that a
+// background keep-alive renews (Caps.Session: etcd's session lease,
+// ZooKeeper's session). Stalling the caller alone would not end such a
+// lock — the keep-alive runs on — while a paused process stalls its
+// keep-alive too: that is the pause the Jepsen analysis of etcd 3.4 used.
+// The client pause cuts these links for its length, so the servers hear
+// nothing from the paused client, as from a paused process.
+type clientLinks []*Proxy
+
+func (cl clientLinks) cut() {
+	for _, p := range cl {
+		p.Cut()
+	}
+}
+
+func (cl clientLinks) heal() error {
+	var errs []error
+	for _, p := range cl {
+		errs = append(errs, p.Heal())
+	}
+	return errors.Join(errs...)
+}
+
+// ownLinks gives client i proxies of its own in front of the servers of
+// spec that its backend reaches, and the spec that dials them.
+func (s *Servers) ownLinks(backend string, i int, spec Spec) (Spec, clientLinks, error) {
+	var links clientLinks
+	via := func(name, addr string) (string, error) {
+		p, err := s.Proxies.Add(fmt.Sprintf("client-%d-%s", i, name), addr)
+		if err != nil {
+			return "", err
+		}
+		links = append(links, p)
+		return p.Addr(), nil
+	}
+	switch kindOf(backend) {
+	case backends.KindEtcd:
+		eps := make([]string, len(spec.Etcd))
+		for j, ep := range spec.Etcd {
+			a, err := via(fmt.Sprintf("etcd-%d", j), strings.TrimPrefix(ep, "http://"))
+			if err != nil {
+				return spec, links, err
+			}
+			eps[j] = "http://" + a
+		}
+		spec.Etcd = eps
+	case backends.KindZooKeeper:
+		addrs := make([]string, len(spec.ZooKeeper))
+		for j, addr := range spec.ZooKeeper {
+			a, err := via(fmt.Sprintf("zookeeper-%d", j), addr)
+			if err != nil {
+				return spec, links, err
+			}
+			addrs[j] = a
+		}
+		spec.ZooKeeper = addrs
+	}
+	return spec, links, nil
 }
 
 func (t *target) close() { t.s.Close() }
@@ -58,10 +123,18 @@ func startTarget(ctx context.Context, backend, lockgate string, log io.Writer) (
 		return nil, err
 	}
 	t := &target{backend: backend, s: s}
-	t.newClient = func() (lock.Locker, error) {
+	t.newClient = func(i int) (lock.Locker, clientLinks, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), campaignOpenTimeout)
 		defer cancel()
-		return backends.Open(ctx, backend, backends.Spec(s.Spec), campaignClients)
+		spec := s.Spec
+		var links clientLinks
+		if infoOf(backend).Caps.Session {
+			if spec, links, err = s.ownLinks(backend, i, spec); err != nil {
+				return nil, nil, err
+			}
+		}
+		l, err := backends.Open(ctx, backend, backends.Spec(spec), campaignClients)
+		return l, links, err
 	}
 	return t, nil
 }
@@ -298,4 +371,35 @@ func etcdPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error,
 		cut[k] = ps[i]
 	}
 	return cutAll(cut), fmt.Sprintf("cut clients from etcd members %v", idx), nil
+}
+
+func zkMember(s *Servers, rng *rand.Rand) (*servers.ZooKeeperMember, string) {
+	i := rng.IntN(len(s.ZKProcs.Members))
+	return s.ZKProcs.Members[i], fmt.Sprintf("zookeeper member %d", i)
+}
+
+func zkKill(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	m, who := zkMember(env.s, rng)
+	m.Kill()
+	return func() error { return healing("restarting "+who, m.Restart) }, "SIGKILL " + who, nil
+}
+
+func zkPause(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	m, who := zkMember(env.s, rng)
+	if err := m.Pause(); err != nil {
+		return nil, "", err
+	}
+	return func() error { return healing("resuming "+who, m.Resume) }, "SIGSTOP " + who, nil
+}
+
+// zkPartition cuts the clients from one to all but one of the servers.
+func zkPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	ps := env.s.ZKLinks
+	n := 1 + rng.IntN(len(ps)-1)
+	idx := rng.Perm(len(ps))[:n]
+	cut := make([]*Proxy, n)
+	for k, i := range idx {
+		cut[k] = ps[i]
+	}
+	return cutAll(cut), fmt.Sprintf("cut clients from ZooKeeper servers %v", idx), nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/internal/testenv"
 )
 
@@ -71,9 +72,7 @@ func TestChaosRaftSmoke(t *testing.T) {
 	}
 }
 
-// TestFaultBreaksSafety: the campaigns that must show overlaps to count
-// (moved from TestExpectedToBite, which tested the function the Fault
-// table replaced).
+// TestFaultBreaksSafety: the campaigns that must show overlaps to count.
 func TestFaultBreaksSafety(t *testing.T) {
 	for _, tc := range []struct {
 		backend, fault string
@@ -85,6 +84,12 @@ func TestFaultBreaksSafety(t *testing.T) {
 		{Raft, FaultClock, false},
 		{Raft, FaultKill, false},
 		{Redlock, FaultPartition, false},
+		{Redsync, FaultClock, true},
+		{EtcdMutex, FaultClientPause, true},
+		{"etcd:lease", FaultClientPause, true},
+		{ZooKeeper, FaultClientPause, true},
+		{PGAdvisory, FaultClientPause, false},
+		{PGAdvisory, FaultKill, false},
 	} {
 		f, err := FaultByName(tc.fault)
 		if err != nil {
@@ -97,8 +102,9 @@ func TestFaultBreaksSafety(t *testing.T) {
 }
 
 // TestFaultTable: every fault kind named in Faults can be injected on
-// every backend bar etcd's clock, whose refusal says why, and a fault that
-// breaks safety somewhere is available there.
+// every backend bar the clock of etcd's and ZooKeeper's (Go and JVM
+// servers), whose refusal says why, and a fault that breaks safety
+// somewhere is available there.
 func TestFaultTable(t *testing.T) {
 	for _, name := range Faults {
 		f, err := FaultByName(name)
@@ -106,7 +112,8 @@ func TestFaultTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, b := range Backends {
-			want := !(name == FaultClock && b == Etcd)
+			k := kindOf(b)
+			want := !(name == FaultClock && (k == backends.KindEtcd || k == backends.KindZooKeeper))
 			if got := f.Available(b); got != want {
 				t.Errorf("%s.Available(%s) = %v, want %v", name, b, got, want)
 			}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/lockgate/lockgate/internal/backends"
 )
 
 // The physical floor: what no lock service can beat on this machine. Every
@@ -85,10 +87,23 @@ type CommitModel struct {
 // PostgreSQL server replicates to nobody, and Redis as the bench runs it
 // (appendonly no) syncs nothing.
 var FloorModels = map[string]CommitModel{
-	Raft:     {Syncs: 2, RTTs: 1, Why: "hashicorp/raft: the leader appends and syncs its log (dispatchLogs) before it notifies the replicators; a follower then appends and syncs before it acknowledges"},
-	Etcd:     {Syncs: 1, RTTs: 1, Why: "etcd: the leader sends to its followers in parallel with writing its own WAL (raft thesis §10.2.1), so one follower's round trip and sync is the path"},
-	Postgres: {Syncs: 1, RTTs: 0, Why: "PostgreSQL, one server, synchronous_commit on: one WAL flush per commit, no replication"},
-	Redlock:  {Syncs: 0, RTTs: 0, Why: "Redis with appendonly no: a write is acknowledged from memory; the masters are asked in parallel, so a cycle's floor is its client round trips"},
+	Raft:       {Syncs: 2, RTTs: 1, Why: "hashicorp/raft: the leader appends and syncs its log (dispatchLogs) before it notifies the replicators; a follower then appends and syncs before it acknowledges"},
+	Etcd:       {Syncs: 1, RTTs: 1, Why: "etcd: the leader sends to its followers in parallel with writing its own WAL (raft thesis §10.2.1), so one follower's round trip and sync is the path"},
+	Postgres:   {Syncs: 1, RTTs: 0, Why: "PostgreSQL, one server, synchronous_commit on: one WAL flush per commit, no replication"},
+	Redlock:    {Syncs: 0, RTTs: 0, Why: "Redis with appendonly no: a write is acknowledged from memory; the masters are asked in parallel, so a cycle's floor is its client round trips"},
+	PGAdvisory: {Syncs: 0, RTTs: 0, Why: "pg_advisory_lock: PostgreSQL's in-memory lock manager, no WAL record and no commit, so a cycle's floor is its client round trips"},
+	ZooKeeper:  {Syncs: 1, RTTs: 1, Why: "ZooKeeper (Zab): the leader logs a proposal and sends it to the followers in parallel; each follower fsyncs its log before it acknowledges, so one follower's round trip and sync is the path"},
+}
+
+// floorModel is backend's commit model: its own, else that of the backend
+// of ours it is a peer of (a peer library on the same servers pays the same
+// commits: etcd-mutex etcd's, redsync and redislock Redis's).
+func floorModel(backend string) CommitModel {
+	info := infoOf(backend)
+	if m, ok := FloorModels[info.Name]; ok {
+		return m
+	}
+	return FloorModels[info.PeerOf]
 }
 
 // Floor is the physical floor measured in a run.
@@ -297,7 +312,7 @@ func (f *Floor) summarise(backends []string) {
 
 // DeriveFloor is backend's floors given one sync and one round trip (µs).
 func DeriveFloor(backend string, syncUS, rttUS float64) BackendFloor {
-	m := FloorModels[backend]
+	m := floorModel(backend)
 	commit := float64(m.Syncs)*syncUS + float64(m.RTTs)*rttUS
 	return BackendFloor{
 		Backend:   backend,
@@ -328,7 +343,7 @@ func (f *Floor) RunFloor(r *Run) *RunFloor {
 		return nil
 	}
 	cycle, handoff := bf.CycleUS, bf.HandoffUS
-	if r.Via == Gateway && r.Backend != Raft {
+	if r.Via == Gateway && kindOf(r.Backend) != backends.KindRaft {
 		cycle += GatewayCycleRTTs * f.RTT.P50
 		handoff += GatewayHandoffRTTs * f.RTT.P50
 	}

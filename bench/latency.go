@@ -14,8 +14,13 @@ import (
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/lock"
 )
+
+// Caps is what a backend guarantees (fencing tokens, TTLs, FIFO order,
+// naming the holder); reports mark what one lacks.
+type Caps = backends.Caps
 
 // Workloads, as `--workload` spells them.
 const (
@@ -67,7 +72,7 @@ type LatencyConfig struct {
 
 func (c *LatencyConfig) fill() error {
 	if len(c.Backends) == 0 {
-		c.Backends = Backends
+		c.Backends = Ours
 	}
 	if len(c.Workloads) == 0 {
 		c.Workloads = []string{Sequential, Parallel, Contended}
@@ -121,11 +126,19 @@ type Report struct {
 	// time with the backends.
 	Floor *Floor `json:"floor"`
 	Runs  []*Run `json:"runs"`
+	// Comparisons set each of our backends beside its peer libraries.
+	Comparisons []Comparison `json:"comparisons,omitempty"`
 }
 
 // Run is the result of one backend × path × workload over all rounds.
 type Run struct {
+	// Backend is the backend as --backend named it; Variant, Mode, PeerOf
+	// and Caps say which mode of it ran and what it guarantees.
 	Backend   string  `json:"backend"`
+	Variant   string  `json:"variant"`
+	Mode      string  `json:"mode"`
+	PeerOf    string  `json:"peer_of,omitempty"`
+	Caps      Caps    `json:"caps"`
 	Via       string  `json:"via"`
 	Workload  string  `json:"workload"`
 	Clients   int     `json:"clients"`
@@ -227,8 +240,10 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 			t := &target{conn: conn, runs: map[string]*Run{}}
 			targets = append(targets, t)
 			for _, w := range cfg.Workloads {
-				r := &Run{Backend: b, Via: via, Workload: w, Clients: clientsOf(w, cfg.Clients), hist: newHist()}
-				if b == Raft && via == Gateway {
+				info := infoOf(b)
+				r := &Run{Backend: b, Variant: info.Variant, Mode: info.Mode, PeerOf: info.PeerOf, Caps: info.Caps,
+					Via: via, Workload: w, Clients: clientsOf(w, cfg.Clients), hist: newHist()}
+				if info.Kind == backends.KindRaft && via == Gateway {
 					r.Note = "a raftlock node serves the gateway protocol itself: the same path as direct"
 				}
 				t.runs[w] = r
@@ -277,6 +292,7 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 		r.summarise()
 		r.Floor = rep.Floor.RunFloor(r)
 	}
+	rep.compare()
 	return rep, nil
 }
 

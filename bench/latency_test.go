@@ -186,8 +186,9 @@ func dumpDOM(t *testing.T, page string) string {
 	return string(out)
 }
 
-// smokeBackends are the backends the smoke test runs.
-var smokeBackends = Backends
+// smokeBackends are the backends the smoke test runs: ours (the peers have
+// TestPeersSmoke).
+var smokeBackends = Ours
 
 // checkRenders opens the page in headless Chromium, takes a screenshot and
 // checks that the charts were drawn: a blank or unstyled page (a script

@@ -62,7 +62,7 @@ func (c *Conn) Close() error {
 func (s *Servers) Connect(ctx context.Context, backend, via string, n int) (*Conn, error) {
 	c := &Conn{Backend: backend, Via: via}
 	newClient := func() (lock.Locker, error) { return s.direct(ctx, backend) }
-	if via == Gateway && backend != Raft {
+	if via == Gateway && kindOf(backend) != backends.KindRaft {
 		addr, closeGW, err := s.serveGateway(ctx, backend)
 		if err != nil {
 			return nil, err

@@ -28,10 +28,21 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		l := r.LatencyUS
 		fl, p50x, opsx := r.floorText()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
-			r.Backend, r.Via, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText(), fl, p50x, opsx)
+			r.ref(), r.Via, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText(), fl, p50x, opsx)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if rows := rep.comparisonRows(); len(rows) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKLOAD\tVIA\tOURS\tPEER\tP50 RATIO\tOPS RATIO\tPEER LACKS")
+		for _, row := range rows {
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	rows := rep.Floor.rows()
 	if len(rows) == 0 {
@@ -190,7 +201,15 @@ func (rep *Report) runsOf(workload string) []*Run {
 	return rs
 }
 
-func (r *Run) label() string { return r.Backend + " (" + r.Via + ")" }
+func (r *Run) label() string { return r.ref() + " (" + r.Via + ")" }
+
+// ref is the run's backend with its variant, "etcd:session".
+func (r *Run) ref() string {
+	if r.Variant == "" || strings.Contains(r.Backend, ":") {
+		return r.Backend
+	}
+	return r.Backend + ":" + r.Variant
+}
 
 func cdfChart(workload string, runs []*Run) *charts.Line {
 	c := charts.NewLine()
@@ -305,9 +324,10 @@ func (rep *Report) htmlHeader() string {
 		l := r.LatencyUS
 		fl, p50x, opsx := r.floorText()
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			esc(r.Backend), esc(r.Via), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()), fl, p50x, opsx)
+			esc(r.ref()), esc(r.Via), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()), fl, p50x, opsx)
 	}
 	b.WriteString("</table>\n")
+	b.WriteString(rep.modesHTML())
 	if rows := rep.Floor.rows(); len(rows) > 0 {
 		b.WriteString(`<h2>Physical floor</h2>
 <p>Measured on this machine in this run, a round at a time with the backends; a backend's floors follow its commit model

@@ -19,7 +19,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 
@@ -35,24 +34,41 @@ const (
 	Etcd     = backends.Etcd
 )
 
-// Backends lists every backend in report order.
+// Peer libraries, as `--backend` spells them: internal/backends' table.
+const (
+	EtcdMutex  = backends.EtcdMutex
+	Redsync    = backends.Redsync
+	Redislock  = backends.Redislock
+	PGAdvisory = backends.PGAdvisory
+	ZooKeeper  = backends.ZooKeeper
+)
+
+// Backends lists every backend, ours then the peer libraries, in report
+// order.
 var Backends = backends.Names
+
+// Ours lists lockgate's own backends: the default of `--backend`.
+var Ours = backends.Ours
 
 // Sizes of the clusters Provision starts.
 const (
 	RedisMasters = 5
 	EtcdMembers  = 3
 	RaftNodes    = 3
+	ZKServers    = 3
 )
 
 // Spec names existing servers per backend; a backend without an entry is
 // provisioned. Its text form (ParseSpec) is
-// "raft=h:p,h:p;redlock=h:p,...;postgres=URL;etcd=URL,URL".
+// "raft=h:p,h:p;redlock=h:p,...;postgres=URL;etcd=URL,URL;zookeeper=h:p,...".
+// The servers of a kind serve every backend of that kind: redlock's Redis
+// masters serve redsync and redislock too.
 type Spec struct {
-	Raft     []string // raftlock nodes' API addresses
-	Redlock  []string // independent Redis masters
-	Postgres string   // connection URL
-	Etcd     []string // client URLs
+	Raft      []string // raftlock nodes' API addresses
+	Redlock   []string // independent Redis masters
+	Postgres  string   // connection URL
+	Etcd      []string // client URLs
+	ZooKeeper []string // client addresses (host:port)
 }
 
 // ParseSpec parses the text form of a Spec; "" is the empty Spec.
@@ -80,6 +96,8 @@ func ParseSpec(s string) (Spec, error) {
 			sp.Postgres = val
 		case Etcd:
 			sp.Etcd = list
+		case ZooKeeper:
+			sp.ZooKeeper = list
 		default:
 			return Spec{}, fmt.Errorf("servers %q: unknown backend %q (want %s)", part, name, strings.Join(Backends, ", "))
 		}
@@ -90,15 +108,18 @@ func ParseSpec(s string) (Spec, error) {
 // has reports whether the Spec names servers for backend.
 func (sp Spec) has(backend string) bool { return backends.Spec(sp).Has(backend) }
 
-// CheckBackends returns an error naming the first unknown backend.
-func CheckBackends(names []string) error {
-	for _, b := range names {
-		if !slices.Contains(Backends, b) {
-			return fmt.Errorf("unknown backend %q (want %s)", b, strings.Join(Backends, ", "))
-		}
-	}
-	return nil
+// CheckBackends returns an error naming the first unknown backend or
+// variant ("name" or "name:variant").
+func CheckBackends(refs []string) error { return backends.Check(refs...) }
+
+// infoOf describes a backend reference that CheckBackends accepted.
+func infoOf(ref string) backends.Info {
+	info, _ := backends.Parse(ref)
+	return info
 }
+
+// kindOf is the server kind a backend reference runs on.
+func kindOf(ref string) string { return infoOf(ref).Kind }
 
 // ProvisionOptions configures Provision.
 type ProvisionOptions struct {
@@ -121,10 +142,11 @@ type ProvisionOptions struct {
 type Servers struct {
 	Spec // the addresses, provisioned or existing
 
-	Redis     []*servers.Redis  // nil when existing or not asked for
-	PG        *servers.Postgres // ditto
-	EtcdProcs *servers.Etcd     // ditto
-	RaftProcs *servers.Raftlock // ditto
+	Redis     []*servers.Redis   // nil when existing or not asked for
+	PG        *servers.Postgres  // ditto
+	EtcdProcs *servers.Etcd      // ditto
+	RaftProcs *servers.Raftlock  // ditto
+	ZKProcs   *servers.ZooKeeper // ditto
 
 	// With ProvisionOptions.Faults: the links a partition cuts, and the
 	// clock a clock jump moves.
@@ -135,6 +157,7 @@ type Servers struct {
 	EtcdLinks     []*Proxy   // clients → etcd member i
 	RaftAPILinks  []*Proxy   // clients → node i's API
 	RaftPeerLinks [][]*Proxy // node i → node j's Raft transport
+	ZKLinks       []*Proxy   // clients → ZooKeeper server i
 
 	mu      sync.Mutex
 	closers []func() // stop what was started; run last first
@@ -150,8 +173,8 @@ func (s *Servers) onClose(f func()) {
 // Provision starts the servers of backends that opts.Existing does not
 // name, concurrently, and returns once all are ready. On error nothing it
 // started is left running.
-func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*Servers, error) {
-	if err := CheckBackends(backends); err != nil {
+func Provision(ctx context.Context, names []string, opts ProvisionOptions) (*Servers, error) {
+	if err := CheckBackends(names); err != nil {
 		return nil, err
 	}
 	s := &Servers{Spec: opts.Existing, Proxies: NewProxies()}
@@ -183,12 +206,15 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 			}
 		}()
 	}
-	for _, b := range backends {
-		if opts.Existing.has(b) {
+	started := map[string]bool{}
+	for _, b := range names {
+		kind := kindOf(b)
+		if opts.Existing.has(b) || started[kind] {
 			continue
 		}
-		switch b {
-		case Raft:
+		started[kind] = true
+		switch kind {
+		case backends.KindRaft:
 			if opts.Lockgate == "" {
 				s.Close()
 				return nil, errors.New("bench: provisioning raft needs the lockgate binary")
@@ -213,7 +239,7 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 				}
 				return nil
 			})
-		case Redlock:
+		case backends.KindRedis:
 			start(func() error {
 				rs, err := servers.StartRedisN(ctx, RedisMasters, servers.RedisOptions{Log: logger})
 				if err != nil {
@@ -233,7 +259,7 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 				}
 				return nil
 			})
-		case Postgres:
+		case backends.KindPostgres:
 			start(func() error {
 				// fsync on: raftlock and etcd wait for their disks too.
 				po := servers.PostgresOptions{Durable: true, Log: logger}
@@ -261,7 +287,7 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 				s.Spec.Postgres = strings.Replace(pg.URL, server, addr, 1)
 				return nil
 			})
-		case Etcd:
+		case backends.KindEtcd:
 			start(func() error {
 				e, err := servers.StartEtcd(ctx, EtcdMembers, servers.EtcdOptions{Log: logger})
 				if err != nil {
@@ -276,6 +302,24 @@ func Provision(ctx context.Context, backends []string, opts ProvisionOptions) (*
 					}
 					s.EtcdLinks = append(s.EtcdLinks, p)
 					s.Spec.Etcd = append(s.Spec.Etcd, "http://"+addr)
+				}
+				return nil
+			})
+		case backends.KindZooKeeper:
+			start(func() error {
+				z, err := servers.StartZooKeeper(ctx, ZKServers, servers.ZooKeeperOptions{Log: logger})
+				if err != nil {
+					return err
+				}
+				s.onClose(z.Close)
+				s.ZKProcs = z
+				for i, a := range z.Addrs {
+					p, addr, err := link(fmt.Sprintf("zookeeper-%d", i), a)
+					if err != nil {
+						return err
+					}
+					s.ZKLinks = append(s.ZKLinks, p)
+					s.Spec.ZooKeeper = append(s.Spec.ZooKeeper, addr)
 				}
 				return nil
 			})
@@ -342,3 +386,6 @@ func (s *Servers) raftFaultArgs(i int, nodes []*servers.RaftNode) []string {
 	}
 	return out
 }
+
+// Variants lists every backend's modes, "name:variant".
+func Variants() []string { return backends.Variants() }

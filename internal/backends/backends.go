@@ -18,22 +18,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/redlock"
-	"github.com/lockgate/lockgate/backend/sqllock"
-	"github.com/lockgate/lockgate/backend/zklike"
-	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/internal/peers"
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Backend names, as `--backend` spells them.
+// Backend names, as `--backend` spells them: lockgate's own backends.
 const (
 	// Raft is raftlock, lockgate's own lock service. Open reaches its
 	// nodes through the SDK: a raftlock node serves the gateway protocol
 	// itself, and its nodes run as processes of their own (`lockgate
 	// node`), or embedded in `lockgate serve`.
 	Raft = "raft"
-	// Redlock is Redlock over independent Redis masters (one: plain
-	// single-Redis locking).
+	// Redlock is Redlock over independent Redis masters (variant single:
+	// plain single-Redis locking on the first of them).
 	Redlock = "redlock"
 	// Postgres is sqllock: PostgreSQL row locks.
 	Postgres = "postgres"
@@ -41,46 +38,70 @@ const (
 	Etcd = "etcd"
 )
 
+// Peer library names: the locks lockgate's users would otherwise pick,
+// which the bench measures beside ours (internal/peers).
+const (
+	EtcdMutex  = "etcd-mutex"
+	Redsync    = "redsync"
+	Redislock  = "redislock"
+	PGAdvisory = "pg-advisory"
+	ZooKeeper  = "zookeeper"
+)
+
+// Server kinds: what a backend runs on. Backends of one kind share the
+// servers a bench run starts, and the faults that apply to them.
+const (
+	KindRaft      = "raft"
+	KindRedis     = "redis"
+	KindPostgres  = "postgres"
+	KindEtcd      = "etcd"
+	KindZooKeeper = "zookeeper"
+)
+
 // entry is everything the command line knows about one backend.
 type entry struct {
 	name string
-	// servers is how many servers spec names for the backend (0: none).
+	kind string
+	// peerOf names the backend of ours this peer library is compared
+	// with ("" for one of ours).
+	peerOf string
+	caps   Caps
+	// variants are the modes it can run in; the first is the default,
+	// the mode its users run.
+	variants []variant
+	// serve is the variant a gateway serves by default ("": the first).
+	// A gateway's clients come and go while the gateway lives on, so it
+	// needs each lock to end at its own TTL, whatever the bench's default.
+	serve string
+}
+
+// variant is one mode of a backend.
+type variant struct {
+	name string
+	// mode says in a few words how the Locker is run, for the reports.
+	mode string
+	// session: its locks live on a client session (Caps.Session).
+	session bool
+	open    func(ctx context.Context, spec Spec, opts Options) (lock.Locker, error)
+}
+
+// Caps is what a backend guarantees; reports mark what one lacks.
+type Caps = peers.Caps
+
+// kinds says, per server kind, how many servers a Spec names and what one
+// is called in Describe ("" when the count says nothing).
+var kinds = map[string]struct {
 	servers func(Spec) int
-	// unit names one server in Describe ("Redis masters"); "" when the
-	// count says nothing (one PostgreSQL URL).
-	unit string
-	open func(ctx context.Context, spec Spec, opts Options) (lock.Locker, error)
+	unit    string
+}{
+	KindRaft:      {func(sp Spec) int { return len(sp.Raft) }, "nodes"},
+	KindRedis:     {func(sp Spec) int { return len(sp.Redlock) }, "Redis masters"},
+	KindPostgres:  {func(sp Spec) int { return min(len(sp.Postgres), 1) }, ""},
+	KindEtcd:      {func(sp Spec) int { return len(sp.Etcd) }, "endpoints"},
+	KindZooKeeper: {func(sp Spec) int { return len(sp.ZooKeeper) }, "ZooKeeper servers"},
 }
 
-// table is the one table of backends, in the order reports show them.
-var table = []entry{
-	{Raft, func(sp Spec) int { return len(sp.Raft) }, "nodes",
-		func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
-			return client.New(sp.Raft, client.Options{RequestTimeout: o.RequestTimeout})
-		}},
-	{Redlock, func(sp Spec) int { return len(sp.Redlock) }, "Redis masters",
-		func(_ context.Context, sp Spec, _ Options) (lock.Locker, error) {
-			return redlock.New(redlock.DefaultConfig(sp.Redlock...))
-		}},
-	{Postgres, func(sp Spec) int { return min(len(sp.Postgres), 1) }, "",
-		func(ctx context.Context, sp Spec, o Options) (lock.Locker, error) {
-			cfg := sqllock.DefaultConfig(sp.Postgres)
-			if o.PoolSize != 0 {
-				cfg.PoolSize = o.PoolSize
-			}
-			return sqllock.New(ctx, cfg)
-		}},
-	{Etcd, func(sp Spec) int { return len(sp.Etcd) }, "endpoints",
-		func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
-			cfg := zklike.DefaultConfig(sp.Etcd...)
-			if o.SessionTTL != 0 {
-				cfg.SessionTTL = o.SessionTTL
-			}
-			return zklike.New(cfg)
-		}},
-}
-
-// Names lists every backend, in the order reports show them.
+// Names lists every backend, ours first, in the order reports show them.
 var Names = func() []string {
 	var ns []string
 	for _, e := range table {
@@ -88,6 +109,90 @@ var Names = func() []string {
 	}
 	return ns
 }()
+
+// Ours lists lockgate's own backends: the ones `lockgate serve` serves.
+var Ours = func() []string {
+	var ns []string
+	for _, e := range table {
+		if e.peerOf == "" {
+			ns = append(ns, e.name)
+		}
+	}
+	return ns
+}()
+
+// Info describes one backend in one mode, as a reference names it.
+type Info struct {
+	// Ref is the canonical reference, "name:variant".
+	Ref     string `json:"ref"`
+	Name    string `json:"name"`
+	Variant string `json:"variant"`
+	// Mode says how the Locker is run, in a few words.
+	Mode string `json:"mode"`
+	// Kind is the server kind it runs on.
+	Kind string `json:"kind"`
+	// PeerOf names the backend of ours a peer library is compared with;
+	// empty for ours.
+	PeerOf string `json:"peerOf,omitempty"`
+	Caps   Caps   `json:"caps"`
+}
+
+// Parse resolves a reference, "name" (its default mode) or
+// "name:variant". The error matches ErrUnknownBackend.
+func Parse(ref string) (Info, error) {
+	name, vname, hasVariant := strings.Cut(ref, ":")
+	e, err := lookup(name)
+	if err != nil {
+		return Info{}, err
+	}
+	v := e.variants[0]
+	if hasVariant {
+		var names []string
+		found := false
+		for _, c := range e.variants {
+			names = append(names, c.name)
+			if c.name == vname {
+				v, found = c, true
+			}
+		}
+		if !found {
+			return Info{}, fmt.Errorf("%w: %s has no variant %q (want %s)", ErrUnknownBackend, name, vname, strings.Join(names, ", "))
+		}
+	}
+	caps := e.caps
+	caps.Session = v.session
+	return Info{Ref: e.name + ":" + v.name, Name: e.name, Variant: v.name, Mode: v.mode,
+		Kind: e.kind, PeerOf: e.peerOf, Caps: caps}, nil
+}
+
+// ForServing resolves the reference `lockgate serve --backend` names: one
+// of ours (a peer library is the bench's, not a lock service), in the
+// variant given, else the one a gateway needs.
+func ForServing(ref string) (Info, error) {
+	info, err := Parse(ref)
+	if err != nil {
+		return Info{}, err
+	}
+	if info.PeerOf != "" {
+		return Info{}, fmt.Errorf("%w: %s is a peer library that lockgate's bench compares against; serve one of %s",
+			ErrUnknownBackend, info.Name, strings.Join(Ours, ", "))
+	}
+	if e, _ := lookup(info.Name); !strings.Contains(ref, ":") && e.serve != "" {
+		return Parse(info.Name + ":" + e.serve)
+	}
+	return info, nil
+}
+
+// Variants lists the references of every mode of every backend.
+func Variants() []string {
+	var refs []string
+	for _, e := range table {
+		for _, v := range e.variants {
+			refs = append(refs, e.name+":"+v.name)
+		}
+	}
+	return refs
+}
 
 // lookup returns backend's entry, or an error matching ErrUnknownBackend.
 func lookup(backend string) (entry, error) {
@@ -97,6 +202,21 @@ func lookup(backend string) (entry, error) {
 		}
 	}
 	return entry{}, fmt.Errorf("%w %q (want %s)", ErrUnknownBackend, backend, strings.Join(Names, ", "))
+}
+
+// variantOf returns the entry and variant a reference names.
+func variantOf(ref string) (entry, variant, error) {
+	info, err := Parse(ref)
+	if err != nil {
+		return entry{}, variant{}, err
+	}
+	e, _ := lookup(info.Name)
+	for _, v := range e.variants {
+		if v.name == info.Variant {
+			return e, v, nil
+		}
+	}
+	panic("unreachable: Parse returned a variant lookup cannot find")
 }
 
 var (
@@ -113,13 +233,15 @@ type Spec struct {
 	Redlock  []string // independent Redis masters
 	Postgres string   // connection URL
 	Etcd     []string // client URLs
+	// ZooKeeper are the ensemble's client addresses (host:port).
+	ZooKeeper []string
 }
 
 // Has reports whether the Spec names servers for backend (false for a
 // name that is no backend).
 func (sp Spec) Has(backend string) bool {
-	e, err := lookup(backend)
-	return err == nil && e.servers(sp) > 0
+	info, err := Parse(backend)
+	return err == nil && kinds[info.Kind].servers(sp) > 0
 }
 
 // Options tunes the Lockers Open builds. The zero value is every backend's
@@ -138,9 +260,9 @@ type Options struct {
 
 // Check returns an error matching ErrUnknownBackend that names the first
 // of names that is not a backend.
-func Check(names ...string) error {
-	for _, b := range names {
-		if _, err := lookup(b); err != nil {
+func Check(refs ...string) error {
+	for _, b := range refs {
+		if _, err := Parse(b); err != nil {
 			return err
 		}
 	}
@@ -153,22 +275,23 @@ func Check(names ...string) error {
 // connect lazily). The error matches ErrUnknownBackend or ErrNoServers, or
 // is the backend's own.
 func Open(ctx context.Context, backend string, spec Spec, opts Options) (lock.Locker, error) {
-	e, err := lookup(backend)
+	e, v, err := variantOf(backend)
 	if err != nil {
 		return nil, err
 	}
-	if e.servers(spec) == 0 {
+	if kinds[e.kind].servers(spec) == 0 {
 		return nil, fmt.Errorf("%w for %s", ErrNoServers, backend)
 	}
-	return e.open(ctx, spec, opts)
+	return v.open(ctx, spec, opts)
 }
 
 // Describe says in a few words what Open connects to for backend, for
 // logs and banners: "redlock over 3 Redis masters".
 func Describe(backend string, spec Spec) string {
-	e, err := lookup(backend)
-	if err != nil || e.unit == "" {
+	info, err := Parse(backend)
+	if err != nil || kinds[info.Kind].unit == "" {
 		return backend
 	}
-	return fmt.Sprintf("%s over %d %s", backend, e.servers(spec), e.unit)
+	k := kinds[info.Kind]
+	return fmt.Sprintf("%s over %d %s", backend, k.servers(spec), k.unit)
 }

@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure the backends side by side: latency, and safety under faults",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd())
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd())
 	return cmd
 }
 
@@ -53,6 +53,14 @@ filesystem (--floor-dir) and a loopback TCP round trip. From them each
 backend's commit, cycle and handoff floors follow its replication model, and
 every run's p50 and ops/s are shown as multiples of its floor (FLOOR rows and
 columns; docs/benchmarks.md explains the model).
+Besides lockgate's own backends (raft, redlock, postgres, etcd), --backend
+takes the peer libraries their users would otherwise pick, measured through
+the same workloads in the same rounds: etcd-mutex (etcd's concurrency.Mutex),
+redsync and redislock (on the same Redis servers), pg-advisory
+(pg_advisory_lock) and zookeeper (go-zookeeper's lock recipe on a 3-server
+ZooKeeper ensemble). A backend may name its mode, name:variant (etcd:lease,
+redlock:single); the report states every row's mode and what it guarantees,
+and sets each of ours beside its peers as ratios.
 --servers uses existing servers for some backends, e.g.
   --servers 'redlock=127.0.0.1:6379;postgres=postgres://u@h/db;etcd=http://h:2379;raft=h:50051,h:50052'`,
 		Args: cobra.NoArgs,
@@ -112,7 +120,8 @@ columns; docs/benchmarks.md explains the model).
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&backends, "backend", bench.Backends, "backends to measure: "+strings.Join(bench.Backends, ","))
+	f.StringSliceVar(&backends, "backend", bench.Ours, "backends to measure, name or name:variant: "+strings.Join(bench.Backends, ",")+
+		" (variants: "+strings.Join(bench.Variants(), ",")+")")
 	f.StringSliceVar(&workloads, "workload", []string{bench.Sequential, bench.Parallel, bench.Contended}, "workloads: "+strings.Join(bench.Workloads, ","))
 	f.StringSliceVar(&vias, "via", []string{bench.Direct}, "paths: direct (the backend's Go Locker) and/or gateway (SDK → WebSocket gateway → backend)")
 	f.IntVar(&cfg.Clients, "clients", 32, "clients of the parallel, contended and handoff workloads")

@@ -67,15 +67,16 @@ a CA made in memory at start. See docs/security.md.`,
 			}
 			if backend != backends.Raft {
 				spec := backends.Spec{Redlock: redisAddrs, Postgres: pgURL, Etcd: etcdEPs}
-				if err := backends.Check(backend); err != nil {
+				info, err := backends.ForServing(backend)
+				if err != nil {
 					return fmt.Errorf("--backend: %w", err)
 				}
-				if !spec.Has(backend) {
-					return fmt.Errorf("--backend %s needs %s", backend, serveServerFlags[backend])
+				if !spec.Has(info.Ref) {
+					return fmt.Errorf("--backend %s needs %s", backend, serveServerFlags[info.Name])
 				}
-				return serveLocker(cmd, listen, &sec, "backend "+backends.Describe(backend, spec),
+				return serveLocker(cmd, listen, &sec, "backend "+backends.Describe(info.Ref, spec)+" ("+info.Mode+")",
 					func(ctx context.Context) (lock.Locker, error) {
-						return backends.Open(ctx, backend, spec, backends.Options{})
+						return backends.Open(ctx, info.Ref, spec, backends.Options{})
 					})
 			}
 			// --backend raft runs a cluster of its own rather than
@@ -143,7 +144,7 @@ a CA made in memory at start. See docs/security.md.`,
 			return serveGateway(ctx, cmd, listen, &sec, c.Locker(), fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
 		},
 	}
-	cmd.Flags().StringVar(&backend, "backend", backends.Raft, "lock backend: "+strings.Join(backends.Names, ", "))
+	cmd.Flags().StringVar(&backend, "backend", backends.Raft, "lock backend: "+strings.Join(backends.Ours, ", ")+" (or name:variant, e.g. redlock:single)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:50050", "address of the gateway")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "raft: directory of the embedded cluster (default: a temporary one)")
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "raft: servers in the embedded cluster")

@@ -31,6 +31,11 @@ type Caps struct {
 	// TTL: a holder that stops (crash, pause, cut off) loses the lock after
 	// a bounded time, without anyone's help.
 	TTL bool
+	// Session: the TTL is a client session's, kept alive in the background
+	// by the client (etcd's session lease, ZooKeeper's session): a lock
+	// ends at the TTL only when the whole client stops (a process pause, a
+	// partition), not when one caller stalls.
+	Session bool
 	// FIFO: waiters are granted in arrival order across clients.
 	FIFO bool
 	// Inspect: the holder of a key can be named.

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"fmt"
+	"html"
+	"strings"
+)
+
+// Comparison sets one of our backends beside a peer library on one
+// workload and path, in the same run: ratios, not absolute figures, since
+// this machine's speed moves 2–3× from day to day.
+type Comparison struct {
+	Workload string `json:"workload"`
+	Via      string `json:"via"`
+	Ours     string `json:"ours"`
+	Peer     string `json:"peer"`
+	// P50Ratio is our p50 over the peer's: below 1, ours is faster.
+	P50Ratio float64 `json:"p50_ratio"`
+	// OpsRatio is our ops/s over the peer's: above 1, ours does more.
+	OpsRatio float64 `json:"ops_ratio"`
+	// Lacks lists what the peer does not guarantee that ours does
+	// (fencing, ttl, fifo, inspect).
+	Lacks []string `json:"peer_lacks,omitempty"`
+}
+
+// compare pairs each of our backends with the peer libraries of its group
+// (PeerOf), and raftlock with every peer: raftlock is the lock service a
+// user would pick instead of any of them.
+func (rep *Report) compare() {
+	rep.Comparisons = nil
+	for _, ours := range rep.Runs {
+		if ours.PeerOf != "" {
+			continue
+		}
+		name := infoOf(ours.Backend).Name
+		for _, peer := range rep.Runs {
+			if peer.PeerOf == "" || peer.Workload != ours.Workload || peer.Via != ours.Via {
+				continue
+			}
+			if peer.PeerOf != name && name != Raft {
+				continue
+			}
+			c := Comparison{Workload: ours.Workload, Via: ours.Via, Ours: ours.Backend, Peer: peer.Backend,
+				Lacks: lacks(ours.Caps, peer.Caps)}
+			if peer.LatencyUS.P50 > 0 {
+				c.P50Ratio = ours.LatencyUS.P50 / peer.LatencyUS.P50
+			}
+			if peer.OpsPerSec > 0 {
+				c.OpsRatio = ours.OpsPerSec / peer.OpsPerSec
+			}
+			rep.Comparisons = append(rep.Comparisons, c)
+		}
+	}
+}
+
+// lacks names what peer does not guarantee and ours does.
+func lacks(ours, peer Caps) []string {
+	var out []string
+	for _, c := range []struct {
+		name      string
+		has, need bool
+	}{
+		{"fencing", peer.Fencing, ours.Fencing},
+		{"ttl", peer.TTL, ours.TTL},
+		{"fifo", peer.FIFO, ours.FIFO},
+		{"inspect", peer.Inspect, ours.Inspect},
+	} {
+		if c.need && !c.has {
+			out = append(out, c.name)
+		}
+	}
+	return out
+}
+
+// capsText marks what a backend guarantees: "fencing ttl fifo inspect",
+// with "no-" before each that it lacks, and "session" for locks on a
+// client session.
+func capsText(c Caps) string {
+	var parts []string
+	for _, x := range []struct {
+		name string
+		has  bool
+	}{{"fencing", c.Fencing}, {"ttl", c.TTL}, {"fifo", c.FIFO}, {"inspect", c.Inspect}} {
+		if x.has {
+			parts = append(parts, x.name)
+		} else {
+			parts = append(parts, "no-"+x.name)
+		}
+	}
+	if c.Session {
+		parts = append(parts, "session")
+	}
+	return strings.Join(parts, " ")
+}
+
+// modesHTML is the table of the modes the run measured and what each
+// guarantees, then the comparisons.
+func (rep *Report) modesHTML() string {
+	var b strings.Builder
+	esc := html.EscapeString
+	seen := map[string]bool{}
+	b.WriteString("<h2>Modes</h2>\n<p>Each backend as it ran, and what it guarantees (<i>no-</i>: it does not).</p>\n")
+	b.WriteString(`<table id="modes" style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
+	b.WriteString("<tr><th>backend</th><th>variant</th><th>peer of</th><th>mode</th><th>guarantees</th></tr>\n")
+	for _, r := range rep.Runs {
+		if seen[r.Backend] {
+			continue
+		}
+		seen[r.Backend] = true
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+			esc(r.Backend), esc(r.Variant), esc(r.PeerOf), esc(r.Mode), esc(capsText(r.Caps)))
+	}
+	b.WriteString("</table>\n")
+	if len(rep.Comparisons) == 0 {
+		return b.String()
+	}
+	b.WriteString(`<h2>Ours beside the peers</h2>
+<p>Same run, same workloads: <i>p50 ratio</i> is ours over the peer's (below 1: ours is faster), <i>ops ratio</i> ours over
+the peer's (above 1: ours does more). <i>peer lacks</i> is what the peer does not guarantee and ours does.</p>
+`)
+	b.WriteString(`<table id="comparisons" style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
+	b.WriteString("<tr><th>workload</th><th>via</th><th>ours</th><th>peer</th><th>p50 ratio</th><th>ops ratio</th><th>peer lacks</th></tr>\n")
+	for _, c := range rep.Comparisons {
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.2f</td><td>%.2f</td><td>%s</td></tr>\n",
+			esc(c.Workload), esc(c.Via), esc(c.Ours), esc(c.Peer), c.P50Ratio, c.OpsRatio, esc(strings.Join(c.Lacks, ", ")))
+	}
+	b.WriteString("</table>\n")
+	return b.String()
+}
+
+// comparisonRows are the comparisons as rows for a terminal.
+func (rep *Report) comparisonRows() [][]string {
+	var rows [][]string
+	for _, c := range rep.Comparisons {
+		rows = append(rows, []string{c.Workload, c.Via, c.Ours, c.Peer, fmt.Sprintf("%.2f", c.P50Ratio),
+			fmt.Sprintf("%.2f", c.OpsRatio), strings.Join(c.Lacks, ",")})
+	}
+	return rows
+}

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPeersSmoke measures every peer library beside the backend of ours on
+// the same servers, in one run: every run made progress and states its
+// mode and guarantees, ours is set beside each of its peers as ratios, and
+// the HTML report shows the modes and the comparisons.
+func TestPeersSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis, postgres, etcd and zookeeper")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	names := []string{Etcd, EtcdMutex, "redlock:single", Redsync, Redislock, PGAdvisory, ZooKeeper}
+	var log bytes.Buffer
+	s, err := Provision(ctx, names, ProvisionOptions{Log: &log})
+	if err != nil {
+		t.Fatalf("provision: %v\n%s", err, log.String())
+	}
+	defer s.Close()
+	rep, err := RunLatency(ctx, s, LatencyConfig{
+		Backends:  names,
+		Workloads: []string{Sequential, Contended},
+		Clients:   4,
+		Duration:  time.Second,
+		Rounds:    1,
+		Progress:  testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	for _, r := range rep.Runs {
+		if r.Ops == 0 || r.Errors != 0 || r.Mode == "" || r.Variant == "" {
+			t.Errorf("%s %s: ops %d, errors %d %v, variant %q, mode %q", r.Backend, r.Workload, r.Ops, r.Errors, r.ErrorKinds, r.Variant, r.Mode)
+		}
+		if isPeer := r.PeerOf != ""; isPeer == slices.Contains(Ours, r.Backend) {
+			t.Errorf("%s: peer of %q", r.Backend, r.PeerOf)
+		}
+	}
+	// The caps the report shows are what the libraries offer.
+	caps := map[string]Caps{}
+	for _, r := range rep.Runs {
+		caps[r.Backend] = r.Caps
+	}
+	if caps[Redsync].Fencing || caps[Redislock].Fencing || caps[PGAdvisory].TTL || !caps[ZooKeeper].Fencing || !caps[EtcdMutex].Session {
+		t.Errorf("caps %+v", caps)
+	}
+	// etcd beside etcd-mutex and zookeeper (the recipe it implements), and
+	// beside nothing of redis's.
+	pairs := map[string]bool{}
+	for _, c := range rep.Comparisons {
+		pairs[c.Ours+"/"+c.Peer+"/"+c.Workload] = true
+		if !(c.P50Ratio > 0 && c.OpsRatio > 0) {
+			t.Errorf("comparison %+v: want positive ratios", c)
+		}
+	}
+	for _, want := range []string{"etcd/etcd-mutex/sequential", "etcd/zookeeper/contended"} {
+		if !pairs[want] {
+			t.Errorf("no comparison %s in %v", want, pairs)
+		}
+	}
+	if pairs["etcd/redsync/sequential"] {
+		t.Error("etcd compared with redsync, a peer of redlock")
+	}
+	page := filepath.Join(t.TempDir(), "peers.html")
+	if err := WriteFile(page, rep.WriteHTML); err != nil {
+		t.Fatal(err)
+	}
+	dom := dumpDOM(t, page)
+	for _, want := range []string{`id="modes"`, `id="comparisons"`, "<td>no-fencing", "<td>pg-advisory</td>"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the HTML report has no %s", want)
+		}
+	}
+}
+
+// TestMatrixSmoke runs the matrix on two peers and two faults, briefly, and
+// renders its one-page report: the grid has a cell per backend × fault,
+// the decision table a row per backend, and a lease lock under a client
+// pause loses mutual exclusion (the known limit of leases) while one
+// without a TTL does not.
+func TestMatrixSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault campaigns")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := ShortMatrix()
+	cfg.Backends = []string{Redislock, PGAdvisory}
+	cfg.Faults = []string{FaultClientPause, FaultClock}
+	cfg.Latency.Duration = 500 * time.Millisecond
+	cfg.Latency.Clients = 2
+	cfg.Campaign = 6 * time.Second
+	cfg.Progress = testWriter{t}
+	var log bytes.Buffer
+	cfg.Log = &log
+	rep, err := RunMatrix(ctx, cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	if len(rep.Cells) != 4 || len(rep.Decisions) != 2 {
+		t.Fatalf("%d cells, %d decisions: want 4 and 2", len(rep.Cells), len(rep.Decisions))
+	}
+	for _, c := range rep.Cells {
+		switch {
+		case c.Skipped != "":
+			t.Errorf("%s under %s skipped: %s", c.Backend, c.Fault, c.Skipped)
+		case c.Cycles == 0:
+			t.Errorf("%s under %s: no cycles", c.Backend, c.Fault)
+		case c.Backend == Redislock && c.Fault == FaultClientPause && c.Overlaps == 0:
+			t.Errorf("redislock under a client pause: no overlap; a lease without fencing must show one")
+		case c.Backend == PGAdvisory && c.Overlaps != 0:
+			t.Errorf("pg-advisory under %s: %d overlaps", c.Fault, c.Overlaps)
+		}
+	}
+	page := filepath.Join(t.TempDir(), "matrix.html")
+	if err := WriteFile(page, rep.WriteHTML); err != nil {
+		t.Fatal(err)
+	}
+	checkRenders(t, page)
+	dom := dumpDOM(t, page)
+	for _, want := range []string{`id="grid"`, `id="decisions"`, "fit for efficiency only"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("the matrix report has no %s", want)
+		}
+	}
+}
