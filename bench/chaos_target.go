@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -278,7 +279,13 @@ func redisPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error
 func redisClock(env faultEnv, rng *rand.Rand, ttl time.Duration) (func() error, string, error) {
 	rs := env.s.Redis
 	jump := between(rng, 2*ttl, 4*ttl)
+	// A majority, always with redis 0: the one server of the
+	// single-Redis backends (redlock:single, redislock), so that the
+	// jump reaches them too.
 	idx := rng.Perm(len(rs))[:len(rs)/2+1]
+	if !slices.Contains(idx, 0) {
+		idx[0] = 0
+	}
 	for _, i := range idx {
 		if err := jumpRedisClock(rs[i].Addr, jump); err != nil {
 			return nil, "", err

@@ -39,7 +39,9 @@ type MatrixConfig struct {
 // before a decision rather than overnight.
 func ShortMatrix() MatrixConfig {
 	return MatrixConfig{
-		Latency:  LatencyConfig{Workloads: []string{Sequential, Parallel, Contended}, Clients: 8, Duration: 2 * time.Second, Rounds: 1},
+		Latency: LatencyConfig{Workloads: []string{Sequential, Parallel, Contended}, Clients: 8, Duration: 2 * time.Second, Rounds: 1},
+		// 8 s: the schedule's first fault comes 2–4 s in, and none
+		// starts in the last 3 s, so every campaign injects one at least.
 		Campaign: 8 * time.Second,
 		Seed:     1,
 	}
@@ -61,7 +63,9 @@ type MatrixCell struct {
 	Backend string `json:"backend"`
 	Fault   string `json:"fault"`
 	// Skipped says why the fault does not apply to the backend.
-	Skipped             string  `json:"skipped,omitempty"`
+	Skipped string `json:"skipped,omitempty"`
+	// Injected counts the faults the campaign injected.
+	Injected            int     `json:"injected"`
 	Cycles              int     `json:"cycles"`
 	Overlaps            int     `json:"overlaps"`
 	StaleWritesAccepted int     `json:"stale_writes_accepted"`
@@ -73,6 +77,10 @@ type MatrixCell struct {
 	// ExpectedToBreak: the fault is known to break mutual exclusion on the
 	// backend (Fault.BreaksSafety).
 	ExpectedToBreak bool `json:"expected_to_break"`
+	// Valid is false when the campaign injected nothing, or a fault
+	// expected to break the backend showed no overlap: it then tested
+	// nothing (ChaosReport.Valid).
+	Valid bool `json:"valid"`
 }
 
 // Decision is one backend's row of the decision table.
@@ -190,6 +198,8 @@ func matrixRow(ctx context.Context, cfg MatrixConfig, backend, dir string) ([]Ma
 		cell.StaleWritesAccepted, cell.StaleWritesRejected = r.StaleWritesAccepted, r.StaleWritesRejected
 		cell.Linearizable, cell.UnavailableS, cell.MaxRecoveryS = r.Linearizable, r.UnavailableS, r.MaxRecoveryS
 		cell.ExpectedToBreak = f.BreaksSafety(backend)
+		cell.Injected = len(r.Injected)
+		cell.Valid = r.Valid && cell.Injected > 0
 		cells = append(cells, cell)
 	}
 	return cells, nil
@@ -240,6 +250,8 @@ func verdict(d Decision, tried int) string {
 		return "not tried under faults in this run"
 	case len(d.BrokenBy) == 0 && d.Caps.Fencing:
 		return "held mutual exclusion under every fault tried, with fencing tokens: fit for correctness"
+	case len(d.BrokenBy) == 0 && !d.Caps.TTL:
+		return "held mutual exclusion under every fault tried, having no TTL: a holder that stops keeps the lock until its connection ends, so a hung client blocks the key; no fencing token"
 	case len(d.BrokenBy) == 0:
 		return "held mutual exclusion under every fault tried, but gives no fencing token: a paused holder that wakes late can still act"
 	case d.Caps.Fencing && d.StaleWritesAccepted == 0:
@@ -286,8 +298,12 @@ func (c MatrixCell) text() string {
 	if !c.Fenced {
 		stale = "n/a (no fencing)"
 	}
-	return fmt.Sprintf("cycles %d · overlaps %d · stale accepted %s · linearizable %v · unavailable %.1f s · recovery ≤ %.1f s",
-		c.Cycles, c.Overlaps, stale, c.Linearizable, c.UnavailableS, c.MaxRecoveryS)
+	text := fmt.Sprintf("%d injected · cycles %d · overlaps %d · stale accepted %s · linearizable %v · unavailable %.1f s · recovery ≤ %.1f s",
+		c.Injected, c.Cycles, c.Overlaps, stale, c.Linearizable, c.UnavailableS, c.MaxRecoveryS)
+	if !c.Valid {
+		text += " · INVALID: tested nothing"
+	}
+	return text
 }
 
 // WriteHTML writes one self-contained page: the latency report (table,
