@@ -160,3 +160,18 @@ func hasControl(s string) bool {
 	}
 	return false
 }
+
+// ValidateClientConfig checks the two settings every backend's Config
+// shares, whatever the backend: the drift factor (in [0, 0.5): a lease
+// whose drift allowance were half its TTL or more would be over before it
+// began) and the client id (an owner: at most MaxOwnerLen bytes). The
+// error names the field; a backend prefixes it with its Config's name.
+func ValidateClientConfig(driftFactor float64, clientID string) error {
+	if driftFactor < 0 || driftFactor >= 0.5 {
+		return fmt.Errorf("DriftFactor: %v is outside [0, 0.5)", driftFactor)
+	}
+	if len(clientID) > MaxOwnerLen {
+		return fmt.Errorf("ClientID: %d bytes, longer than the maximum of %d", len(clientID), MaxOwnerLen)
+	}
+	return nil
+}

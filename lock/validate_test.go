@@ -153,3 +153,26 @@ func TestValidateLease(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateClientConfig: the shared Config checks accept the defaults
+// and the edges inside, and refuse a drift factor outside [0, 0.5) and an
+// over-long client id, naming the field.
+func TestValidateClientConfig(t *testing.T) {
+	for _, ok := range []struct {
+		drift float64
+		id    string
+	}{{0, ""}, {lock.DefaultDriftFactor, "c"}, {0.499, strings.Repeat("x", lock.MaxOwnerLen)}} {
+		if err := lock.ValidateClientConfig(ok.drift, ok.id); err != nil {
+			t.Errorf("lock.ValidateClientConfig(%v, %d bytes) = %v", ok.drift, len(ok.id), err)
+		}
+	}
+	for _, bad := range []struct {
+		drift float64
+		id    string
+		field string
+	}{{-0.01, "", "DriftFactor"}, {0.5, "", "DriftFactor"}, {0, strings.Repeat("x", lock.MaxOwnerLen+1), "ClientID"}} {
+		if err := lock.ValidateClientConfig(bad.drift, bad.id); err == nil || !strings.HasPrefix(err.Error(), bad.field+":") {
+			t.Errorf("lock.ValidateClientConfig(%v, %d bytes) = %v, want an error naming %s", bad.drift, len(bad.id), err, bad.field)
+		}
+	}
+}

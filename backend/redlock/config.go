@@ -111,14 +111,11 @@ func (c Config) Validate() error {
 	if c.NodeTimeout < 0 {
 		return fmt.Errorf("redlock: Config.NodeTimeout: %v is negative", c.NodeTimeout)
 	}
-	if c.DriftFactor < 0 || c.DriftFactor >= 0.5 {
-		return fmt.Errorf("redlock: Config.DriftFactor: %v is outside [0, 0.5)", c.DriftFactor)
-	}
 	if c.PoolSize < 0 {
 		return fmt.Errorf("redlock: Config.PoolSize: %d is negative", c.PoolSize)
 	}
-	if len(c.ClientID) > lock.MaxOwnerLen {
-		return fmt.Errorf("redlock: Config.ClientID: %d bytes, longer than the maximum of %d", len(c.ClientID), lock.MaxOwnerLen)
+	if err := lock.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
+		return fmt.Errorf("redlock: Config.%w", err)
 	}
 	return nil
 }

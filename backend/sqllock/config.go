@@ -145,10 +145,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sqllock: Config.QueryTimeout: %v is negative", c.QueryTimeout)
 	case c.ListenPing < 0:
 		return fmt.Errorf("sqllock: Config.ListenPing: %v is negative", c.ListenPing)
-	case c.DriftFactor < 0 || c.DriftFactor >= 0.5:
-		return fmt.Errorf("sqllock: Config.DriftFactor: %v is outside [0, 0.5)", c.DriftFactor)
-	case len(c.ClientID) > lock.MaxOwnerLen:
-		return fmt.Errorf("sqllock: Config.ClientID: %d bytes, longer than the maximum of %d", len(c.ClientID), lock.MaxOwnerLen)
+	}
+	if err := lock.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
+		return fmt.Errorf("sqllock: Config.%w", err)
 	}
 	return nil
 }

@@ -140,11 +140,8 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		return fmt.Errorf("zklike: Config.RequestTimeout: %v is negative", c.RequestTimeout)
 	}
-	if c.DriftFactor < 0 || c.DriftFactor >= 0.5 {
-		return fmt.Errorf("zklike: Config.DriftFactor: %v is outside [0, 0.5)", c.DriftFactor)
-	}
-	if len(c.ClientID) > lock.MaxOwnerLen {
-		return fmt.Errorf("zklike: Config.ClientID: %d bytes, longer than the maximum of %d", len(c.ClientID), lock.MaxOwnerLen)
+	if err := lock.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
+		return fmt.Errorf("zklike: Config.%w", err)
 	}
 	return nil
 }
