@@ -1,5 +1,5 @@
 // Package servers starts and stops real server processes — redis-server,
-// PostgreSQL, etcd and `lockgate node` — on free 127.0.0.1 ports, and offers
+// PostgreSQL, etcd, ZooKeeper and `lockgate node` — on free 127.0.0.1 ports, and offers
 // the fault-injection primitives that tests and `lockgate bench` need:
 // Pause/Resume (SIGSTOP/SIGCONT), Kill (SIGKILL), Stop (graceful, with a
 // SIGKILL fallback) and Restart on the same ports and data.
@@ -17,7 +17,8 @@
 // output drained, so nothing is logged after Close.
 //
 // The binaries are Debian's: redis-server (package redis-server), etcd
-// (package etcd-server, v3.4 flags) and PostgreSQL under
+// (package etcd-server, v3.4 flags), ZooKeeper 3.8 (package zookeeper, on
+// the JVM) and PostgreSQL under
 // /usr/lib/postgresql/*/bin (package postgresql). A missing one is reported
 // as a *MissingError, which matches ErrNotInstalled.
 //

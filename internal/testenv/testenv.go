@@ -1,5 +1,5 @@
 // Package testenv starts real server processes (Redis, PostgreSQL, etcd,
-// `lockgate node`) for the tests of lockgate's lock backends, and offers the
+// ZooKeeper, `lockgate node`) for the tests of lockgate's lock backends, and offers the
 // fault-injection hooks those tests need: Pause/Resume (SIGSTOP/SIGCONT),
 // Kill (SIGKILL), Stop (graceful, with a SIGKILL fallback) and Restart on
 // the same port and data.
@@ -13,7 +13,8 @@
 // ends), and a failure to start fails the test.
 //
 // The binaries are Debian's: redis-server (package redis-server), etcd
-// (package etcd-server, v3.4 flags) and PostgreSQL under
+// (package etcd-server, v3.4 flags), ZooKeeper 3.8 (package zookeeper) and
+// PostgreSQL under
 // /usr/lib/postgresql/*/bin (package postgresql). When one is missing the
 // test is skipped, or fails when the environment variable CI is "true", with
 // a message naming the package to install.
