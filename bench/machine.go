@@ -61,6 +61,10 @@ func ReadMachine() Machine {
 			m.Versions[name] = v
 		}
 	}
+	// ZooKeeper has no version flag; the Debian package names its jar.
+	if jars, _ := filepath.Glob("/usr/share/java/zookeeper-3*.jar"); len(jars) > 0 {
+		m.Versions["zookeeper"] = strings.TrimSuffix(filepath.Base(jars[0]), ".jar")
+	}
 	return m
 }
 
