@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 )
 
@@ -88,5 +89,17 @@ func setupLogging(w io.Writer, level string) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})))
+	// go-redis prints its connection pool's dial failures to stderr, a
+	// line per failed dial: a Redis master down for a second (a fault
+	// campaign, a restart) would flood the terminal. Each backend reports
+	// what a caller needs in its errors; the pool's lines go to debug.
+	redis.SetLogger(redisLog{})
 	return nil
+}
+
+// redisLog routes go-redis's internal log lines to slog at debug level.
+type redisLog struct{}
+
+func (redisLog) Printf(ctx context.Context, format string, v ...any) {
+	slog.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
