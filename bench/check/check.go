@@ -8,7 +8,8 @@
 // Visualize, which writes to the io.Writer it is given.
 //
 // All times are time.Durations since the campaign start, read from one
-// monotonic clock.
+// monotonic clock; in JSON (a campaign's history file) they are
+// nanoseconds.
 //
 // The checkers:
 //
@@ -18,8 +19,11 @@
 //     one it had accepted before (must never happen), how many stale writes it
 //     rejected (the fence at work), and how many out-of-order writes the
 //     unfenced store applied (what the fence protects against).
+//   - Tokens: no fencing token granted twice for a key, and none lower than
+//     one granted for the key before it was requested.
 //   - Linearizable: the acquire/release history is linearizable with respect
-//     to a lease-lock model (porcupine), see lockModel.
+//     to a lease-lock model (porcupine), see lockModel, key by key with a
+//     time bound per key (LinearizabilityByKey).
 //   - Availability: how long no acquire succeeded, and how long each fault
 //     took to recover from.
 package check
@@ -62,39 +66,40 @@ func (k Kind) String() string {
 type Op struct {
 	// Client numbers the client, from zero (porcupine's visualisation
 	// wants zero-based client ids).
-	Client int
-	Key    string
-	Kind   Kind
+	Client int    `json:"client"`
+	Key    string `json:"key"`
+	Kind   Kind   `json:"kind"`
 	// Start is the invocation, End the completion (for an Unknown op: when
 	// the client gave up). A retried request that may return the first
 	// attempt's grant (raftlock's idempotent handles) must be recorded as one
 	// op starting at the first attempt.
-	Start, End time.Duration
+	Start time.Duration `json:"start"`
+	End   time.Duration `json:"end"`
 	// OK: completed successfully (Acquire granted; Release confirmed; Write
 	// accepted by its store).
-	OK bool
+	OK bool `json:"ok,omitempty"`
 	// Unknown: the outcome is unknown (timeout, connection lost): the op may
 	// or may not have taken effect. Mutually exclusive with OK. An op that is
 	// neither OK nor Unknown definitely failed: an Acquire that was not
 	// granted, a Release answered "not held", a Write the store rejected.
-	Unknown bool
+	Unknown bool `json:"unknown,omitempty"`
 	// Token: for an OK Acquire the fencing token granted; for Release and
 	// Write the token of the lease used.
-	Token uint64
+	Token uint64 `json:"token,omitempty"`
 	// TTL is, for an Acquire, the lease TTL requested (0 means
 	// lock.DefaultTTL). Renewals are not recorded, so leases must not be
 	// auto-renewed during a campaign.
-	TTL time.Duration
+	TTL time.Duration `json:"ttl,omitempty"`
 	// Deadline is, for an OK Acquire, the lease deadline on the client: the
 	// latest instant the client may believe it holds the lock. Zero means
 	// not recorded (the belief then lasts until release or last write).
-	Deadline time.Duration
+	Deadline time.Duration `json:"deadline,omitempty"`
 	// Fenced (Write only): true for a write to the fenced store, false for
 	// the unfenced store.
-	Fenced bool
+	Fenced bool `json:"fenced,omitempty"`
 	// StoreSeq (Write only) is, for an OK write, the order in which its store
 	// applied it: increasing per store, 0 when not applied.
-	StoreSeq uint64
+	StoreSeq uint64 `json:"seq,omitempty"`
 }
 
 func (o Op) String() string {
@@ -132,8 +137,9 @@ func (h History) span() (start, end time.Duration) {
 // Fault is an injected fault: Start is when it was injected, Heal when it
 // was healed.
 type Fault struct {
-	Name        string
-	Start, Heal time.Duration
+	Name  string        `json:"name"`
+	Start time.Duration `json:"start"`
+	Heal  time.Duration `json:"heal"`
 }
 
 // Options tune Check. The zero value is usable.
@@ -141,10 +147,19 @@ type Options struct {
 	// Gap is the longest interval without a successful acquire that still
 	// counts as available (default 1 s).
 	Gap time.Duration
-	// LinearizabilityTimeout bounds porcupine's search (0: default 5 min;
-	// negative: no bound). A search that times out reports Linearizable
-	// false with LinearizabilityResult porcupine.Unknown.
+	// LinearizabilityTimeout bounds porcupine's search over all keys (0:
+	// default 5 min; negative: no bound). A key whose search has not
+	// finished by then is Unknown: Linearizable is false, and
+	// LinearizabilityResult porcupine.Unknown unless another key is
+	// Illegal.
 	LinearizabilityTimeout time.Duration
+	// LinearizabilityKeyTimeout bounds the search of one key in Check
+	// (0: default 1 min; negative: only LinearizabilityTimeout bounds it).
+	LinearizabilityKeyTimeout time.Duration
+	// NoTokens skips the token check: the history's tokens were not given
+	// by the backend (a lock without fencing tokens, whose campaign numbers
+	// the grants itself).
+	NoTokens bool
 	// ExpirySlack is how much earlier than call+TTL the backend may expire a
 	// lease in the linearizability model (its clock may run faster than the
 	// campaign's). Nil means the lock contract's drift allowance,
@@ -163,6 +178,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LinearizabilityTimeout < 0 {
 		o.LinearizabilityTimeout = 0
+	}
+	if o.LinearizabilityKeyTimeout == 0 {
+		o.LinearizabilityKeyTimeout = time.Minute
+	}
+	if o.LinearizabilityKeyTimeout < 0 {
+		o.LinearizabilityKeyTimeout = 0
 	}
 	if o.MaxExamples <= 0 {
 		o.MaxExamples = 5
@@ -186,16 +207,28 @@ type Result struct {
 	// UnfencedConflicts counts unfenced-store writes applied with a token
 	// lower than one that store had applied before for the key.
 	UnfencedConflicts int
+	// TokensChecked is false when Options.NoTokens skipped the token
+	// check.
+	TokensChecked bool
+	// TokensReused counts grants of a key whose token an earlier grant of
+	// the key carried; TokenRegressions grants whose token is lower than
+	// one granted for the key before they were requested (see Tokens).
+	// Both must be 0.
+	TokensReused, TokenRegressions int
+	// TokenExamples describes a few of them.
+	TokenExamples []string
 	// Linearizable reports whether the acquire/release history is
-	// linearizable (false also when the search timed out: see
-	// LinearizabilityResult).
+	// linearizable: every key's search ended Ok (false also when one timed
+	// out: see LinearizabilityResult).
 	Linearizable bool
-	// LinearizabilityResult is porcupine's verdict: Ok, Illegal, or Unknown
-	// (timed out).
+	// LinearizabilityResult sums up the keys' verdicts: Ok when all are
+	// Ok, Illegal when any is, else Unknown (a search timed out).
 	LinearizabilityResult porcupine.CheckResult
-	// LinearizabilityInfo is filled whenever the history has lock
-	// operations, also when it is linearizable, for Visualize.
-	LinearizabilityInfo porcupine.LinearizationInfo
+	// LinearizabilityKeys is every key's verdict, in key order (Visualize
+	// the ones that are not Ok); LinearizabilityUnknownKeys counts the
+	// Unknown ones.
+	LinearizabilityKeys        []KeyVerdict
+	LinearizabilityUnknownKeys int
 	// Unavailable is the total length of the gaps longer than Options.Gap
 	// between successful acquire completions (see Availability).
 	Unavailable time.Duration
@@ -209,6 +242,19 @@ type Result struct {
 	Recovered []bool
 	// MaxRecovery is the largest of Recoveries.
 	MaxRecovery time.Duration
+	// Availability is the lock-delay and the recovery per fault kind.
+	Availability []KindAvailability
+}
+
+// NotOkKeys returns the keys whose linearizability verdict is not Ok.
+func (r Result) NotOkKeys() []string {
+	var keys []string
+	for _, v := range r.LinearizabilityKeys {
+		if v.Result != porcupine.Ok {
+			keys = append(keys, v.Key)
+		}
+	}
+	return keys
 }
 
 // Check runs every checker over h.
@@ -217,12 +263,18 @@ func Check(h History, faults []Fault, opts Options) Result {
 	var r Result
 	r.Overlaps, r.OverlapExamples = overlaps(h, opts.MaxExamples)
 	r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts = StaleWrites(h)
-	r.LinearizabilityResult, r.LinearizabilityInfo = LinearizabilityCheck(h, opts)
+	if !opts.NoTokens {
+		r.TokensChecked = true
+		r.TokensReused, r.TokenRegressions, r.TokenExamples = Tokens(h, opts.MaxExamples)
+	}
+	r.LinearizabilityKeys = LinearizabilityByKey(h, opts)
+	r.LinearizabilityResult, r.LinearizabilityUnknownKeys = Verdict(r.LinearizabilityKeys)
 	r.Linearizable = r.LinearizabilityResult == porcupine.Ok
 	r.Unavailable = totalGaps(h, opts.Gap)
 	r.Recoveries, r.Recovered = RecoveryTimes(h, faults)
 	for _, d := range r.Recoveries {
 		r.MaxRecovery = max(r.MaxRecovery, d)
 	}
+	r.Availability = AvailabilityByKind(h, faults)
 	return r
 }

@@ -39,8 +39,11 @@ func TestCheckGCPause(t *testing.T) {
 	if !r.Linearizable || r.LinearizabilityResult != porcupine.Ok {
 		t.Errorf("linearizable = %v (%v), want true", r.Linearizable, r.LinearizabilityResult)
 	}
-	if r.LinearizabilityInfo.PartialLinearizations() == nil {
-		t.Errorf("no LinearizationInfo")
+	if len(r.LinearizabilityKeys) != 1 || r.LinearizabilityKeys[0].Key != "k" || r.LinearizabilityUnknownKeys != 0 {
+		t.Errorf("per-key verdicts %+v, unknown %d; want one Ok for k", r.LinearizabilityKeys, r.LinearizabilityUnknownKeys)
+	}
+	if !r.TokensChecked || r.TokensReused != 0 || r.TokenRegressions != 0 {
+		t.Errorf("tokens checked %v: reused %d, regressions %d; want 0, 0", r.TokensChecked, r.TokensReused, r.TokenRegressions)
 	}
 	// grants at 1, 120, 311 in [0, 321 ms]: no gap beyond 1 s.
 	if r.Unavailable != 0 {

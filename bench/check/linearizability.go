@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -372,19 +374,126 @@ func Linearizable(h History, timeout time.Duration) (bool, porcupine.Linearizati
 
 // LinearizabilityCheck is Linearizable with options (LinearizabilityTimeout,
 // ExpirySlack) and porcupine's three-way verdict: Ok, Illegal, or Unknown
-// (timed out).
+// (timed out). It searches every key at once under one time bound and
+// keeps what Visualize needs: for a campaign's history use
+// LinearizabilityByKey, which bounds each key's search on its own.
 func LinearizabilityCheck(h History, opts Options) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	opts = opts.withDefaults()
 	return porcupine.CheckOperationsVerbose(lockModel, Operations(h, opts.ExpirySlack), opts.LinearizabilityTimeout)
 }
 
+// KeyVerdict is porcupine's verdict on one key's acquire/release history.
+type KeyVerdict struct {
+	Key string
+	// Result is Ok, Illegal, or Unknown: the key's search ran out of its
+	// time (Options.LinearizabilityKeyTimeout, or what was left of
+	// Options.LinearizabilityTimeout when it started).
+	Result porcupine.CheckResult
+	// Ops is how many operations of the key the model saw.
+	Ops int
+	// Elapsed is how long its search took.
+	Elapsed time.Duration
+}
+
+// LinearizabilityByKey checks each key's acquire/release history on its
+// own: the keys are independent in the model, so the history is
+// linearizable iff every key's is. Up to GOMAXPROCS keys are searched at
+// once, each bounded by Options.LinearizabilityKeyTimeout and all together
+// by Options.LinearizabilityTimeout: a key whose search runs out of time,
+// or that has none left when its turn comes, is Unknown rather than
+// holding up the others. The verdicts are in key order.
+func LinearizabilityByKey(h History, opts Options) []KeyVerdict {
+	opts = opts.withDefaults()
+	parts := partitionByKey(Operations(h, opts.ExpirySlack))
+	out := make([]KeyVerdict, len(parts))
+	var deadline time.Time
+	if opts.LinearizabilityTimeout > 0 {
+		deadline = time.Now().Add(opts.LinearizabilityTimeout)
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(parts)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				out[i] = checkKey(parts[i], opts.LinearizabilityKeyTimeout, deadline)
+			}
+		}()
+	}
+	for i := range parts {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
+}
+
+// checkKey runs porcupine on one key's operations for at most budget
+// (≤ 0: no bound) and not past deadline (zero: none).
+func checkKey(ops []porcupine.Operation, budget time.Duration, deadline time.Time) KeyVerdict {
+	v := KeyVerdict{Key: ops[0].Input.(lockInput).Key, Ops: len(ops), Result: porcupine.Unknown}
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return v
+		}
+		if budget <= 0 || left < budget {
+			budget = left
+		}
+	}
+	start := time.Now()
+	v.Result = porcupine.CheckOperationsTimeout(lockModel, ops, max(budget, 0))
+	v.Elapsed = time.Since(start)
+	return v
+}
+
+// Verdict sums up per-key verdicts: Ok when every key is Ok, Illegal when
+// any key is, else Unknown; and how many keys are Unknown.
+func Verdict(vs []KeyVerdict) (res porcupine.CheckResult, unknown int) {
+	res = porcupine.Ok
+	for _, v := range vs {
+		switch v.Result {
+		case porcupine.Illegal:
+			res = porcupine.Illegal
+		case porcupine.Unknown:
+			unknown++
+			if res == porcupine.Ok {
+				res = porcupine.Unknown
+			}
+		}
+	}
+	return res, unknown
+}
+
 // Visualize writes porcupine's HTML visualisation of the lock history: for
 // each key, the operations and the longest linearizations found. info is
-// what Linearizable or Check returned for h; when it is the zero value the
-// check is run again (without a time bound) to get it.
+// what Linearizable or LinearizabilityCheck returned for h; when it is the
+// zero value the check is run again (without a time bound) to get it.
 func Visualize(h History, info porcupine.LinearizationInfo, w io.Writer) error {
 	if info.PartialLinearizations() == nil {
 		_, info = porcupine.CheckOperationsVerbose(lockModel, Operations(h, nil), 0)
 	}
+	return porcupine.Visualize(lockModel, info, w)
+}
+
+// VisualizeKeys is Visualize for the given keys of h only (nil: every key),
+// with the search bounded by timeout (≤ 0: no bound): what is worth
+// looking at in a long history is the keys that were not Ok.
+func VisualizeKeys(h History, keys []string, timeout time.Duration, w io.Writer) error {
+	if keys != nil {
+		want := make(map[string]bool, len(keys))
+		for _, k := range keys {
+			want[k] = true
+		}
+		var sub History
+		for _, o := range h {
+			if want[o.Key] {
+				sub = append(sub, o)
+			}
+		}
+		h = sub
+	}
+	_, info := porcupine.CheckOperationsVerbose(lockModel, Operations(h, nil), max(timeout, 0))
 	return porcupine.Visualize(lockModel, info, w)
 }

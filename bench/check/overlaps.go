@@ -1,6 +1,7 @@
 package check
 
 import (
+	"container/heap"
 	"fmt"
 	"math"
 	"sort"
@@ -102,21 +103,75 @@ func overlaps(h History, maxExamples int) (int, []string) {
 	for _, k := range sortedKeys(byKey) {
 		bs := byKey[k]
 		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Start < bs[j].Start })
-		sweep(bs, func(a, b int) {
-			if bs[a].Client == bs[b].Client {
-				return
+		n += countOverlaps(bs, func(a, b int) bool {
+			if len(examples) >= maxExamples {
+				return false
 			}
-			n++
-			if len(examples) < maxExamples {
-				examples = append(examples, fmt.Sprintf("key %q: %v overlaps %v", k, bs[a], bs[b]))
-			}
-		}, nil)
+			examples = append(examples, fmt.Sprintf("key %q: %v overlaps %v", k, bs[a], bs[b]))
+			return true
+		})
 	}
 	return n, examples
 }
 
-// sweep is the one overlap check of this package, shared by Overlaps (a
-// campaign's beliefs) and CheckHistory (a test's holds). bs are the
+// countOverlaps counts the pairs of beliefs of different clients in bs (one
+// key's, sorted by Start) that intersect, as sweep would visit them, in
+// O(n log n) whatever the number of pairs: the beliefs still running when
+// bs[b] starts are a heap by End, and the pairs bs[b] closes are those
+// running beliefs less the ones of its own client. example(a, b) is
+// called for some of the pairs, in start order within each b, until it
+// returns false.
+func countOverlaps(bs []Belief, example func(a, b int) bool) int {
+	running := &endHeap{bs: bs}
+	mine := make(map[int]int) // running beliefs per client
+	n := 0
+	wantExamples := example != nil
+	for b := range bs {
+		for running.Len() > 0 && bs[running.idx[0]].End <= bs[b].Start {
+			mine[bs[heap.Pop(running).(int)].Client]--
+		}
+		pairs := running.Len() - mine[bs[b].Client]
+		n += pairs
+		if pairs > 0 && wantExamples {
+			as := make([]int, 0, running.Len())
+			for _, a := range running.idx {
+				if bs[a].Client != bs[b].Client {
+					as = append(as, a)
+				}
+			}
+			sort.Ints(as)
+			for _, a := range as {
+				if !example(a, b) {
+					wantExamples = false
+					break
+				}
+			}
+		}
+		heap.Push(running, b)
+		mine[bs[b].Client]++
+	}
+	return n
+}
+
+// endHeap is indices of bs, a min-heap by End.
+type endHeap struct {
+	bs  []Belief
+	idx []int
+}
+
+func (h *endHeap) Len() int           { return len(h.idx) }
+func (h *endHeap) Less(i, j int) bool { return h.bs[h.idx[i]].End < h.bs[h.idx[j]].End }
+func (h *endHeap) Swap(i, j int)      { h.idx[i], h.idx[j] = h.idx[j], h.idx[i] }
+func (h *endHeap) Push(x any)         { h.idx = append(h.idx, x.(int)) }
+func (h *endHeap) Pop() any {
+	x := h.idx[len(h.idx)-1]
+	h.idx = h.idx[:len(h.idx)-1]
+	return x
+}
+
+// sweep is the overlap check of CheckHistory (a test's holds), which lists
+// every pair; Overlaps counts a campaign's pairs by the same rule with
+// countOverlaps, whose cost does not grow with their number. bs are the
 // beliefs of one key sorted by Start. For each bs[b] in order it calls
 // pair(a, b) for every earlier bs[a] that is still running when bs[b]
 // starts (a.End > b.Start: beliefs that only touch do not overlap), in the
