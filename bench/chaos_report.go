@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/go-echarts/go-echarts/v2/charts"
 	"github.com/go-echarts/go-echarts/v2/opts"
@@ -71,9 +72,11 @@ func (r *ChaosReport) WriteJSON(w io.Writer) error {
 }
 
 // WriteLinearizability writes porcupine's visualisation of the lock
-// history (most useful when it is not linearizable).
+// history's keys that were not linearizable (Illegal, or Unknown: their
+// search timed out), or of every key when all were; the search behind it
+// is bounded by a minute.
 func (r *ChaosReport) WriteLinearizability(w io.Writer) error {
-	return check.Visualize(r.history, r.result.LinearizabilityInfo, w)
+	return check.VisualizeKeys(r.history, r.result.NotOkKeys(), time.Minute, w)
 }
 
 // WriteHTML writes a self-contained report: the verdicts, and a timeline of
