@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,24 @@ const (
 	FaultPartition   = "partition"
 	FaultClock       = "clock"
 	FaultClientPause = "client-pause"
+
+	FaultPartitionLeader   = "partition-leader"
+	FaultPartitionMajority = "partition-majority"
+	FaultPartitionBridge   = "partition-bridge"
+	FaultPartitionOneWay   = "partition-oneway"
+	FaultSlowNet           = "slow-net"
+	FaultLossyNet          = "lossy-net"
+	FaultMembership        = "membership"
+	FaultClockSmall        = "clock-small"
+	FaultClockBig          = "clock-big"
+	FaultKillAll           = "kill-all"
+	FaultDiskFull          = "disk-full"
+	FaultRestart           = "restart"
 )
+
+// FaultAll, in a list of faults, stands for every fault that applies to
+// the backend (ExpandFaults).
+const FaultAll = "all"
 
 // ErrFaultUnavailable: a campaign asked for a fault that does not apply to
 // its backend, or for a fault that does not exist.
@@ -42,6 +60,9 @@ type Fault struct {
 	// hold draws how long the fault is held before its heal (nil: it is
 	// not held; it acts once, as an armed client pause does).
 	hold func(rng *rand.Rand, ttl time.Duration) time.Duration
+	// probe, when not nil, says why the fault cannot be injected on this
+	// machine (say, it needs root to mount a filesystem), or nil.
+	probe func() error
 }
 
 // realisation is one fault on one backend.
@@ -97,6 +118,11 @@ func (f *Fault) Note(backend string) string { return f.on[kindOf(backend)].note 
 // applies to backend.
 func (f *Fault) check(backend string) error {
 	if f.Available(backend) {
+		if f.probe != nil {
+			if err := f.probe(); err != nil {
+				return fmt.Errorf("%w: %s on %s: %v", ErrFaultUnavailable, f.Name, backend, err)
+			}
+		}
 		return nil
 	}
 	if why := f.unavailable[kindOf(backend)]; why != "" {
@@ -183,6 +209,115 @@ var faultKinds = []*Fault{
 			backends.KindZooKeeper: {inject: clientPause, breaksSafety: true},
 		},
 	},
+	{
+		Name:        FaultPartitionLeader,
+		on:          map[string]realisation{backends.KindRaft: {inject: raftPartitionLeader}},
+		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
+		hold:        holdFixed(time.Second, 3*time.Second),
+	},
+	{
+		Name:        FaultPartitionMajority,
+		on:          map[string]realisation{backends.KindRaft: {inject: raftPartitionMajority}},
+		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
+		hold:        holdFixed(time.Second, 3*time.Second),
+	},
+	{
+		Name:        FaultPartitionBridge,
+		on:          map[string]realisation{backends.KindRaft: {inject: raftPartitionBridge}},
+		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
+		hold:        holdFixed(time.Second, 3*time.Second),
+	},
+	{
+		Name: FaultPartitionOneWay,
+		on: map[string]realisation{backends.KindRaft: {inject: raftPartitionOneWay,
+			note: "one direction of each link black-holed by toxiproxy's timeout toxic; the connections are dropped at the heal"}},
+		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
+		hold:        holdFixed(time.Second, 3*time.Second),
+	},
+	{
+		Name: FaultSlowNet,
+		on:   onEveryKind(realisation{inject: slowNet, note: "toxiproxy latency toxic on both directions of every link"}),
+		hold: holdFixed(2*time.Second, 4*time.Second),
+	},
+	{
+		Name: FaultLossyNet,
+		on: onEveryKind(realisation{inject: lossyNet,
+			note: "emulated: TCP hides packet loss, so a random 5–20 % of the streams stall and close (toxiproxy timeout toxic)"}),
+		hold: holdFixed(2*time.Second, 4*time.Second),
+	},
+	{
+		Name: FaultMembership,
+		on: map[string]realisation{backends.KindRaft: {inject: raftMembership,
+			note: "a fourth voter joins, an original node is removed, the leader hands over (graceful restart); the heal restores the three voters"}},
+		unavailable: unavailableOffRaft("membership changes are raftlock's API"),
+		hold:        holdFixed(time.Second, 3*time.Second),
+	},
+	{
+		Name: FaultClockSmall,
+		on: map[string]realisation{backends.KindRaft: {inject: raftClockSmall,
+			note: "the leader's clock steps by at most TTL/100, within the holders' drift allowance"}},
+		unavailable: unavailableOffRaft("the leader-clock faults move raftlock's clock through its fault-injection endpoint; clock covers the other backends"),
+		hold:        holdFixed(time.Second, 2*time.Second),
+	},
+	{
+		Name: FaultClockBig,
+		on: map[string]realisation{backends.KindRaft: {inject: raftClock, breaksSafety: true,
+			note: "the leader's clock jumps 1–3 TTL forward, beyond the drift allowance: leases expire early, the fence must catch every late write"}},
+		unavailable: unavailableOffRaft("the leader-clock faults move raftlock's clock through its fault-injection endpoint; clock covers the other backends"),
+		hold:        holdFixed(time.Second, 2*time.Second),
+	},
+	{
+		Name: FaultKillAll,
+		on: map[string]realisation{
+			backends.KindRaft: {inject: raftKillAll},
+			backends.KindRedis: {inject: redisKillAll, breaksSafety: true,
+				note: "every Redis master restarts empty (no persistence): held locks and token counters are lost"},
+			backends.KindPostgres:  {inject: postgresKill, note: "one server: the same as kill"},
+			backends.KindEtcd:      {inject: etcdKillAll},
+			backends.KindZooKeeper: {inject: zkKillAll},
+		},
+		hold: holdFixed(time.Second, 3*time.Second),
+	},
+	{
+		Name: FaultDiskFull,
+		on: map[string]realisation{backends.KindRaft: {inject: raftDiskFull,
+			note: "node 1's data directory is on a 256 MiB tmpfs the campaign mounted; the fault fills it, the heal frees it"}},
+		unavailable: unavailableOffRaft("only raftlock's nodes are given a filesystem of their own"),
+		hold:        holdFixed(time.Second, 3*time.Second),
+		probe:       canMountTmpfs,
+	},
+	{
+		Name: FaultRestart,
+		on: map[string]realisation{
+			backends.KindRaft: {inject: raftRestart}, backends.KindRedis: {inject: redisRestart},
+			backends.KindPostgres: {inject: postgresRestart}, backends.KindEtcd: {inject: etcdRestart},
+			backends.KindZooKeeper: {inject: zkRestart},
+		},
+		hold: holdFixed(time.Second, 3*time.Second),
+	},
+}
+
+// serverKinds lists every server kind.
+var serverKinds = []string{backends.KindRaft, backends.KindRedis, backends.KindPostgres, backends.KindEtcd, backends.KindZooKeeper}
+
+// onEveryKind realises a fault the same way on every server kind.
+func onEveryKind(r realisation) map[string]realisation {
+	m := map[string]realisation{}
+	for _, k := range serverKinds {
+		m[k] = r
+	}
+	return m
+}
+
+// unavailableOffRaft gives why as the reason on every kind but raft's.
+func unavailableOffRaft(why string) map[string]string {
+	m := map[string]string{}
+	for _, k := range serverKinds {
+		if k != backends.KindRaft {
+			m[k] = why
+		}
+	}
+	return m
 }
 
 // Faults lists every fault's name.
@@ -202,7 +337,48 @@ func FaultByName(name string) (*Fault, error) {
 			return f, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: unknown fault %q (want %s)", ErrFaultUnavailable, name, strings.Join(Faults, ", "))
+	return nil, fmt.Errorf("%w: unknown fault %q (want %s, or %s)", ErrFaultUnavailable, name, strings.Join(Faults, ", "), FaultAll)
+}
+
+// ExpandFaults resolves a `--faults` list for backend: FaultAll ("all")
+// stands for every fault that applies to the backend's server kind and
+// can be injected on this machine, in the order of Faults (on raftlock
+// without clock, which clock-small and clock-big split; disk-full only
+// where a tmpfs can be mounted); any other name must be a fault that
+// applies. Duplicates go. The error matches ErrFaultUnavailable for a
+// fault that does not exist or does not apply.
+func ExpandFaults(backend string, names []string) ([]string, error) {
+	if err := CheckBackends([]string{backend}); err != nil {
+		return nil, err
+	}
+	var out []string
+	add := func(n string) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range names {
+		if n != FaultAll {
+			f, err := FaultByName(n)
+			if err != nil {
+				return nil, err
+			}
+			if err := f.check(backend); err != nil {
+				return nil, err
+			}
+			add(n)
+			continue
+		}
+		for _, f := range faultKinds {
+			if f.Name == FaultClock && kindOf(backend) == backends.KindRaft {
+				continue
+			}
+			if f.check(backend) == nil {
+				add(f.Name)
+			}
+		}
+	}
+	return out, nil
 }
 
 // clientPause arms a client pause: the next client to take a lock passes

@@ -1,7 +1,12 @@
 package bench
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
@@ -22,9 +27,10 @@ type Proxies struct {
 
 // Proxy is one proxied link.
 type Proxy struct {
-	p   *toxiproxy.Proxy
-	mu  sync.Mutex
-	cut bool
+	p      *toxiproxy.Proxy
+	mu     sync.Mutex
+	cut    bool
+	toxics []string // names of the toxics AddToxic put on
 }
 
 // NewProxies returns an empty set of proxies.
@@ -80,4 +86,68 @@ func (p *Proxy) Heal() error {
 	}
 	p.cut = false
 	return nil
+}
+
+// Toxic is a toxiproxy toxic on one direction of a link: Type is one of
+// toxiproxy's ("latency", "timeout", "bandwidth", "slicer", ...),
+// Stream "upstream" (what the dialling side sends) or "downstream" (what it
+// receives), Toxicity the chance in [0, 1] that one connection's stream
+// gets it (toxiproxy draws it per connection; 0 means 1), and Attributes
+// the toxic's own (e.g. {"latency": 100, "jitter": 20} in milliseconds).
+type Toxic struct {
+	Name       string         `json:"name"`
+	Type       string         `json:"type"`
+	Stream     string         `json:"stream"`
+	Toxicity   float32        `json:"toxicity"`
+	Attributes map[string]any `json:"attributes"`
+}
+
+// AddToxic puts t on the link, for the connections open now and those to
+// come, until RemoveToxics.
+func (p *Proxy) AddToxic(t Toxic) error {
+	if t.Toxicity == 0 {
+		t.Toxicity = 1
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	w, err := p.p.Toxics.AddToxicJson(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("bench: toxic %s on proxy %s: %w", t.Name, p.p.Name, err)
+	}
+	p.mu.Lock()
+	p.toxics = append(p.toxics, w.Name)
+	p.mu.Unlock()
+	return nil
+}
+
+// RemoveToxics takes every toxic off the link. With reset, it first drops
+// the link's open connections (as Cut, then Heal): a toxic that dropped
+// data leaves a byte stream with a hole in it, which must not reach the
+// other side once the data flows again.
+func (p *Proxy) RemoveToxics(reset bool) error {
+	if reset {
+		p.Cut()
+	}
+	p.mu.Lock()
+	names := p.toxics
+	p.toxics = nil
+	p.mu.Unlock()
+	for _, name := range names {
+		if err := p.p.Toxics.RemoveToxic(context.Background(), name); err != nil && !errors.Is(err, toxiproxy.ErrToxicNotFound) {
+			return fmt.Errorf("bench: removing toxic %s from proxy %s: %w", name, p.p.Name, err)
+		}
+	}
+	if reset {
+		return p.Heal()
+	}
+	return nil
+}
+
+// All returns every proxy of the set: every link of the campaign.
+func (ps *Proxies) All() []*Proxy {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return slices.Clone(ps.all)
 }

@@ -158,6 +158,10 @@ type Servers struct {
 	RaftAPILinks  []*Proxy   // clients → node i's API
 	RaftPeerLinks [][]*Proxy // node i → node j's Raft transport
 	ZKLinks       []*Proxy   // clients → ZooKeeper server i
+	// RaftDiskDir is the filesystem (a small tmpfs) that holds raftlock
+	// node 1's data directory, for the disk-full fault; "" when the
+	// campaign could not mount one (canMountTmpfs says why).
+	RaftDiskDir string
 
 	mu      sync.Mutex
 	closers []func() // stop what was started; run last first
@@ -223,6 +227,20 @@ func Provision(ctx context.Context, names []string, opts ProvisionOptions) (*Ser
 				ro := servers.RaftlockOptions{Log: logger}
 				if opts.Faults {
 					ro.Args = s.raftFaultArgs
+					if canMountTmpfs() == nil {
+						dir, unmount, err := mountRaftDisk()
+						if err != nil {
+							return err
+						}
+						s.onClose(unmount)
+						s.RaftDiskDir = dir
+						ro.DataDir = func(i int) string {
+							if i == 0 {
+								return dir
+							}
+							return ""
+						}
+					}
 				}
 				c, err := servers.StartRaftlock(ctx, opts.Lockgate, RaftNodes, ro)
 				if err != nil {
@@ -352,7 +370,8 @@ func (s *Servers) Close() {
 // system's temporary directory, where internal/servers keeps every server's data.
 func (s *Servers) FloorDir() string {
 	if s != nil && s.RaftProcs != nil && len(s.RaftProcs.Nodes) > 0 {
-		return filepath.Dir(s.RaftProcs.Nodes[0].DataDir)
+		// The last node: a campaign may put node 1 on a tmpfs (RaftDiskDir).
+		return filepath.Dir(s.RaftProcs.Nodes[len(s.RaftProcs.Nodes)-1].DataDir)
 	}
 	return os.TempDir()
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,12 @@ type Raftlock struct {
 	Nodes []*RaftNode
 
 	base string // removed by Close
+	bin  string
+	log  Logger
+
+	mu     sync.Mutex
+	added  []*RaftNode // AddNode's nodes, stopped by Stop
+	nextID int        // the id AddNode gives next
 }
 
 // RaftNode is one `lockgate node` process of a Raftlock cluster.
@@ -47,6 +54,12 @@ type RaftlockOptions struct {
 	Args func(i int, nodes []*RaftNode) []string
 	// Log receives the nodes' output; nil discards it.
 	Log Logger
+	// DataDir, when not nil, returns the data directory of node i (a
+	// directory that exists, e.g. on a small filesystem the caller
+	// mounted), or "" for the default under the cluster's temporary
+	// directory. The node's data goes in a fresh subdirectory of it, which
+	// Close removes.
+	DataDir func(i int) string
 }
 
 // StartRaftlock starts an n-node raftlock cluster from the lockgate binary
@@ -63,7 +76,7 @@ func StartRaftlock(ctx context.Context, bin string, n int, opts RaftlockOptions)
 	if err != nil {
 		return nil, fmt.Errorf("servers: StartRaftlock: %w", err)
 	}
-	c := &Raftlock{base: base}
+	c := &Raftlock{base: base, bin: bin, log: opts.Log, nextID: n + 1}
 	err = retryPorts(2*n, freePorts, func(ports []int, attempt int) error {
 		dir := filepath.Join(base, fmt.Sprintf("attempt%d", attempt))
 		c.Nodes = make([]*RaftNode, n)
@@ -75,6 +88,12 @@ func StartRaftlock(ctx context.Context, bin string, n int, opts RaftlockOptions)
 				RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]),
 				APIAddr:  fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]),
 				DataDir:  filepath.Join(dir, "node-"+id),
+			}
+			if opts.DataDir != nil {
+				if d := opts.DataDir(i); d != "" {
+					// A fresh directory per attempt there too.
+					nd.DataDir = filepath.Join(d, fmt.Sprintf("attempt%d-node-%s", attempt, id))
+				}
 			}
 			if err := os.MkdirAll(nd.DataDir, 0o700); err != nil {
 				return err
@@ -127,13 +146,20 @@ func StartRaftlock(ctx context.Context, bin string, n int, opts RaftlockOptions)
 // Close stops the cluster (see Stop) and removes its data.
 func (c *Raftlock) Close() {
 	c.Stop()
+	for _, nd := range c.Nodes {
+		os.RemoveAll(nd.DataDir)
+	}
 	os.RemoveAll(c.base)
 }
 
-// Stop stops every node (SIGTERM: a clean shutdown), concurrently.
+// Stop stops every node (SIGTERM: a clean shutdown), concurrently, the
+// ones AddNode started too.
 func (c *Raftlock) Stop() {
+	c.mu.Lock()
+	all := append(slices.Clone(c.Nodes), c.added...)
+	c.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, nd := range c.Nodes {
+	for _, nd := range all {
 		if nd.proc == nil {
 			continue
 		}
@@ -144,6 +170,80 @@ func (c *Raftlock) Stop() {
 		}()
 	}
 	wg.Wait()
+}
+
+// AddNode starts one more `lockgate node` process that joins the running
+// cluster through a running node's API as a voter, with a new id ("4"
+// after a three-node start, then "5", ...), fresh free ports and an empty
+// data directory, and extra arguments args. It returns once the node
+// lists itself among the voters and knows a leader, or fails (leaving it
+// stopped) after readyTimeout or when ctx ends. The node is not in Nodes:
+// the caller removes it from the cluster (raftlock.Remove) and stops it
+// (RaftNode.Stop) when done, and Close stops it if the caller did not.
+func (c *Raftlock) AddNode(ctx context.Context, args ...string) (*RaftNode, error) {
+	var seed string
+	for _, nd := range c.Nodes {
+		if nd.PID() != 0 {
+			seed = nd.APIAddr
+			break
+		}
+	}
+	if seed == "" {
+		return nil, fmt.Errorf("servers: AddNode: %w: no node of the cluster runs", ErrNotRunning)
+	}
+	c.mu.Lock()
+	id := strconv.Itoa(c.nextID)
+	c.nextID++
+	c.mu.Unlock()
+	var nd *RaftNode
+	err := retryPorts(2, freePorts, func(ports []int, attempt int) error {
+		nd = &RaftNode{
+			ID:       id,
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+			APIAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
+			DataDir:  filepath.Join(c.base, fmt.Sprintf("added-node-%s-attempt%d", id, attempt)),
+		}
+		if err := os.MkdirAll(nd.DataDir, 0o700); err != nil {
+			return err
+		}
+		nd.proc = &proc{
+			log:  c.log,
+			name: fmt.Sprintf("raftlock[%s %s]", id, nd.APIAddr),
+			path: c.bin,
+			args: append([]string{"node", "--id", id, "--data-dir", nd.DataDir,
+				"--raft-addr", nd.RaftAddr, "--api-addr", nd.APIAddr, "--join", seed}, args...),
+			dir:   nd.DataDir,
+			ports: ports,
+		}
+		if err := nd.proc.start(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.added = append(c.added, nd)
+		c.mu.Unlock()
+		if err := waitAll(ctx, time.Now().Add(readyTimeout), []*proc{nd.proc}, []func() error{nd.isVoter}); err != nil {
+			nd.proc.stop()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("servers: AddNode: %w", err)
+	}
+	return nd, nil
+}
+
+// isVoter reports nil once the node knows a leader and lists itself among
+// the voters.
+func (nd *RaftNode) isVoter() error {
+	pl, err := nd.peers()
+	if err != nil {
+		return err
+	}
+	if pl.LeaderID == "" || !slices.Contains(pl.Voters, nd.ID) {
+		return fmt.Errorf("leader %q, voters %v: not yet a voter", pl.LeaderID, pl.Voters)
+	}
+	return nil
 }
 
 // Leader returns the node that the cluster reports as its leader, or nil
