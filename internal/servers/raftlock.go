@@ -30,7 +30,7 @@ type Raftlock struct {
 
 	mu     sync.Mutex
 	added  []*RaftNode // AddNode's nodes, stopped by Stop
-	nextID int        // the id AddNode gives next
+	nextID int         // the id AddNode gives next
 }
 
 // RaftNode is one `lockgate node` process of a Raftlock cluster.
