@@ -314,7 +314,7 @@ func (rep *MatrixReport) WriteHTML(w io.Writer) error {
 	if err := rep.Latency.WriteHTML(&buf); err != nil {
 		return err
 	}
-	page := buf.String()
+	page := strings.Replace(buf.String(), "<h1>lockgate bench latency</h1>", "<h1>lockgate bench matrix</h1><h2>Latency</h2>", 1)
 	const mark = "</body>"
 	i := strings.LastIndex(page, mark)
 	if i < 0 {
