@@ -177,8 +177,9 @@ var faultKinds = []*Fault{
 		Name: FaultPartition,
 		on: map[string]realisation{
 			backends.KindRaft: {inject: raftPartition}, backends.KindRedis: {inject: redisPartition},
-			backends.KindPostgres:  {inject: postgresPartition},
-			backends.KindEtcd:      {inject: etcdPartition, note: "client↔server links only: etcd's peers dial each other directly"},
+			backends.KindPostgres: {inject: postgresPartition},
+			backends.KindEtcd: {inject: etcdPartition,
+				note: "client↔server links, or two members cut from each other with the third bridging them (the peer links are proxied per member)"},
 			backends.KindZooKeeper: {inject: zkPartition, note: "client↔server links only: ZooKeeper's servers dial each other directly"},
 		},
 		hold: holdFixed(time.Second, 3*time.Second),

@@ -368,8 +368,30 @@ func etcdPause(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, str
 	return func() error { return healing("resuming "+who, m.Resume) }, "SIGSTOP " + who, nil
 }
 
-// etcdPartition cuts the clients from one to all but one of the members.
+// etcdPartition cuts two members from each other, the third bridging
+// them, or (one time in two, and where the members' peer links have no
+// proxies) the clients from one to all but one of the members.
+//
+// etcd's members each advertise one peer URL, which every peer dials, so
+// the proxies are per member, not per pair: cutting member a's proxy stops
+// every dial to a. Member x receives y's messages over a stream that x
+// dials at y, or, when that stream is down, as posts that y dials at x.
+// With the proxies of a and b cut, neither can reach the other either way,
+// while a and c still talk over connections a dials (its stream from c,
+// its posts to c), and b and c likewise: the bridge. No other shape can be
+// cut this way without isolating every member.
 func etcdPartition(env faultEnv, rng *rand.Rand, _ time.Duration) (func() error, string, error) {
+	if peers := env.s.EtcdPeerLinks; len(peers) >= 3 && rng.IntN(2) == 0 {
+		perm := rng.Perm(len(peers))
+		a, b := perm[0], perm[1]
+		ms := env.s.EtcdProcs.Members
+		var bridges []string
+		for _, c := range perm[2:] {
+			bridges = append(bridges, ms[c].Name)
+		}
+		return cutAll([]*Proxy{peers[a], peers[b]}),
+			fmt.Sprintf("cut %s from %s (no peer reaches their peer ports); %s bridges them", ms[a].Name, ms[b].Name, strings.Join(bridges, ", ")), nil
+	}
 	ps := env.s.EtcdLinks
 	n := 1 + rng.IntN(len(ps)-1)
 	idx := rng.Perm(len(ps))[:n]

@@ -155,6 +155,7 @@ type Servers struct {
 	PGLink        *Proxy   // clients → postgres
 	PGClock       *servers.FakeClock
 	EtcdLinks     []*Proxy   // clients → etcd member i
+	EtcdPeerLinks []*Proxy   // etcd members → member i's peer port
 	RaftAPILinks  []*Proxy   // clients → node i's API
 	RaftPeerLinks [][]*Proxy // node i → node j's Raft transport
 	ZKLinks       []*Proxy   // clients → ZooKeeper server i
@@ -307,7 +308,23 @@ func Provision(ctx context.Context, names []string, opts ProvisionOptions) (*Ser
 			})
 		case backends.KindEtcd:
 			start(func() error {
-				e, err := servers.StartEtcd(ctx, EtcdMembers, servers.EtcdOptions{Log: logger})
+				eo := servers.EtcdOptions{Log: logger}
+				if opts.Faults {
+					// Every member's peer port behind a proxy, which its
+					// peers dial: the links etcdPartition cuts.
+					eo.AdvertisePeer = func(i int, m *servers.EtcdMember) (string, error) {
+						if i == 0 {
+							s.EtcdPeerLinks = make([]*Proxy, EtcdMembers)
+						}
+						p, err := s.Proxies.Add(m.Name+"-peer", strings.TrimPrefix(m.PeerURL, "http://"))
+						if err != nil {
+							return "", err
+						}
+						s.EtcdPeerLinks[i] = p
+						return "http://" + p.Addr(), nil
+					}
+				}
+				e, err := servers.StartEtcd(ctx, EtcdMembers, eo)
 				if err != nil {
 					return err
 				}

@@ -35,8 +35,12 @@ type EtcdMember struct {
 	Name string
 	// ClientURL is the member's client URL, http://127.0.0.1:<port>.
 	ClientURL string
-	// PeerURL is the member's peer URL, http://127.0.0.1:<port>.
+	// PeerURL is the member's peer URL, http://127.0.0.1:<port>, where
+	// it listens for its peers.
 	PeerURL string
+	// AdvertisePeerURL is the peer URL the other members dial: PeerURL,
+	// or what EtcdOptions.AdvertisePeer returned (a proxy).
+	AdvertisePeerURL string
 	// DataDir is the member's data directory, kept across Restart.
 	DataDir string
 
@@ -49,6 +53,12 @@ type EtcdOptions struct {
 	Bin string
 	// Log receives the members' output; nil discards it.
 	Log Logger
+
+	// AdvertisePeer, when not nil, returns the peer URL that member i
+	// advertises (and its peers dial) in place of its own, e.g. a proxy
+	// in front of m.PeerURL. It is called once per start attempt for
+	// every member, before any starts.
+	AdvertisePeer func(i int, m *EtcdMember) (string, error)
 
 	pick portPicker // nil: freePorts; tests of the retry path set it
 }
@@ -114,9 +124,19 @@ func StartEtcd(ctx context.Context, n int, opts EtcdOptions) (*Etcd, error) {
 				PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 			}
 			m.DataDir = filepath.Join(dir, m.Name)
+			m.AdvertisePeerURL = m.PeerURL
 			e.Members[i] = m
 			e.Endpoints[i] = m.ClientURL
-			initialCluster = append(initialCluster, m.Name+"="+m.PeerURL)
+		}
+		for i, m := range e.Members {
+			if opts.AdvertisePeer != nil {
+				u, err := opts.AdvertisePeer(i, m)
+				if err != nil {
+					return err
+				}
+				m.AdvertisePeerURL = u
+			}
+			initialCluster = append(initialCluster, m.Name+"="+m.AdvertisePeerURL)
 		}
 		for i, m := range e.Members {
 			if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
@@ -135,7 +155,7 @@ func StartEtcd(ctx context.Context, n int, opts EtcdOptions) (*Etcd, error) {
 					"--listen-client-urls", m.ClientURL,
 					"--advertise-client-urls", m.ClientURL,
 					"--listen-peer-urls", m.PeerURL,
-					"--initial-advertise-peer-urls", m.PeerURL,
+					"--initial-advertise-peer-urls", m.AdvertisePeerURL,
 					"--initial-cluster", strings.Join(initialCluster, ","),
 					"--initial-cluster-state", "new",
 					"--initial-cluster-token", token,
