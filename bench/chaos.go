@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/bench/check"
 	"github.com/lockgate/lockgate/fencedstore"
+	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -25,10 +26,24 @@ type ChaosConfig struct {
 	Faults   []string
 	Duration time.Duration
 	Seed     uint64
-	// Clients acquire locks on Keys keys (defaults 8 and 4).
+	// Clients acquire locks on Keys keys (defaults 32 and 16; on
+	// PostgreSQL 16 and 8, whose 100 connections the clients' pools must
+	// share).
 	Clients, Keys int
-	// TTL of every lease (default 2 s, etcd's smallest).
+	// TTL of every lease (default 2 s, etcd's smallest, and longer than a
+	// Raft election).
 	TTL time.Duration
+	// Hold is the longest a client holds a lock after its writes: each
+	// hold is drawn uniformly from [0, Hold) (default 20 ms: short holds
+	// keep the servers busy).
+	Hold time.Duration
+	// Think is the longest pause of a client between a release and its
+	// next acquire, drawn uniformly from [0, Think) (default 0: none).
+	// After a failed acquire a client always pauses 20–100 ms.
+	Think time.Duration
+	// Command is the command line that reproduces the campaign; it is
+	// printed when the campaign starts and kept in its report.
+	Command string
 	// Lockgate is the lockgate binary (raftlock nodes run as processes).
 	Lockgate string
 	// Dir holds the fenced store's file (default: a temporary directory).
@@ -37,6 +52,19 @@ type ChaosConfig struct {
 	Log, Progress io.Writer
 
 	kinds []*Fault // Faults, resolved by fill
+
+	// The campaign's own tests shorten its rhythm and swap its store:
+	// calm is the pause before each fault (zero: 2–4 s), grace the time
+	// the clients run on after the last heal (zero: RecoveryGrace), and
+	// newStore opens the fenced store (nil: fencedstore.Open).
+	calm, grace time.Duration
+	newStore    func(path string) (fencedWriter, error)
+}
+
+// fencedWriter is the fenced store as the workload writes to it.
+type fencedWriter interface {
+	Write(ctx context.Context, req fencedstore.WriteRequest) (fencedstore.WriteResult, error)
+	Close() error
 }
 
 func (c *ChaosConfig) fill() error {
@@ -60,17 +88,31 @@ func (c *ChaosConfig) fill() error {
 	if c.Duration < 5*time.Second || c.Duration > 24*time.Hour {
 		return fmt.Errorf("duration %v: want 5s to 24h", c.Duration)
 	}
+	return c.defaults()
+}
+
+// defaults fills in the workload's defaults and checks its sizes.
+func (c *ChaosConfig) defaults() error {
 	if c.Clients == 0 {
-		c.Clients = 8
+		c.Clients = 32
+		if kindOf(c.Backend) == backends.KindPostgres {
+			c.Clients = 16
+		}
 	}
 	if c.Keys == 0 {
-		c.Keys = 4
+		c.Keys = max(1, c.Clients/2)
 	}
 	if c.Clients < 2 || c.Clients > 256 || c.Keys < 1 || c.Keys > c.Clients {
 		return fmt.Errorf("clients %d, keys %d: want 2–256 clients and 1 to clients keys", c.Clients, c.Keys)
 	}
 	if c.TTL == 0 {
 		c.TTL = 2 * time.Second
+	}
+	if c.Hold == 0 {
+		c.Hold = 20 * time.Millisecond
+	}
+	if c.TTL < 100*time.Millisecond || c.Hold < 0 || c.Think < 0 {
+		return fmt.Errorf("ttl %v, hold %v, think %v: want a TTL of 100ms or more, and no negative hold or think", c.TTL, c.Hold, c.Think)
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -93,32 +135,72 @@ type ChaosReport struct {
 	Seed                uint64   `json:"seed"`
 	DurationS           float64  `json:"duration_s"`
 	Cycles              int      `json:"cycles"`
+	CyclesPerS          float64  `json:"cycles_per_s"`
 	Overlaps            int      `json:"overlaps"`
 	StaleWritesAccepted int      `json:"stale_writes_accepted"`
 	StaleWritesRejected int      `json:"stale_writes_rejected"`
 	UnfencedConflicts   int      `json:"unfenced_conflicts"`
 	Linearizable        bool     `json:"linearizable"`
-	UnavailableS        float64  `json:"unavailable_s"`
-	MaxRecoveryS        float64  `json:"max_recovery_s"`
+	// LinearizabilityKeys is how many keys porcupine searched, each on its
+	// own and for a bounded time; LinearizabilityUnknownKeys how many of
+	// them ran out of time (Linearizable is then false).
+	LinearizabilityKeys        int `json:"linearizability_keys"`
+	LinearizabilityUnknownKeys int `json:"linearizability_unknown_keys"`
+	// TokenCheck is "checked", or why the fencing tokens were not checked
+	// (a backend without them: the campaign numbers its grants itself).
+	// TokensReused counts grants of a key whose token an earlier grant
+	// of the key carried, TokenRegressions grants whose token is lower
+	// than one granted before they were requested. Both must be 0.
+	TokenCheck       string  `json:"token_check"`
+	TokensReused     int     `json:"tokens_reused"`
+	TokenRegressions int     `json:"token_regressions"`
+	UnavailableS     float64 `json:"unavailable_s"`
+	MaxRecoveryS     float64 `json:"max_recovery_s"`
+	// Availability is, per fault kind, how long clients waited for a lock
+	// from the fault's start (the holder's death, for a kill or pause)
+	// and from its heal.
+	Availability []KindAvailability `json:"availability"`
 	// Valid is false when a fault expected to break mutual exclusion on
 	// the backend (Fault.BreaksSafety: client-pause on any backend, clock
 	// on redlock) was injected and produced no overlap: the campaign then
 	// tested nothing.
 	Valid bool `json:"valid"`
 
-	Linearizability string         `json:"linearizability"` // Ok, Illegal or Unknown (timed out)
-	OverlapExamples []string       `json:"overlap_examples,omitempty"`
+	Linearizability string `json:"linearizability"` // Ok, Illegal or Unknown (timed out)
+	// NotLinearizableKeys names the keys whose search was not Ok.
+	NotLinearizableKeys []string       `json:"not_linearizable_keys,omitempty"`
+	OverlapExamples     []string       `json:"overlap_examples,omitempty"`
+	TokenExamples       []string       `json:"token_examples,omitempty"`
 	Injected        []FaultEvent   `json:"injected"`
 	Notes           []string       `json:"notes,omitempty"`
 	Clients         int            `json:"clients"`
 	Keys            int            `json:"keys"`
 	TTLMs           int64          `json:"ttl_ms"`
+	HoldMs          float64        `json:"hold_ms"`
+	ThinkMs         float64        `json:"think_ms"`
 	Errors          map[string]int `json:"errors,omitempty"`
 	Command         string         `json:"command,omitempty"`
 
 	history check.History
 	result  check.Result
 	faults  []check.Fault
+}
+
+// KindAvailability is what clients saw around the faults of one kind: the
+// median and worst time from a fault's start to the first grant of a lock
+// requested at or after it (the lock-delay; a kill or pause of the
+// servers starts with the holder's death), and from its heal to the next
+// grant (recovery). Unserved and Unrecovered count the faults after which
+// there was no such grant (their times run to the end of the history).
+type KindAvailability struct {
+	Fault           string  `json:"fault"`
+	Count           int     `json:"count"`
+	ToGrantMedianS  float64 `json:"to_grant_median_s"`
+	ToGrantMaxS     float64 `json:"to_grant_max_s"`
+	RecoveryMedianS float64 `json:"recovery_median_s"`
+	RecoveryMaxS    float64 `json:"recovery_max_s"`
+	Unserved        int     `json:"unserved,omitempty"`
+	Unrecovered     int     `json:"unrecovered,omitempty"`
 }
 
 // FaultEvent is one injected fault.
@@ -146,6 +228,11 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
+	fmt.Fprintf(cfg.Progress, "campaign: %s under %s, seed %d, %v; %d clients on %d keys, TTL %v, hold < %v, think < %v\n",
+		cfg.Backend, strings.Join(cfg.Faults, ","), cfg.Seed, cfg.Duration, cfg.Clients, cfg.Keys, cfg.TTL, cfg.Hold, cfg.Think)
+	if cfg.Command != "" {
+		fmt.Fprintf(cfg.Progress, "reproduce with: %s\n", cfg.Command)
+	}
 	fmt.Fprintf(cfg.Progress, "starting %s servers behind proxies\n", cfg.Backend)
 	tg, err := startTarget(ctx, cfg.Backend, cfg.Lockgate, cfg.Log)
 	if err != nil {
@@ -155,11 +242,67 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	return runCampaign(ctx, tg, cfg, dir)
 }
 
+// RunChaosLockers runs a campaign's workload and checkers against the
+// Lockers that newLocker opens (client i), with no servers: what the
+// campaign's own tests use to show that each checker catches a lock that
+// breaks its promise, and what a Locker under development can be run
+// through. cfg.Backend names whose capabilities the report assumes (with
+// Caps.Fencing the tokens are checked and written to the fenced store);
+// the only fault that needs no servers, client-pause, may be injected (or
+// none). Faults come every 2 × TTL, and the clients run on 2 × TTL after
+// the last; Duration may be as short as a second.
+func RunChaosLockers(ctx context.Context, cfg ChaosConfig, newLocker func(i int) (lock.Locker, error)) (*ChaosReport, error) {
+	if err := CheckBackends([]string{cfg.Backend}); err != nil {
+		return nil, err
+	}
+	cfg.kinds = nil
+	for _, name := range cfg.Faults {
+		if name != FaultClientPause {
+			return nil, fmt.Errorf("%w: %s needs servers: a campaign without them takes client-pause only", ErrFaultUnavailable, name)
+		}
+		f, err := FaultByName(name)
+		if err != nil {
+			return nil, err
+		}
+		cfg.kinds = append(cfg.kinds, f)
+	}
+	if cfg.Duration < time.Second || cfg.Duration > 24*time.Hour {
+		return nil, fmt.Errorf("duration %v: want 1s to 24h", cfg.Duration)
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if cfg.calm == 0 {
+		cfg.calm = 2 * cfg.TTL
+	}
+	if cfg.grace == 0 {
+		cfg.grace = 2 * cfg.TTL
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "lockgate-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	tg := &target{backend: cfg.Backend, newClient: func(i int) (lock.Locker, clientLinks, error) {
+		l, err := newLocker(i)
+		return l, nil, err
+	}}
+	return runCampaign(ctx, tg, cfg, dir)
+}
+
 // runCampaign runs one campaign on tg's servers, which it leaves running
 // (healed) for the next: the matrix runs one campaign per fault on one
 // backend's servers. cfg is filled.
 func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (*ChaosReport, error) {
-	store, err := fencedstore.Open(filepath.Join(dir, "fenced.log"), fencedstore.Options{})
+	open := cfg.newStore
+	if open == nil {
+		open = func(path string) (fencedWriter, error) { return fencedstore.Open(path, fencedstore.Options{}) }
+	}
+	store, err := open(filepath.Join(dir, "fenced.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +311,7 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 	info := infoOf(cfg.Backend)
 	rep := &ChaosReport{Backend: cfg.Backend, Variant: info.Variant, Mode: info.Mode, Caps: info.Caps,
 		Faults: cfg.Faults, Seed: cfg.Seed, Clients: cfg.Clients, Keys: cfg.Keys,
-		TTLMs: cfg.TTL.Milliseconds(), Errors: map[string]int{}}
+		TTLMs: cfg.TTL.Milliseconds(), HoldMs: ms(cfg.Hold), ThinkMs: ms(cfg.Think), Errors: map[string]int{}, Command: cfg.Command}
 	if !info.Caps.Fencing {
 		rep.Notes = append(rep.Notes, cfg.Backend+" gives no fencing token: its writes go to the unfenced store only")
 	}
@@ -202,10 +345,14 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 	// RecoveryGrace after the last heal: a fault healed near the end
 	// (a pause is held up to 2 × TTL) must leave time to see the
 	// backend recover, or it would be reported as never recovered.
+	grace := cfg.grace
+	if grace == 0 {
+		grace = RecoveryGrace
+	}
 	until := w.base.Add(cfg.Duration)
 	w.mu.Lock()
 	if n := len(w.faults); n > 0 {
-		if t := w.base.Add(w.faults[n-1].Heal + RecoveryGrace); t.After(until) {
+		if t := w.base.Add(w.faults[n-1].Heal + grace); t.After(until) {
 			until = t
 		}
 	}
@@ -224,34 +371,109 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 
 	rep.history, rep.faults = w.history(), w.faults
 	rep.DurationS = time.Since(w.base).Seconds()
+	rep.Injected = w.events
+	for k, n := range w.errs {
+		rep.Errors[k] = n
+	}
 	fmt.Fprintf(cfg.Progress, "checking %d operations\n", len(rep.history))
-	rep.result = check.Check(rep.history, rep.faults, check.Options{LinearizabilityTimeout: 2 * time.Minute})
+	t0 := time.Now()
+	rep.check()
+	fmt.Fprintf(cfg.Progress, "checked in %v: %d cycles (%.0f/s)\n", time.Since(t0).Round(time.Millisecond), rep.Cycles, rep.CyclesPerS)
+	return rep, nil
+}
+
+// Campaign checker bounds: porcupine gets at most LinearizabilityBudget in
+// all and LinearizabilityKeyBudget per key (a key that runs out is
+// reported unknown), so that a campaign's checkers finish within 2 minutes
+// of its end.
+const (
+	LinearizabilityBudget    = 90 * time.Second
+	LinearizabilityKeyBudget = 30 * time.Second
+)
+
+// check runs every checker over the report's history and fault timeline
+// and sets its verdicts: a campaign's end, and `lockgate bench check` on
+// a history file.
+func (rep *ChaosReport) check() {
+	rep.result = check.Check(rep.history, rep.faults, check.Options{
+		LinearizabilityTimeout: LinearizabilityBudget, LinearizabilityKeyTimeout: LinearizabilityKeyBudget,
+		NoTokens: !rep.Caps.Fencing})
 	r := rep.result
 	rep.Overlaps, rep.OverlapExamples = r.Overlaps, r.OverlapExamples
 	rep.StaleWritesAccepted, rep.StaleWritesRejected, rep.UnfencedConflicts = r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts
 	rep.Linearizable, rep.Linearizability = r.Linearizable, string(r.LinearizabilityResult)
+	rep.LinearizabilityKeys, rep.LinearizabilityUnknownKeys = len(r.LinearizabilityKeys), r.LinearizabilityUnknownKeys
+	rep.NotLinearizableKeys = r.NotOkKeys()
+	rep.TokenCheck = "checked"
+	if !r.TokensChecked {
+		rep.TokenCheck = "skipped: " + rep.Backend + " gives no fencing tokens (the campaign numbered its grants)"
+	}
+	rep.TokensReused, rep.TokenRegressions, rep.TokenExamples = r.TokensReused, r.TokenRegressions, r.TokenExamples
 	rep.UnavailableS, rep.MaxRecoveryS = r.Unavailable.Seconds(), r.MaxRecovery.Seconds()
+	rep.Cycles = 0
 	for _, o := range rep.history {
 		if o.Kind == check.Acquire && o.OK {
 			rep.Cycles++
 		}
 	}
-	for i, ev := range w.events {
-		ev.RecoveryS, ev.Recovered = r.Recoveries[i].Seconds(), r.Recovered[i]
-		rep.Injected = append(rep.Injected, ev)
+	rep.CyclesPerS = 0
+	if rep.DurationS > 0 {
+		rep.CyclesPerS = float64(rep.Cycles) / rep.DurationS
 	}
-	for k, n := range w.errs {
-		rep.Errors[k] = n
+	for i := range rep.Injected {
+		rep.Injected[i].RecoveryS, rep.Injected[i].Recovered = r.Recoveries[i].Seconds(), r.Recovered[i]
 	}
-	bites := false
-	for _, ev := range w.events {
-		if f, err := FaultByName(ev.Fault); err == nil && f.BreaksSafety(cfg.Backend) {
-			bites = true
+	rep.Availability = nil
+	for _, a := range r.Availability {
+		rep.Availability = append(rep.Availability, KindAvailability{Fault: a.Fault, Count: a.Count,
+			ToGrantMedianS: a.ToGrantMedian.Seconds(), ToGrantMaxS: a.ToGrantMax.Seconds(),
+			RecoveryMedianS: a.RecoveryMedian.Seconds(), RecoveryMaxS: a.RecoveryMax.Seconds(),
+			Unserved: a.Unserved, Unrecovered: a.Unrecovered})
+	}
+	rep.Valid = !rep.breaks(false) || rep.Overlaps > 0
+}
+
+// breaks reports whether a fault injected in the campaign is expected to
+// break mutual exclusion on its backend (Fault.BreaksSafety); with
+// serverSide, only such a fault of the servers, after which the lock's
+// own history need not be linearizable (a client pause leaves it so).
+func (rep *ChaosReport) breaks(serverSide bool) bool {
+	for _, ev := range rep.Injected {
+		if f, err := FaultByName(ev.Fault); err == nil && f.BreaksSafety(rep.Backend) && !(serverSide && f.Name == FaultClientPause) {
+			return true
 		}
 	}
-	rep.Valid = !bites || rep.Overlaps > 0
-	return rep, nil
+	return false
 }
+
+// Failures lists the promises the campaign saw broken, by checker name;
+// empty when it passed: an overlap where no fault injected was expected
+// to break mutual exclusion, a stale write the fence accepted, a token
+// granted twice or going back, a lock history that is not linearizable
+// (or whose check ran out of time) where no server fault was expected to
+// break the lock.
+func (rep *ChaosReport) Failures() []string {
+	var out []string
+	if rep.Overlaps > 0 && !rep.breaks(false) {
+		out = append(out, fmt.Sprintf("overlaps: %d, and no fault injected was expected to break mutual exclusion on %s", rep.Overlaps, rep.Backend))
+	}
+	if rep.StaleWritesAccepted > 0 {
+		out = append(out, fmt.Sprintf("stale_writes_accepted: %d: the fenced store took writes behind a newer token", rep.StaleWritesAccepted))
+	}
+	if rep.TokensReused > 0 {
+		out = append(out, fmt.Sprintf("tokens_reused: %d grants carried a token already granted for their key", rep.TokensReused))
+	}
+	if rep.TokenRegressions > 0 {
+		out = append(out, fmt.Sprintf("token_regressions: %d grants carried a token lower than an earlier grant's", rep.TokenRegressions))
+	}
+	if !rep.Linearizable && !rep.breaks(true) {
+		out = append(out, fmt.Sprintf("linearizable: false (%s; keys not Ok: %s; %d of %d keys unknown)",
+			rep.Linearizability, strings.Join(rep.NotLinearizableKeys, ", "), rep.LinearizabilityUnknownKeys, rep.LinearizabilityKeys))
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // workload is the campaign's clients and fault schedule, and what they
 // recorded.
@@ -260,7 +482,7 @@ type workload struct {
 	fencing bool // the backend gives fencing tokens: write to the fenced store too
 	// synthetic numbers the grants of a backend without fencing tokens.
 	synthetic atomic.Uint64
-	store     *fencedstore.Store
+	store     fencedWriter
 	unfenced  *unfenced
 	base      time.Time // the campaign clock's zero
 
@@ -273,6 +495,8 @@ type workload struct {
 	// pauses is how many client pauses are armed: the next client to
 	// pass its deadline check stalls past its TTL, then writes.
 	pauses atomic.Int32
+	// cycles counts the grants so far, for the progress lines.
+	cycles atomic.Int64
 }
 
 // takePause claims an armed client pause, if there is one.
@@ -333,6 +557,7 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 			}
 			continue
 		}
+		w.cycles.Add(1)
 		token := lease.Token
 		if !w.fencing {
 			// No fencing token: the history still needs each grant's
@@ -363,7 +588,7 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 		if paused || time.Now().Before(lease.Deadline()) {
 			w.write(ctx, id, key, token)
 		}
-		sleepCtx(ctx, time.Duration(rng.Int64N(int64(ttl/5))))
+		sleepCtx(ctx, between(rng, 0, w.cfg.Hold))
 
 		rel := check.Op{Client: id, Key: key, Kind: check.Release, Token: uint64(token), Start: w.now()}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ttl)
@@ -379,6 +604,9 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 			w.fail("release", err)
 		}
 		w.record(rel)
+		if w.cfg.Think > 0 {
+			sleepCtx(ctx, between(rng, 0, w.cfg.Think))
+		}
 	}
 }
 
@@ -422,8 +650,16 @@ const RecoveryGrace = 5 * time.Second
 func (w *workload) schedule(ctx context.Context, tg *target, rng *rand.Rand) error {
 	ttl := w.cfg.TTL
 	end := w.base.Add(w.cfg.Duration - 3*time.Second)
+	calm := func() time.Duration { return between(rng, 2*time.Second, 4*time.Second) }
+	if w.cfg.calm > 0 {
+		end = w.base.Add(w.cfg.Duration - w.cfg.calm)
+		calm = func() time.Duration { return w.cfg.calm }
+	}
+	if len(w.cfg.kinds) == 0 {
+		return nil
+	}
 	for {
-		if !sleepCtx(ctx, between(rng, 2*time.Second, 4*time.Second)) || time.Now().After(end) {
+		if !sleepCtx(ctx, calm()) || time.Now().After(end) {
 			return nil
 		}
 		f := pick(rng, w.cfg.kinds)
@@ -433,7 +669,7 @@ func (w *workload) schedule(ctx context.Context, tg *target, rng *rand.Rand) err
 		if err != nil {
 			return fmt.Errorf("injecting %s: %w", name, err)
 		}
-		fmt.Fprintf(w.cfg.Progress, "%6.1fs  %-12s %s\n", start.Seconds(), name, what)
+		fmt.Fprintf(w.cfg.Progress, "%6.1fs  %-12s %s  (%d cycles so far)\n", start.Seconds(), name, what, w.cycles.Load())
 		time.Sleep(hold) // a fault is held even past the end: it must be healed
 		if err := heal(); err != nil {
 			return fmt.Errorf("healing %s (%s): %w", name, what, err)

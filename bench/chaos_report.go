@@ -22,13 +22,23 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "backend\t%s\n", r.Backend)
 	fmt.Fprintf(tw, "faults\t%s (seed %d)\n", strings.Join(r.Faults, ","), r.Seed)
-	fmt.Fprintf(tw, "duration\t%.1f s, %d clients on %d keys, TTL %d ms\n", r.DurationS, r.Clients, r.Keys, r.TTLMs)
-	fmt.Fprintf(tw, "cycles\t%d\n", r.Cycles)
+	if r.Command != "" {
+		fmt.Fprintf(tw, "command\t%s\n", r.Command)
+	}
+	fmt.Fprintf(tw, "duration\t%.1f s, %d clients on %d keys, TTL %d ms, hold < %g ms, think < %g ms\n",
+		r.DurationS, r.Clients, r.Keys, r.TTLMs, r.HoldMs, r.ThinkMs)
+	fmt.Fprintf(tw, "cycles\t%d (%.1f/s)\n", r.Cycles, r.CyclesPerS)
 	fmt.Fprintf(tw, "overlaps\t%d\n", r.Overlaps)
 	fmt.Fprintf(tw, "stale writes accepted\t%d\n", r.StaleWritesAccepted)
 	fmt.Fprintf(tw, "stale writes rejected\t%d\n", r.StaleWritesRejected)
 	fmt.Fprintf(tw, "unfenced conflicts\t%d\n", r.UnfencedConflicts)
-	fmt.Fprintf(tw, "linearizable\t%v (%s)\n", r.Linearizable, r.Linearizability)
+	fmt.Fprintf(tw, "linearizable\t%v (%s; %d keys, %d unknown)\n", r.Linearizable, r.Linearizability, r.LinearizabilityKeys, r.LinearizabilityUnknownKeys)
+	if r.TokenCheck == "checked" {
+		fmt.Fprintf(tw, "tokens reused\t%d\n", r.TokensReused)
+		fmt.Fprintf(tw, "token regressions\t%d\n", r.TokenRegressions)
+	} else {
+		fmt.Fprintf(tw, "tokens\t%s\n", r.TokenCheck)
+	}
 	fmt.Fprintf(tw, "unavailable\t%.2f s\n", r.UnavailableS)
 	fmt.Fprintf(tw, "max recovery\t%.2f s\n", r.MaxRecoveryS)
 	fmt.Fprintf(tw, "valid\t%v\n", r.Valid)
@@ -52,8 +62,21 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%.1f s\t%.1f s\t%s\t%s\t%s\n", ev.StartS, ev.HealS, rec, ev.Fault, ev.What)
 	}
 	tw.Flush()
+	if len(r.Availability) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FAULT\tCOUNT\tSTART→GRANT MEDIAN\tMAX\tHEAL→GRANT MEDIAN\tMAX")
+		for _, a := range r.Availability {
+			fmt.Fprintf(tw, "%s\t%d\t%.2f s\t%s\t%.2f s\t%s\n", a.Fault, a.Count, a.ToGrantMedianS, worst(a.ToGrantMaxS, a.Unserved),
+				a.RecoveryMedianS, worst(a.RecoveryMaxS, a.Unrecovered))
+		}
+		tw.Flush()
+	}
 	for _, ex := range r.OverlapExamples {
 		fmt.Fprintf(w, "overlap: %s\n", ex)
+	}
+	for _, ex := range r.TokenExamples {
+		fmt.Fprintf(w, "token: %s\n", ex)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -61,7 +84,19 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	if !r.Valid {
 		fmt.Fprintln(w, "INVALID: a fault expected to break mutual exclusion produced no overlap: this campaign tested nothing")
 	}
+	for _, f := range r.Failures() {
+		fmt.Fprintf(w, "FAILED %s\n", f)
+	}
 	return nil
+}
+
+// worst formats a worst time, marked "≥" when some faults saw no grant
+// (their times are lower bounds).
+func worst(s float64, without int) string {
+	if without > 0 {
+		return fmt.Sprintf("≥ %.2f s (%d without a grant)", s, without)
+	}
+	return fmt.Sprintf("%.2f s", s)
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -170,13 +205,20 @@ func (r *ChaosReport) htmlHeader() string {
 		fmt.Fprintf(&b, `<tr><td>%s</td><td style="color:%s;font-weight:bold">%s</td></tr>`+"\n", esc(name), color, esc(value))
 	}
 	b.WriteString(`<table style="border-collapse:collapse;font-size:14px" border="1" cellpadding="4">`)
-	fmt.Fprintf(&b, "<tr><td>faults</td><td>%s (seed %d), %.1f s, %d clients on %d keys, TTL %d ms, %d cycles</td></tr>\n",
-		esc(strings.Join(r.Faults, ", ")), r.Seed, r.DurationS, r.Clients, r.Keys, r.TTLMs, r.Cycles)
+	fmt.Fprintf(&b, "<tr><td>faults</td><td>%s (seed %d), %.1f s, %d clients on %d keys, TTL %d ms, hold &lt; %g ms, think &lt; %g ms, %d cycles (%.1f/s)</td></tr>\n",
+		esc(strings.Join(r.Faults, ", ")), r.Seed, r.DurationS, r.Clients, r.Keys, r.TTLMs, r.HoldMs, r.ThinkMs, r.Cycles, r.CyclesPerS)
 	verdict("overlaps", fmt.Sprint(r.Overlaps), r.Overlaps == 0)
 	verdict("stale writes accepted", fmt.Sprint(r.StaleWritesAccepted), r.StaleWritesAccepted == 0)
 	verdict("stale writes rejected (the fence at work)", fmt.Sprint(r.StaleWritesRejected), true)
 	verdict("unfenced conflicts", fmt.Sprint(r.UnfencedConflicts), r.UnfencedConflicts == 0)
-	verdict("linearizable", fmt.Sprintf("%v (%s)", r.Linearizable, r.Linearizability), r.Linearizable)
+	verdict("linearizable", fmt.Sprintf("%v (%s; %d keys, %d unknown)", r.Linearizable, r.Linearizability,
+		r.LinearizabilityKeys, r.LinearizabilityUnknownKeys), r.Linearizable)
+	if r.TokenCheck == "checked" {
+		verdict("tokens reused", fmt.Sprint(r.TokensReused), r.TokensReused == 0)
+		verdict("token regressions", fmt.Sprint(r.TokenRegressions), r.TokenRegressions == 0)
+	} else {
+		verdict("tokens", r.TokenCheck, true)
+	}
 	verdict("unavailable", fmt.Sprintf("%.2f s", r.UnavailableS), true)
 	verdict("max recovery after a heal", fmt.Sprintf("%.2f s", r.MaxRecoveryS), r.MaxRecoveryS <= 5)
 	verdict("valid campaign", fmt.Sprint(r.Valid), r.Valid)
@@ -185,6 +227,18 @@ func (r *ChaosReport) htmlHeader() string {
 		fmt.Fprintf(&b, "<li>%.1f–%.1f s: <b>%s</b>: %s (recovered after %.2f s)</li>\n", ev.StartS, ev.HealS, esc(ev.Fault), esc(ev.What), ev.RecoveryS)
 	}
 	b.WriteString("</ul>\n")
+	if len(r.Availability) > 0 {
+		b.WriteString(`<h3>availability per fault kind</h3><table style="border-collapse:collapse;font-size:14px" border="1" cellpadding="4">` +
+			"<tr><th>fault</th><th>count</th><th>start → grant, median</th><th>worst</th><th>heal → grant, median</th><th>worst</th></tr>\n")
+		for _, a := range r.Availability {
+			fmt.Fprintf(&b, "<tr><td>%s</td><td>%d</td><td>%.2f s</td><td>%s</td><td>%.2f s</td><td>%s</td></tr>\n", esc(a.Fault), a.Count,
+				a.ToGrantMedianS, esc(worst(a.ToGrantMaxS, a.Unserved)), a.RecoveryMedianS, esc(worst(a.RecoveryMaxS, a.Unrecovered)))
+		}
+		b.WriteString("</table>\n")
+	}
+	for _, f := range r.Failures() {
+		fmt.Fprintf(&b, "<p style=\"color:#b00\"><b>failed</b> %s</p>\n", esc(f))
+	}
 	for _, ex := range r.OverlapExamples {
 		fmt.Fprintf(&b, "<p>overlap: %s</p>\n", esc(ex))
 	}

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -46,20 +47,29 @@ type leaseID struct {
 //
 // A missing release or a zero (unrecorded) Deadline does not bound the belief.
 // Unknown acquires give no belief: the client got no grant it knows of.
+//
+// A lock that hands out a token twice (see Tokens) may give one client the
+// same lease identity (client, key, token) more than once: each grant then
+// takes the first release at or after its Start, and the writes before
+// the next grant of that identity.
 func Beliefs(h History) []Belief {
-	release := make(map[leaseID]time.Duration)
-	lastWrite := make(map[leaseID]time.Duration)
+	releases := make(map[leaseID][]time.Duration)
+	writes := make(map[leaseID][]time.Duration)
+	grants := make(map[leaseID][]time.Duration)
 	for _, o := range h {
 		id := leaseID{o.Client, o.Key, o.Token}
-		switch o.Kind {
-		case Release:
-			if s, ok := release[id]; !ok || o.Start < s {
-				release[id] = o.Start
-			}
-		case Write:
-			if s, ok := lastWrite[id]; !ok || o.Start > s {
-				lastWrite[id] = o.Start
-			}
+		switch {
+		case o.Kind == Release:
+			releases[id] = append(releases[id], o.Start)
+		case o.Kind == Write:
+			writes[id] = append(writes[id], o.Start)
+		case o.Kind == Acquire && o.OK:
+			grants[id] = append(grants[id], o.Start)
+		}
+	}
+	for _, m := range []map[leaseID][]time.Duration{releases, writes, grants} {
+		for _, ts := range m {
+			slices.Sort(ts)
 		}
 	}
 	var out []Belief
@@ -72,11 +82,30 @@ func Beliefs(h History) []Belief {
 		if o.Deadline > 0 {
 			end = o.Deadline
 		}
-		if s, ok := release[id]; ok && s >= o.Start {
-			end = min(end, s)
+		// The next grant of the same identity, if any, bounds this one's
+		// writes.
+		next := forever
+		if gs := grants[id]; len(gs) > 1 {
+			if i, _ := slices.BinarySearch(gs, o.Start); i+1 < len(gs) {
+				for _, g := range gs[i+1:] {
+					if g > o.Start {
+						next = g
+						break
+					}
+				}
+			}
 		}
-		if s, ok := lastWrite[id]; ok && s >= o.Start {
-			end = max(end, s)
+		if rs := releases[id]; len(rs) > 0 {
+			if i, _ := slices.BinarySearch(rs, o.Start); i < len(rs) {
+				end = min(end, rs[i])
+			}
+		}
+		if ws := writes[id]; len(ws) > 0 {
+			// The last write at or after Start and before next.
+			i, _ := slices.BinarySearch(ws, next)
+			if i > 0 && ws[i-1] >= o.Start {
+				end = max(end, ws[i-1])
+			}
 		}
 		out = append(out, Belief{Client: o.Client, Key: o.Key, Token: o.Token, Start: o.End, End: end})
 	}

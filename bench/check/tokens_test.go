@@ -158,3 +158,29 @@ func TestAvailabilityByKind(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 }
+
+// TestBeliefsOfReusedTokens: a client granted the same token twice (a lock
+// that reuses tokens) believes it holds each grant until that grant's own
+// release, not the first one's, and no overlap is made up; the reuse is
+// the token check's to report.
+func TestBeliefsOfReusedTokens(t *testing.T) {
+	hist := h(
+		acq(0, "k", 0, 1, 1, 1000, 900), wr(0, "k", 2, 3, 1, true, 1), rel(0, "k", 5, 6, 1),
+		acq(1, "k", 7, 8, 2, 1000, 900), rel(1, "k", 9, 10, 2),
+		acq(0, "k", 11, 12, 1, 1000, 900), wr(0, "k", 13, 14, 1, true, 2), rel(0, "k", 15, 16, 1),
+		acq(1, "k", 17, 18, 2, 1000, 900), rel(1, "k", 19, 20, 2),
+	)
+	want := []Belief{
+		{Client: 0, Key: "k", Token: 1, Start: d(1), End: d(5)},
+		{Client: 1, Key: "k", Token: 2, Start: d(8), End: d(9)},
+		{Client: 0, Key: "k", Token: 1, Start: d(12), End: d(15)},
+		{Client: 1, Key: "k", Token: 2, Start: d(18), End: d(19)},
+	}
+	if got := Beliefs(hist); !slices.Equal(got, want) {
+		t.Errorf("beliefs\n%v, want\n%v", got, want)
+	}
+	r := Check(hist, nil, Options{})
+	if r.Overlaps != 0 || r.TokensReused != 2 {
+		t.Errorf("overlaps %d %q, tokens reused %d; want 0, 2", r.Overlaps, r.OverlapExamples, r.TokensReused)
+	}
+}

@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure the backends side by side: latency, and safety under faults",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd())
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd())
 	return cmd
 }
 
@@ -143,6 +143,7 @@ func newBenchChaosCmd() *cobra.Command {
 		faults             []string
 		jsonOut, htmlOut   string
 		serverLog, linPath string
+		historyOut         string
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -157,8 +158,19 @@ before the next), and check the recorded history:
   stale writes accepted  the fenced store took a write behind a newer token (must be 0)
   stale writes rejected  the fence at work
   unfenced conflicts     writes the unfenced store took out of order
-  linearizable           porcupine, over each key's acquire/release history
+  tokens reused          a fencing token granted twice for a key (must be 0);
+  token regressions      or lower than one granted before it was requested (must be 0)
+  linearizable           porcupine, over each key's acquire/release history on its
+                         own, 30 s at most per key and 90 s in all: a key that runs
+                         out of time is counted unknown (linearizability_unknown_keys)
   unavailable, recovery  time without a grant; time from each heal to the next grant
+  availability           per fault kind, the median and worst time from the fault's
+                         start, and from its heal, to the next grant
+
+The workload is sized to keep the servers busy: --clients clients (default 32,
+16 on PostgreSQL) over --keys keys (default half the clients) hold each lock
+for up to --hold (20 ms) and pause up to --think (0) between cycles; a lease
+lives --ttl (2 s, longer than a Raft election) and is never renewed.
 
 Faults: kill (SIGKILL and restart; raft: the leader or a random node),
 pause (SIGSTOP for 0.5–2 × TTL), partition (proxies cut: isolate a raft node,
@@ -166,9 +178,16 @@ cut clients from a minority of servers), clock (raft: a node's leader clock
 jumps forward; redlock: a quorum's clocks, emulated), client-pause (a client
 stalls 1.5 × TTL after checking its deadline, then writes).
 
-The exit status is 1 when the fenced store accepted a stale write, or when the
-campaign was not valid: a fault expected to break mutual exclusion
-(client-pause; clock on redlock) produced no overlap.`,
+The campaign prints its seed and the command that reproduces it. The exit
+status is 1 when a checker failed (an overlap where no fault injected was
+expected to break mutual exclusion, a stale write accepted, a token reused or
+going back, a history that is not linearizable where no server fault was
+expected to break the lock), or when the campaign was not valid: a fault
+expected to break mutual exclusion (client-pause; clock on redlock) produced
+no overlap. A failed campaign writes its whole history (operations, fault
+timeline, configuration) as JSON to --history, by default next to --json or
+--html (NAME-history.json) or to chaos-history-SEED.json; 'lockgate bench
+check FILE' runs the checkers on it again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Faults = faults
@@ -186,13 +205,16 @@ campaign was not valid: a fault expected to break mutual exclusion
 				cfg.Log = f
 			}
 			cfg.Progress = cmd.ErrOrStderr()
+			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
+			if !cmd.Flags().Changed("seed") {
+				cfg.Command += fmt.Sprintf(" --seed %d", cfg.Seed)
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			rep, err := bench.RunChaos(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			rep.Command = "lockgate " + strings.Join(os.Args[1:], " ")
 			rep.WriteTable(cmd.OutOrStdout())
 			if jsonOut != "" {
 				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
@@ -217,9 +239,16 @@ campaign was not valid: a fault expected to break mutual exclusion
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "porcupine's visualisation of the lock history: %s\n", p)
 			}
+			failures := rep.Failures()
+			if p := historyPath(historyOut, jsonOut, htmlOut, rep.Seed); historyOut != "" || len(failures) > 0 {
+				if err := rep.SaveHistory(p); err != nil {
+					return fmt.Errorf("writing the history: %w", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "the whole history: %s (lockgate bench check %s)\n", p, p)
+			}
 			switch {
-			case rep.StaleWritesAccepted > 0:
-				return fmt.Errorf("the fenced store accepted %d stale writes", rep.StaleWritesAccepted)
+			case len(failures) > 0:
+				return fmt.Errorf("campaign failed (seed %d): %s", rep.Seed, strings.Join(failures, "; "))
 			case !rep.Valid:
 				return errors.New("invalid campaign: the faults expected to break mutual exclusion produced no overlap")
 			}
@@ -231,12 +260,29 @@ campaign was not valid: a fault expected to break mutual exclusion
 	f.StringSliceVar(&faults, "faults", []string{bench.FaultKill, bench.FaultPause, bench.FaultPartition}, "faults: "+strings.Join(bench.Faults, ","))
 	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "campaign length: faults are injected within it; the clients run on until 5 s after the last heal so that its recovery is seen")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the clients' choices")
-	f.IntVar(&cfg.Clients, "clients", 8, "clients")
-	f.IntVar(&cfg.Keys, "keys", 4, "keys the clients contend for")
-	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL (etcd's smallest is 2s)")
+	f.IntVar(&cfg.Clients, "clients", 0, "clients (default 32; 16 on PostgreSQL, whose 100 connections their pools share)")
+	f.IntVar(&cfg.Keys, "keys", 0, "keys the clients contend for (default half the clients)")
+	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL (etcd's smallest is 2s; keep it above the election time)")
+	f.DurationVar(&cfg.Hold, "hold", 20*time.Millisecond, "longest hold of a lock after the writes (each drawn uniformly below it)")
+	f.DurationVar(&cfg.Think, "think", 0, "longest pause between a release and the next acquire (each drawn uniformly below it; 0: none)")
+	f.StringVar(&historyOut, "history", "", "write the whole history (JSON) here; without it, a failed campaign writes it next to --json/--html or to chaos-history-SEED.json")
 	f.StringVar(&jsonOut, "json", "", "write the verdicts as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write an HTML report (timeline of faults and verdicts) to this file")
 	f.StringVar(&linPath, "linearizability-html", "", "write porcupine's visualisation here (always written, next to --html, when the history is not linearizable)")
 	f.StringVar(&serverLog, "server-log", "", "write the servers' output to this file (default: discard)")
 	return cmd
+}
+
+// historyPath is where a campaign's history goes: --history, else next to
+// the JSON or HTML report, else chaos-history-SEED.json.
+func historyPath(history, jsonOut, htmlOut string, seed uint64) string {
+	switch {
+	case history != "":
+		return history
+	case jsonOut != "":
+		return strings.TrimSuffix(jsonOut, ".json") + "-history.json"
+	case htmlOut != "":
+		return strings.TrimSuffix(htmlOut, ".html") + "-history.json"
+	}
+	return fmt.Sprintf("chaos-history-%d.json", seed)
 }
