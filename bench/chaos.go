@@ -171,15 +171,15 @@ type ChaosReport struct {
 	NotLinearizableKeys []string       `json:"not_linearizable_keys,omitempty"`
 	OverlapExamples     []string       `json:"overlap_examples,omitempty"`
 	TokenExamples       []string       `json:"token_examples,omitempty"`
-	Injected        []FaultEvent   `json:"injected"`
-	Notes           []string       `json:"notes,omitempty"`
-	Clients         int            `json:"clients"`
-	Keys            int            `json:"keys"`
-	TTLMs           int64          `json:"ttl_ms"`
-	HoldMs          float64        `json:"hold_ms"`
-	ThinkMs         float64        `json:"think_ms"`
-	Errors          map[string]int `json:"errors,omitempty"`
-	Command         string         `json:"command,omitempty"`
+	Injected            []FaultEvent   `json:"injected"`
+	Notes               []string       `json:"notes,omitempty"`
+	Clients             int            `json:"clients"`
+	Keys                int            `json:"keys"`
+	TTLMs               int64          `json:"ttl_ms"`
+	HoldMs              float64        `json:"hold_ms"`
+	ThinkMs             float64        `json:"think_ms"`
+	Errors              map[string]int `json:"errors,omitempty"`
+	Command             string         `json:"command,omitempty"`
 
 	history check.History
 	result  check.Result
