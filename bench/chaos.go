@@ -74,6 +74,11 @@ func (c *ChaosConfig) fill() error {
 	if len(c.Faults) == 0 {
 		return errors.New("no faults: want one or more of " + strings.Join(Faults, ","))
 	}
+	faults, err := ExpandFaults(c.Backend, c.Faults) // "all": every fault that applies
+	if err != nil {
+		return err
+	}
+	c.Faults = faults
 	c.kinds = nil
 	for _, name := range c.Faults {
 		f, err := FaultByName(name)
