@@ -17,7 +17,8 @@ import (
 // TestChaosRaftSmoke is the short raftlock campaign of make test: 15 s of
 // kills, pauses and partitions against three `lockgate node` processes.
 // raftlock must keep every promise: no overlap, a linearizable history, no
-// stale write accepted, and a grant within 5 s of every heal.
+// stale write accepted, no token reused or going back, and a grant within 5
+// s of every heal.
 func TestChaosRaftSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 15 s fault campaign")
@@ -43,9 +44,12 @@ func TestChaosRaftSmoke(t *testing.T) {
 	if len(rep.Injected) < 2 || rep.Cycles < 20 {
 		t.Fatalf("%d faults and %d cycles: the campaign did too little to judge", len(rep.Injected), rep.Cycles)
 	}
-	if rep.Overlaps != 0 || !rep.Linearizable || rep.StaleWritesAccepted != 0 || !rep.Valid {
-		t.Errorf("raftlock broke a promise: overlaps %d %v, linearizable %v, stale writes accepted %d, valid %v",
-			rep.Overlaps, rep.OverlapExamples, rep.Linearizable, rep.StaleWritesAccepted, rep.Valid)
+	if rep.Overlaps != 0 || !rep.Linearizable || rep.StaleWritesAccepted != 0 || !rep.Valid ||
+		rep.TokenCheck != "checked" || rep.TokensReused != 0 || rep.TokenRegressions != 0 || len(rep.Failures()) != 0 {
+		t.Errorf("raftlock broke a promise: %q", rep.Verdicts())
+	}
+	if len(rep.Availability) == 0 {
+		t.Errorf("no availability per fault kind")
 	}
 	for _, ev := range rep.Injected {
 		if !ev.Recovered || ev.RecoveryS > 5 {
@@ -61,7 +65,8 @@ func TestChaosRaftSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"backend", "faults", "seed", "duration_s", "cycles", "overlaps", "stale_writes_accepted",
-		"stale_writes_rejected", "unfenced_conflicts", "linearizable", "unavailable_s", "max_recovery_s", "valid"} {
+		"stale_writes_rejected", "unfenced_conflicts", "linearizable", "unavailable_s", "max_recovery_s", "valid",
+		"linearizability_keys", "linearizability_unknown_keys", "tokens_reused", "token_regressions", "availability", "cycles_per_s"} {
 		if _, ok := doc[k]; !ok {
 			t.Errorf("JSON has no %q", k)
 		}
