@@ -1,5 +1,5 @@
 // Package lifecycle is the open-to-closed life of a client-side backend's
-// Locker (redlock, sqllock, zklike): the calls in progress, the background
+// Locker (redlock, sqllock, zklike, and the peer libraries' wrappers): the calls in progress, the background
 // work they start, a context that ends at Close, and a Close that waits
 // for both. It also opens each call of the lock.Locker contract the same
 // way in every backend: ErrClosed once closed, then the contract's checks
@@ -81,7 +81,13 @@ func (s *State) Go(f func()) bool {
 // Close refuses new calls, ends Context, and waits for the calls in
 // progress and then for the background work. It reports whether it did
 // so: a later Close returns false at once.
-func (s *State) Close() bool {
+func (s *State) Close() bool { return s.CloseAfterCalls(nil) }
+
+// CloseAfterCalls is Close that calls stop (if not nil) once the calls in
+// progress have ended and before it waits for the background work: for a
+// Locker whose background work ends only when its client stops (a library
+// call that takes no context and returns when its connection closes).
+func (s *State) CloseAfterCalls(stop func()) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -94,6 +100,9 @@ func (s *State) Close() bool {
 	s.mu.Lock()
 	s.drained = true
 	s.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	s.bg.Wait()
 	return true
 }

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,5 +139,45 @@ func TestOpenings(t *testing.T) {
 	}
 	if _, err := s.Inspect("", func() (*lock.LockInfo, error) { never(); return nil, nil }); !errors.Is(err, lock.ErrClosed) {
 		t.Fatalf("Inspect after Close: %v", err)
+	}
+}
+
+// TestCloseAfterCalls: stop runs once the calls in progress have ended
+// and before Close waits for the background work, so that background work
+// which only stop ends lets Close return.
+func TestCloseAfterCalls(t *testing.T) {
+	s := New()
+	if !s.Begin() {
+		t.Fatal("Begin on an open State: false")
+	}
+	var inCall atomic.Bool
+	inCall.Store(true)
+	stopped := make(chan struct{})
+	bgDone := make(chan struct{})
+	if !s.Go(func() { <-stopped; close(bgDone) }) {
+		t.Fatal("Go on an open State: false")
+	}
+	closed := make(chan bool)
+	go func() {
+		closed <- s.CloseAfterCalls(func() {
+			if inCall.Load() {
+				t.Error("stop ran while a call was in progress")
+			}
+			close(stopped)
+		})
+	}()
+	<-s.Context().Done()
+	inCall.Store(false)
+	s.End()
+	if !<-closed {
+		t.Fatal("first CloseAfterCalls: false")
+	}
+	select {
+	case <-bgDone:
+	default:
+		t.Fatal("CloseAfterCalls returned before the background work ended")
+	}
+	if s.CloseAfterCalls(func() { t.Error("stop ran on a second Close") }) {
+		t.Fatal("second CloseAfterCalls: true")
 	}
 }

@@ -228,7 +228,7 @@ func (e *EtcdMutex) session() (*etcdSession, error) {
 	}
 	secs := int((e.cfg.SessionTTL + time.Second - 1) / time.Second)
 	// The Session's context is the Locker's: Close stops its keep-alives.
-	cs, err := concurrency.NewSession(e.cli, concurrency.WithTTL(secs), concurrency.WithContext(e.life.ctx))
+	cs, err := concurrency.NewSession(e.cli, concurrency.WithTTL(secs), concurrency.WithContext(e.life.Context()))
 	if err != nil {
 		return nil, err
 	}
@@ -236,14 +236,14 @@ func (e *EtcdMutex) session() (*etcdSession, error) {
 	e.mu.Lock()
 	e.sess = s
 	e.mu.Unlock()
-	e.life.goBackground(func() { e.watchSession(s) })
+	e.life.Go(func() { e.watchSession(s) })
 	return s, nil
 }
 
 // watchSession ends the leases of s when s dies before the Locker closes.
 func (e *EtcdMutex) watchSession(s *etcdSession) {
 	<-s.s.Done()
-	if e.life.ctx.Err() != nil {
+	if e.life.Context().Err() != nil {
 		return // Close: held leases run out at their deadlines
 	}
 	e.mu.Lock()
@@ -262,24 +262,20 @@ func (e *EtcdMutex) watchSession(s *etcdSession) {
 // Acquire implements lock.Locker: it waits for the key's local turn, then
 // in Mutex.Lock for the etcd lock.
 func (e *EtcdMutex) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return e.acquire(ctx, key, opts, false)
+	return e.life.Acquire(key, opts, e.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return e.acquire(ctx, key, opts, false)
+	})
 }
 
 // TryAcquire implements lock.Locker with Mutex.TryLock. A key that another
 // acquisition of this Locker holds or is taking is reported as held.
 func (e *EtcdMutex) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return e.acquire(ctx, key, opts, true)
+	return e.life.Acquire(key, opts, e.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return e.acquire(ctx, key, opts, true)
+	})
 }
 
 func (e *EtcdMutex) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !e.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer e.life.end()
-	opts, err := opts.Normalize(key, e.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
 	wctx, cancel := e.life.join(ctx)
 	defer cancel()
 	leave, err := enterGate(&e.mu, e.gates, wctx, key, try)
@@ -398,13 +394,10 @@ func (e *EtcdMutex) ended(lease *lock.Lease) {
 // create revision is still the lease's (Mutex.Unlock's delete, guarded by
 // Mutex.IsOwner so that a lost lock is reported as lock.ErrNotHeld).
 func (e *EtcdMutex) Release(ctx context.Context, lease *lock.Lease) error {
-	if !e.life.begin() {
-		return lock.ErrClosed
-	}
-	defer e.life.end()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
+	return e.life.Release(lease, func() error { return e.release(ctx, lease) })
+}
+
+func (e *EtcdMutex) release(ctx context.Context, lease *lock.Lease) error {
 	h := e.take(lease)
 	if h == nil {
 		return lease.Released(false)
@@ -429,14 +422,10 @@ func (e *EtcdMutex) Release(ctx context.Context, lease *lock.Lease) error {
 // the Session also sends every TTL/3), then a check that the key is still
 // the grant's. The TTL stays the Session's, whatever ttl asks.
 func (e *EtcdMutex) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !e.life.begin() {
-		return lock.ErrClosed
-	}
-	defer e.life.end()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return e.life.Renew(lease, ttl, func(ttl time.Duration) error { return e.renew(ctx, lease, ttl) })
+}
+
+func (e *EtcdMutex) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	e.mu.Lock()
 	h := e.held[lease.Handle]
 	e.mu.Unlock()
@@ -465,13 +454,10 @@ func (e *EtcdMutex) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 // create revision is the token and the other keys are waiters. The owner
 // is unknown: the Mutex stores no value.
 func (e *EtcdMutex) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !e.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer e.life.end()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
+	return e.life.Inspect(key, func() (*lock.LockInfo, error) { return e.inspect(ctx, key) })
+}
+
+func (e *EtcdMutex) inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	rctx, cancel := bounded(ctx, e.cfg.RequestTimeout)
 	defer cancel()
 	resp, err := e.cli.Get(rctx, e.prefix(key)+"/", clientv3.WithFirstCreate()...)
@@ -490,7 +476,7 @@ func (e *EtcdMutex) Inspect(ctx context.Context, key string) (*lock.LockInfo, er
 // held; otherwise it is left to run out, so that held keys stay until
 // their holders' deadlines have passed (unless released first).
 func (e *EtcdMutex) Close() error {
-	if !e.life.close() {
+	if !e.life.Close() {
 		return nil
 	}
 	e.mu.Lock()

@@ -4,81 +4,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/lifecycle"
 	"github.com/lockgate/lockgate/lock"
 )
 
-// life is the open-to-closed life that every wrapper shares: the calls in
-// progress, the auto-renewals they start, and a context that ends at
-// Close. It is the wrappers' plumbing, not a library's behaviour: it adds
-// nothing to what a grant guarantees.
-type life struct {
-	ctx    context.Context // ends when Close begins
-	cancel context.CancelFunc
+// life is the open-to-closed life that every wrapper shares: the
+// backends' lifecycle.State (the calls in progress and their openings, the
+// background work they start, a context that ends at Close) with the
+// wrappers' helpers on top. It is the wrappers' plumbing, not a library's
+// behaviour: it adds nothing to what a grant guarantees.
+type life struct{ *lifecycle.State }
 
-	mu     sync.Mutex
-	closed bool
-	calls  sync.WaitGroup // calls between begin and end
-	bg     sync.WaitGroup // background work started by those calls
-}
-
-func newLife() *life {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &life{ctx: ctx, cancel: cancel}
-}
-
-// begin registers a call; false once Close has begun.
-func (s *life) begin() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.calls.Add(1)
-	return true
-}
-
-func (s *life) end() { s.calls.Done() }
-
-// goBackground runs f as work Close waits for. Only a call in progress
-// (between begin and end) may start it, so that Close, which waits for the
-// calls first, never sees the count rise while it waits.
-func (s *life) goBackground(f func()) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		f()
-	}()
-}
+func newLife() *life { return &life{lifecycle.New()} }
 
 // autoRenew keeps lease alive through l (lock.KeepAlive) until it ends or
-// the Locker closes.
+// the Locker closes. It is called by a call in progress, so the work
+// always starts (lifecycle.State.Go refuses work only after Close has
+// waited for the calls).
 func (s *life) autoRenew(l lock.Locker, lease *lock.Lease) {
-	s.goBackground(func() { lock.KeepAlive(s.ctx, l, lease) })
-}
-
-// close ends the context and waits for the calls, then for the background
-// work; false if Close had already begun.
-func (s *life) close() bool {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return false
-	}
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.calls.Wait()
-	s.bg.Wait()
-	return true
+	s.Go(func() { lock.KeepAlive(s.Context(), l, lease) })
 }
 
 // join returns a context that ends with ctx or when the Locker closes.
 func (s *life) join(ctx context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.ctx, cancel)
+	stop := context.AfterFunc(s.Context(), cancel)
 	return c, func() { stop(); cancel() }
 }
 
@@ -96,7 +48,7 @@ func bounded(ctx context.Context, d time.Duration) (context.Context, context.Can
 // ctx ended, lock.ErrUnavailable otherwise.
 func (s *life) fail(ctx context.Context, who, op, key string, err error) error {
 	switch {
-	case s.ctx.Err() != nil:
+	case s.Context().Err() != nil:
 		return lock.ErrClosed
 	case ctx.Err() != nil:
 		if err != nil && !errors.Is(err, ctx.Err()) {

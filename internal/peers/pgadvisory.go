@@ -146,23 +146,19 @@ func destroy(c *pgxpool.Conn) {
 // Acquire implements lock.Locker: SELECT pg_advisory_lock($1) on a
 // connection of its own, waiting until granted or ctx ends.
 func (p *PGAdvisory) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return p.acquire(ctx, key, opts, false)
+	return p.life.Acquire(key, opts, p.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return p.acquire(ctx, key, opts, false)
+	})
 }
 
 // TryAcquire implements lock.Locker with pg_try_advisory_lock.
 func (p *PGAdvisory) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return p.acquire(ctx, key, opts, true)
+	return p.life.Acquire(key, opts, p.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return p.acquire(ctx, key, opts, true)
+	})
 }
 
 func (p *PGAdvisory) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !p.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer p.life.end()
-	opts, err := opts.Normalize(key, p.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
 	wctx, cancel := p.life.join(ctx)
 	defer cancel()
 	if try {
@@ -224,13 +220,10 @@ func (p *PGAdvisory) take(lease *lock.Lease) *pgHeld {
 // lock.ErrNotHeld, as the contract wants of an expired lease. A session
 // that fails the unlock is closed, which frees the lock too.
 func (p *PGAdvisory) Release(ctx context.Context, lease *lock.Lease) error {
-	if !p.life.begin() {
-		return lock.ErrClosed
-	}
-	defer p.life.end()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
+	return p.life.Release(lease, func() error { return p.release(ctx, lease) })
+}
+
+func (p *PGAdvisory) release(ctx context.Context, lease *lock.Lease) error {
 	h := p.take(lease)
 	if h == nil {
 		return lease.Released(false)
@@ -252,14 +245,10 @@ func (p *PGAdvisory) Release(ctx context.Context, lease *lock.Lease) error {
 // the lease's session that the lock is still held and moves the lease's
 // deadline to ttl from now.
 func (p *PGAdvisory) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !p.life.begin() {
-		return lock.ErrClosed
-	}
-	defer p.life.end()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return p.life.Renew(lease, ttl, func(ttl time.Duration) error { return p.renew(ctx, lease, ttl) })
+}
+
+func (p *PGAdvisory) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	p.mu.Lock()
 	h := p.held[lease.Handle]
 	p.mu.Unlock()
@@ -273,7 +262,7 @@ func (p *PGAdvisory) Renew(ctx context.Context, lease *lock.Lease, ttl time.Dura
 	// The pinned connection is the lease's alone; Release takes it out
 	// of the map first, so the two never use it at once unless the caller
 	// renews and releases one lease concurrently.
-	err = h.conn.QueryRow(rctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
+	err := h.conn.QueryRow(rctx, `SELECT EXISTS (SELECT 1 FROM pg_locks
 		WHERE pid = pg_backend_pid() AND locktype = 'advisory' AND granted
 		  AND objsubid = 1 AND classid = (($1::bigint >> 32) & 4294967295)::oid AND objid = ($1::bigint & 4294967295)::oid)`, h.id).Scan(&held)
 	if err != nil {
@@ -286,13 +275,10 @@ func (p *PGAdvisory) Renew(ctx context.Context, lease *lock.Lease, ttl time.Dura
 // application_name is the owner; the sessions waiting for the lock are
 // the waiters. There is no token and no expiry.
 func (p *PGAdvisory) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !p.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer p.life.end()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
+	return p.life.Inspect(key, func() (*lock.LockInfo, error) { return p.inspect(ctx, key) })
+}
+
+func (p *PGAdvisory) inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	rctx, cancel := bounded(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	var holders, waiting int
@@ -321,7 +307,7 @@ func (p *PGAdvisory) Inspect(ctx context.Context, key string) (*lock.LockInfo, e
 // session, closing the pool frees every lock still held: their leases end
 // with lock.ErrNotHeld.
 func (p *PGAdvisory) Close() error {
-	if !p.life.close() {
+	if !p.life.Close() {
 		return nil
 	}
 	p.mu.Lock()

@@ -97,27 +97,26 @@ func (r *Redislock) ClientID() string { return r.cfg.ClientID }
 // Acquire implements lock.Locker: Obtain with LinearBackoff until ctx
 // ends.
 func (r *Redislock) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return r.acquire(ctx, key, opts, false)
+	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return r.acquire(ctx, key, opts, false)
+	})
 }
 
 // TryAcquire implements lock.Locker: one Obtain without retries.
 func (r *Redislock) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return r.acquire(ctx, key, opts, true)
+	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return r.acquire(ctx, key, opts, true)
+	})
 }
 
 func (r *Redislock) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !r.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer r.life.end()
-	opts, err := opts.Normalize(key, r.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
 	wctx, cancel := r.life.join(ctx)
 	defer cancel()
 	for {
-		var l *redislock.Lock
+		var (
+			l   *redislock.Lock
+			err error
+		)
 		retry := &pacedRetry{RetryStrategy: redislock.LinearBackoff(r.cfg.Retry), last: time.Now()}
 		if try {
 			rctx, rcancel := bounded(wctx, r.cfg.RequestTimeout)
@@ -198,13 +197,10 @@ func (r *Redislock) lockOf(lease *lock.Lease) *redislock.Lock {
 // Release implements lock.Locker with Lock.Release
 // (redislock.ErrLockNotHeld is lock.ErrNotHeld).
 func (r *Redislock) Release(ctx context.Context, lease *lock.Lease) error {
-	if !r.life.begin() {
-		return lock.ErrClosed
-	}
-	defer r.life.end()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
+	return r.life.Release(lease, func() error { return r.release(ctx, lease) })
+}
+
+func (r *Redislock) release(ctx context.Context, lease *lock.Lease) error {
 	l := r.lockOf(lease)
 	if l == nil {
 		return lease.Released(false)
@@ -225,14 +221,10 @@ func (r *Redislock) Release(ctx context.Context, lease *lock.Lease) error {
 // Renew implements lock.Locker with Lock.Refresh
 // (redislock.ErrNotObtained is lock.ErrNotHeld).
 func (r *Redislock) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !r.life.begin() {
-		return lock.ErrClosed
-	}
-	defer r.life.end()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return r.life.Renew(lease, ttl, func(ttl time.Duration) error { return r.renew(ctx, lease, ttl) })
+}
+
+func (r *Redislock) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	l := r.lockOf(lease)
 	if l == nil {
 		return lease.Renewed(time.Now(), ttl, false)
@@ -240,7 +232,7 @@ func (r *Redislock) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	rctx, cancel := bounded(ctx, r.cfg.RequestTimeout)
 	defer cancel()
 	sent := time.Now()
-	err = l.Refresh(rctx, ttl, nil)
+	err := l.Refresh(rctx, ttl, nil)
 	switch {
 	case err == nil:
 		return lease.Renewed(sent, ttl, true)
@@ -253,21 +245,16 @@ func (r *Redislock) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 
 // Inspect returns ErrUnsupported: redislock cannot name a holder.
 func (r *Redislock) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !r.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer r.life.end()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("redislock: inspect %q: %w", key, ErrUnsupported)
+	return r.life.Inspect(key, func() (*lock.LockInfo, error) {
+		return nil, fmt.Errorf("redislock: inspect %q: %w", key, ErrUnsupported)
+	})
 }
 
 // Close implements lock.Locker: waiting acquisitions return
 // lock.ErrClosed, auto-renewal stops and the connection closes; held keys
 // expire at their TTL unless released first.
 func (r *Redislock) Close() error {
-	if !r.life.close() {
+	if !r.life.Close() {
 		return nil
 	}
 	return r.rdb.Close()

@@ -121,28 +121,25 @@ func (r *Redsync) mutex(key string, ttl time.Duration, value string, acquire boo
 // Acquire implements lock.Locker with LockContext, called again each time
 // redsync gives up, until ctx ends.
 func (r *Redsync) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return r.acquire(ctx, key, opts, false)
+	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return r.acquire(ctx, key, opts, false)
+	})
 }
 
 // TryAcquire implements lock.Locker with TryLockContext (one try).
 func (r *Redsync) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return r.acquire(ctx, key, opts, true)
+	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return r.acquire(ctx, key, opts, true)
+	})
 }
 
 func (r *Redsync) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	if !r.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer r.life.end()
-	opts, err := opts.Normalize(key, r.cfg.ClientID)
-	if err != nil {
-		return nil, err
-	}
 	wctx, cancel := r.life.join(ctx)
 	defer cancel()
 	handle := lock.NewHandle()
 	for {
 		m := r.mutex(key, opts.TTL, handle, true)
+		var err error
 		if try {
 			rctx, rcancel := bounded(wctx, r.cfg.RequestTimeout)
 			err = m.TryLockContext(rctx)
@@ -210,13 +207,10 @@ func (r *Redsync) unlock(m *redsync.Mutex) {
 // (expired, or re-granted) is lock.ErrNotHeld, or lock.ErrUnavailable when
 // nodes could not be reached.
 func (r *Redsync) Release(ctx context.Context, lease *lock.Lease) error {
-	if !r.life.begin() {
-		return lock.ErrClosed
-	}
-	defer r.life.end()
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
+	return r.life.Release(lease, func() error { return r.release(ctx, lease) })
+}
+
+func (r *Redsync) release(ctx context.Context, lease *lock.Lease) error {
 	rctx, cancel := bounded(ctx, r.cfg.RequestTimeout)
 	defer cancel()
 	ok, err := r.mutex(lease.Key, lease.TTL(), lease.Handle, false).UnlockContext(rctx)
@@ -229,14 +223,10 @@ func (r *Redsync) Release(ctx context.Context, lease *lock.Lease) error {
 // Renew implements lock.Locker with ExtendContext: the keys whose value is
 // the lease's handle get ttl again, on a quorum or not at all.
 func (r *Redsync) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if !r.life.begin() {
-		return lock.ErrClosed
-	}
-	defer r.life.end()
-	ttl, err := lock.ValidateRenew(lease, ttl)
-	if err != nil {
-		return err
-	}
+	return r.life.Renew(lease, ttl, func(ttl time.Duration) error { return r.renew(ctx, lease, ttl) })
+}
+
+func (r *Redsync) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	rctx, cancel := bounded(ctx, r.cfg.RequestTimeout)
 	defer cancel()
 	m := r.mutex(lease.Key, ttl, lease.Handle, false)
@@ -250,21 +240,16 @@ func (r *Redsync) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 
 // Inspect returns ErrUnsupported: redsync cannot name a holder.
 func (r *Redsync) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if !r.life.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer r.life.end()
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("redsync: inspect %q: %w", key, ErrUnsupported)
+	return r.life.Inspect(key, func() (*lock.LockInfo, error) {
+		return nil, fmt.Errorf("redsync: inspect %q: %w", key, ErrUnsupported)
+	})
 }
 
 // Close implements lock.Locker: waiting acquisitions return
 // lock.ErrClosed, auto-renewal stops and the connections close; held keys
 // expire at their TTL unless released first.
 func (r *Redsync) Close() error {
-	if !r.life.close() {
+	if !r.life.Close() {
 		return nil
 	}
 	var errs []error

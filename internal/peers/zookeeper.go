@@ -71,13 +71,10 @@ type ZooKeeper struct {
 	clientID string
 	timeout  atomic.Int64 // negotiated session timeout, ns
 
-	mu     sync.Mutex
-	closed bool
-	held   map[string]*zkGrant // by lease handle
-	calls  sync.WaitGroup      // calls in progress
-	bg     sync.WaitGroup      // goroutines started by calls
-	life   context.Context     // ends when Close begins
-	end    context.CancelFunc
+	life *life
+
+	mu   sync.Mutex
+	held map[string]*zkGrant // by lease handle
 }
 
 // zkGrant is a held lock node.
@@ -120,9 +117,9 @@ func NewZooKeeper(ctx context.Context, cfg ZooKeeperConfig) (*ZooKeeper, error) 
 	z := &ZooKeeper{
 		root:     strings.TrimSuffix(cfg.Root, "/"),
 		clientID: cfg.ClientID,
+		life:     newLife(),
 		held:     map[string]*zkGrant{},
 	}
-	z.life, z.end = context.WithCancel(context.Background())
 	z.timeout.Store(int64(cfg.SessionTimeout))
 	session := make(chan struct{}, 1)
 	conn, _, err := zk.Connect(cfg.Addrs, cfg.SessionTimeout,
@@ -139,7 +136,7 @@ func NewZooKeeper(ctx context.Context, cfg ZooKeeperConfig) (*ZooKeeper, error) 
 			}
 		}))
 	if err != nil {
-		z.end()
+		z.life.Close()
 		return nil, fmt.Errorf("%w: peers: ZooKeeper: connect %v: %w", lock.ErrUnavailable, cfg.Addrs, err)
 	}
 	z.conn = conn
@@ -148,7 +145,7 @@ func NewZooKeeper(ctx context.Context, cfg ZooKeeperConfig) (*ZooKeeper, error) 
 		return z, nil
 	case <-ctx.Done():
 		conn.Close()
-		z.end()
+		z.life.Close()
 		return nil, fmt.Errorf("peers: ZooKeeper: connect %v: %w", cfg.Addrs, ctx.Err())
 	}
 }
@@ -198,17 +195,6 @@ func zkHandleHash(handle string) string {
 	return hex.EncodeToString(h[:16])
 }
 
-// begin registers a call; false once Close has begun.
-func (z *ZooKeeper) begin() bool {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.closed {
-		return false
-	}
-	z.calls.Add(1)
-	return true
-}
-
 // zkSeq is the sequence number of a lock node's name, as zk.Lock parses
 // it ("...lock-0000000042").
 func zkSeq(name string) (int, bool) {
@@ -234,38 +220,25 @@ func zkLowest(children []string) (string, int) {
 	return best, bestSeq
 }
 
-// fail turns a library error into the caller's: ErrClosed after Close,
-// the context's error once ctx ended, ErrUnavailable otherwise.
+// fail turns a library error into the caller's (life.fail).
 func (z *ZooKeeper) fail(ctx context.Context, op, key string, err error) error {
-	if z.life.Err() != nil {
-		return lock.ErrClosed
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("peers: ZooKeeper: %s %q: %w (last error: %v)", op, key, ctx.Err(), err)
-	}
-	return fmt.Errorf("%w: peers: ZooKeeper: %s %q: %w", lock.ErrUnavailable, op, key, err)
+	return z.life.fail(ctx, "peers: ZooKeeper", op, key, err)
 }
 
 // Acquire waits for the key with zk.Lock.LockWithData.
 func (z *ZooKeeper) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	opts, err := opts.Normalize(key, z.clientID)
-	if err != nil {
-		return nil, err
-	}
-	if !z.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer z.calls.Done()
+	return z.life.Acquire(key, opts, z.clientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return z.acquire(ctx, key, opts)
+	})
+}
+
+func (z *ZooKeeper) acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	handle := lock.NewHandle()
 	data, _ := json.Marshal(zkNodeData{Owner: opts.Owner, Value: opts.Value, Handle: zkHandleHash(handle)})
 	parent := z.keyPath(key)
 	lk := zk.NewLock(z.conn, parent, zkACL)
 	done := make(chan error, 1)
-	z.bg.Add(1)
-	go func() {
-		defer z.bg.Done()
-		done <- lk.LockWithData(data)
-	}()
+	z.life.Go(func() { done <- lk.LockWithData(data) })
 	select {
 	case err := <-done:
 		if err != nil {
@@ -282,7 +255,7 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, opts lock.AcquireOp
 	case <-ctx.Done():
 		z.abandon(parent, data, lk, done)
 		return nil, fmt.Errorf("peers: ZooKeeper: acquire %q: %w", key, ctx.Err())
-	case <-z.life.Done():
+	case <-z.life.Context().Done():
 		return nil, lock.ErrClosed
 	}
 }
@@ -293,13 +266,11 @@ func (z *ZooKeeper) Acquire(ctx context.Context, key string, opts lock.AcquireOp
 // then waits for the children of parent to change.
 func (z *ZooKeeper) abandon(parent string, data []byte, lk *zk.Lock, done chan error) {
 	unlockLater := func() {
-		z.bg.Add(1)
-		go func() {
-			defer z.bg.Done()
+		z.life.Go(func() {
 			if err := <-done; err == nil {
 				_ = lk.Unlock() // ErrNoNode when abandon deleted the node first
 			}
-		}()
+		})
 	}
 	deadline := time.After(zkRequestTimeout)
 	for {
@@ -339,7 +310,7 @@ func (z *ZooKeeper) abandon(parent string, data []byte, lk *zk.Lock, done chan e
 			}
 			return
 		case <-changed:
-		case <-z.life.Done():
+		case <-z.life.Context().Done():
 			unlockLater()
 			return
 		case <-deadline:
@@ -390,11 +361,7 @@ func (z *ZooKeeper) granted(ctx context.Context, key string, opts lock.AcquireOp
 	z.held[handle] = g
 	z.mu.Unlock()
 	if opts.AutoRenew {
-		z.bg.Add(1)
-		go func() {
-			defer z.bg.Done()
-			lock.KeepAlive(z.life, z, lease)
-		}()
+		z.life.autoRenew(z, lease)
 	}
 	return lease, nil
 }
@@ -402,14 +369,12 @@ func (z *ZooKeeper) granted(ctx context.Context, key string, opts lock.AcquireOp
 // TryAcquire is the recipe's try-lock: create the node; if it is not the
 // lowest, delete it and report the holder.
 func (z *ZooKeeper) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	opts, err := opts.Normalize(key, z.clientID)
-	if err != nil {
-		return nil, err
-	}
-	if !z.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer z.calls.Done()
+	return z.life.Acquire(key, opts, z.clientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return z.tryAcquire(ctx, key, opts)
+	})
+}
+
+func (z *ZooKeeper) tryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	handle := lock.NewHandle()
 	data, _ := json.Marshal(zkNodeData{Owner: opts.Owner, Value: opts.Value, Handle: zkHandleHash(handle)})
 	parent := z.keyPath(key)
@@ -470,13 +435,10 @@ func (z *ZooKeeper) grant(lease *lock.Lease) *zkGrant {
 // grant). A node that is gone (released, or its session ended) is
 // lock.ErrNotHeld.
 func (z *ZooKeeper) Release(ctx context.Context, lease *lock.Lease) error {
-	if err := lock.ValidateLease(lease); err != nil {
-		return err
-	}
-	if !z.begin() {
-		return lock.ErrClosed
-	}
-	defer z.calls.Done()
+	return z.life.Release(lease, func() error { return z.release(ctx, lease) })
+}
+
+func (z *ZooKeeper) release(ctx context.Context, lease *lock.Lease) error {
 	g := z.grant(lease)
 	if g == nil {
 		return lease.Released(false)
@@ -500,13 +462,10 @@ func (z *ZooKeeper) Release(ctx context.Context, lease *lock.Lease) error {
 // the deadline to a session timeout past the check; ttl is validated and
 // otherwise ignored (a ZooKeeper lock lives as long as its session).
 func (z *ZooKeeper) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
-	if _, err := lock.ValidateRenew(lease, ttl); err != nil {
-		return err
-	}
-	if !z.begin() {
-		return lock.ErrClosed
-	}
-	defer z.calls.Done()
+	return z.life.Renew(lease, ttl, func(time.Duration) error { return z.renew(ctx, lease) })
+}
+
+func (z *ZooKeeper) renew(ctx context.Context, lease *lock.Lease) error {
 	g := z.grant(lease)
 	if g == nil {
 		return lease.Renewed(time.Time{}, 0, false)
@@ -527,13 +486,10 @@ func (z *ZooKeeper) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 
 // Inspect names the owner of the key's lowest lock node.
 func (z *ZooKeeper) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	if err := lock.ValidateKey(key); err != nil {
-		return nil, err
-	}
-	if !z.begin() {
-		return nil, lock.ErrClosed
-	}
-	defer z.calls.Done()
+	return z.life.Inspect(key, func() (*lock.LockInfo, error) { return z.inspect(ctx, key) })
+}
+
+func (z *ZooKeeper) inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	parent := z.keyPath(key)
 	for {
 		children, _, err := z.conn.Children(parent)
@@ -578,18 +534,14 @@ func (z *ZooKeeper) sessionLost(cause error) {
 // (its held locks are free at once, its waiters leave their queues); held
 // leases end with an error matching lock.ErrNotHeld. Waiting Acquire calls
 // return lock.ErrClosed.
+//
+// The session closes once the calls in progress have returned and before
+// Close waits for the background work: zk.Lock.Lock takes no context and
+// returns only when its predecessor goes or the connection closes.
 func (z *ZooKeeper) Close() error {
-	z.mu.Lock()
-	if z.closed {
-		z.mu.Unlock()
+	if !z.life.CloseAfterCalls(z.conn.Close) {
 		return nil
 	}
-	z.closed = true
-	z.end()
-	z.mu.Unlock()
-	z.calls.Wait()
-	z.conn.Close()
-	z.bg.Wait()
 	z.sessionLost(fmt.Errorf("%w: the Locker was closed, ending its ZooKeeper session", lock.ErrNotHeld))
 	return nil
 }

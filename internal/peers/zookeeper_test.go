@@ -263,3 +263,39 @@ func TestZooKeeperSessionCloseFrees(t *testing.T) {
 		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
 	}
 }
+
+// Close of a Locker whose Acquire waits in zk.Lock.Lock (which takes no
+// context) returns, the waiter gets ErrClosed, and its node leaves the
+// queue with the session.
+func TestZooKeeperCloseWhileWaiting(t *testing.T) {
+	t.Parallel()
+	ens := testenv.StartZooKeeper(t, 1)
+	a := newZkLocker(t, ens.Addrs, "a")
+	b := newZkLocker(t, ens.Addrs, "b")
+	zkAcquire(t, a, "k")
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := b.Acquire(ctx, "k", lock.AcquireOptions{})
+		if l != nil {
+			err = errors.New("granted while the key was held")
+		}
+		errc <- err
+	}()
+	zkWaitChildren(t, a, "k", 2)
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return while an Acquire waited in Lock")
+	}
+	if err := <-errc; !errors.Is(err, lock.ErrClosed) {
+		t.Fatalf("waiting Acquire after Close: %v, want ErrClosed", err)
+	}
+	zkWaitChildren(t, a, "k", 1)
+}
