@@ -264,3 +264,29 @@ func checkClosed(t *testing.T, l lock.Locker, key string) {
 		t.Fatalf("TryAcquire after Close: %v, want ErrClosed", err)
 	}
 }
+
+// checkPolling runs the checks of a wrapper whose library has no fencing
+// token, no server-side queue and no way to name a holder (the Redis
+// locks): exclusion with every lease carrying Token 0, TryAcquire of a
+// held key, a second Release, a cancelled waiter (polling leaves no trace
+// at the server), Inspect's ErrUnsupported, and the calls after Close.
+func checkPolling[L lock.Locker](t *testing.T, lib string, open func(*testing.T) L) {
+	t.Run("Exclusion", func(t *testing.T) {
+		a, b, c := open(t), open(t), open(t)
+		tokens := checkExclusion(t, []lock.Locker{a, a, b, c}, "excl", 8, lock.AcquireOptions{TTL: 5 * time.Second})
+		for _, tok := range tokens {
+			if tok != 0 {
+				t.Fatalf("token %d: %s has no fencing token, leases must carry 0", tok, lib)
+			}
+		}
+	})
+	t.Run("TryAcquireHeld", func(t *testing.T) { checkTryHeld(t, open(t), open(t), "try") })
+	t.Run("ReleaseTwice", func(t *testing.T) { checkReleaseTwice(t, open(t), "twice") })
+	t.Run("Cancel", func(t *testing.T) { checkCancel(t, open(t), open(t), open(t), "cancel", nil) })
+	t.Run("Inspect", func(t *testing.T) {
+		if _, err := open(t).Inspect(context.Background(), "k"); !errors.Is(err, ErrUnsupported) {
+			t.Fatalf("Inspect: %v, want ErrUnsupported", err)
+		}
+	})
+	t.Run("Closed", func(t *testing.T) { checkClosed(t, open(t), "closed") })
+}

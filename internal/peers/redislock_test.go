@@ -2,7 +2,6 @@ package peers
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -23,18 +22,7 @@ func TestRedislock(t *testing.T) {
 		return l
 	}
 
-	t.Run("Exclusion", func(t *testing.T) {
-		a, b, c := open(t), open(t), open(t)
-		tokens := checkExclusion(t, []lock.Locker{a, a, b, c}, "excl", 8, lock.AcquireOptions{TTL: 5 * time.Second})
-		for _, tok := range tokens {
-			if tok != 0 {
-				t.Fatalf("token %d: redislock has no fencing token, leases must carry 0", tok)
-			}
-		}
-	})
-	t.Run("TryAcquireHeld", func(t *testing.T) { checkTryHeld(t, open(t), open(t), "try") })
-	t.Run("ReleaseTwice", func(t *testing.T) { checkReleaseTwice(t, open(t), "twice") })
-	t.Run("Cancel", func(t *testing.T) { checkCancel(t, open(t), open(t), open(t), "cancel", nil) })
+	checkPolling(t, "redislock", open)
 	t.Run("WaitPastObtainsTTL", func(t *testing.T) {
 		// Obtain without a context deadline gives up after one TTL;
 		// Acquire asks again until its own context ends.
@@ -76,10 +64,4 @@ func TestRedislock(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Run("Inspect", func(t *testing.T) {
-		if _, err := open(t).Inspect(context.Background(), "k"); !errors.Is(err, ErrUnsupported) {
-			t.Fatalf("Inspect: %v, want ErrUnsupported", err)
-		}
-	})
-	t.Run("Closed", func(t *testing.T) { checkClosed(t, open(t), "closed") })
 }

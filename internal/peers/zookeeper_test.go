@@ -216,27 +216,37 @@ func TestZooKeeperTryAcquireInspectRelease(t *testing.T) {
 	}
 }
 
+// zkAcquired is the outcome of an Acquire.
+type zkAcquired struct {
+	lease *lock.Lease
+	err   error
+}
+
+// zkQueued starts a one-member ensemble, has Locker a hold key and
+// Locker b wait for it, queued at the server; b's Acquire reports on
+// waiter.
+func zkQueued(t *testing.T, key string) (a, b *ZooKeeper, held *lock.Lease, waiter <-chan zkAcquired) {
+	t.Helper()
+	ens := testenv.StartZooKeeper(t, 1)
+	a = newZkLocker(t, ens.Addrs, "a")
+	b = newZkLocker(t, ens.Addrs, "b")
+	held = zkAcquire(t, a, key)
+	got := make(chan zkAcquired, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := b.Acquire(ctx, key, lock.AcquireOptions{})
+		got <- zkAcquired{l, err}
+	}()
+	zkWaitChildren(t, a, key, 2)
+	return a, b, held, got
+}
+
 // A Locker whose session closes frees its locks: a waiter on another
 // Locker is granted, and the closed Locker's leases end.
 func TestZooKeeperSessionCloseFrees(t *testing.T) {
 	t.Parallel()
-	ens := testenv.StartZooKeeper(t, 1)
-	a := newZkLocker(t, ens.Addrs, "a")
-	b := newZkLocker(t, ens.Addrs, "b")
-	held := zkAcquire(t, a, "k")
-	got := make(chan *lock.Lease, 1)
-	errc := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		l, err := b.Acquire(ctx, "k", lock.AcquireOptions{})
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- l
-	}()
-	zkWaitChildren(t, b, "k", 2)
+	a, b, held, waiter := zkQueued(t, "k")
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -248,16 +258,15 @@ func TestZooKeeperSessionCloseFrees(t *testing.T) {
 	default:
 		t.Errorf("the closed Locker's lease did not end")
 	}
-	select {
-	case l := <-got:
-		if l.Token <= held.Token {
-			t.Errorf("token %d after %d", l.Token, held.Token)
-		}
-		if err := b.Release(context.Background(), l); err != nil {
-			t.Error(err)
-		}
-	case err := <-errc:
-		t.Fatalf("waiter: %v", err)
+	got := <-waiter
+	if got.err != nil {
+		t.Fatalf("waiter: %v", got.err)
+	}
+	if got.lease.Token <= held.Token {
+		t.Errorf("token %d after %d", got.lease.Token, held.Token)
+	}
+	if err := b.Release(context.Background(), got.lease); err != nil {
+		t.Error(err)
 	}
 	if _, err := a.Acquire(context.Background(), "k", lock.AcquireOptions{}); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("Acquire after Close = %v, want ErrClosed", err)
@@ -269,21 +278,7 @@ func TestZooKeeperSessionCloseFrees(t *testing.T) {
 // queue with the session.
 func TestZooKeeperCloseWhileWaiting(t *testing.T) {
 	t.Parallel()
-	ens := testenv.StartZooKeeper(t, 1)
-	a := newZkLocker(t, ens.Addrs, "a")
-	b := newZkLocker(t, ens.Addrs, "b")
-	zkAcquire(t, a, "k")
-	errc := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		l, err := b.Acquire(ctx, "k", lock.AcquireOptions{})
-		if l != nil {
-			err = errors.New("granted while the key was held")
-		}
-		errc <- err
-	}()
-	zkWaitChildren(t, a, "k", 2)
+	a, b, _, waiter := zkQueued(t, "k")
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
 	select {
@@ -294,8 +289,8 @@ func TestZooKeeperCloseWhileWaiting(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Close did not return while an Acquire waited in Lock")
 	}
-	if err := <-errc; !errors.Is(err, lock.ErrClosed) {
-		t.Fatalf("waiting Acquire after Close: %v, want ErrClosed", err)
+	if got := <-waiter; got.lease != nil || !errors.Is(got.err, lock.ErrClosed) {
+		t.Fatalf("waiting Acquire after Close: %v, %v; want ErrClosed", got.lease, got.err)
 	}
 	zkWaitChildren(t, a, "k", 1)
 }
