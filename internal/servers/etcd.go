@@ -165,7 +165,7 @@ func StartEtcd(ctx context.Context, n int, opts EtcdOptions) (*Etcd, error) {
 				},
 			}
 		}
-		if err := e.startMembers(ctx, e.Members); err != nil {
+		if err := e.startMembers(ctx); err != nil {
 			e.Stop()
 			return err
 		}
@@ -178,19 +178,10 @@ func StartEtcd(ctx context.Context, n int, opts EtcdOptions) (*Etcd, error) {
 	return e, nil
 }
 
-// startMembers starts the given (stopped) members together and waits until
-// each reports healthy.
-func (e *Etcd) startMembers(ctx context.Context, ms []*EtcdMember) error {
-	procs := make([]*proc, len(ms))
-	checks := make([]func() error, len(ms))
-	for i, m := range ms {
-		if err := m.proc.start(); err != nil {
-			return err
-		}
-		procs[i] = m.proc
-		checks[i] = m.health
-	}
-	return waitAll(ctx, time.Now().Add(readyTimeout), procs, checks)
+// startMembers starts the members that are not running, together, and
+// waits until every member reports healthy.
+func (e *Etcd) startMembers(ctx context.Context) error {
+	return startStopped(ctx, e.Members, func(m *EtcdMember) (*proc, func() error) { return m.proc, m.health })
 }
 
 // Close stops the cluster (see Stop) and removes its data.
@@ -263,25 +254,7 @@ func (m *EtcdMember) isFollower() bool {
 // Use it after stopping a quorum of members, where restarting them one by
 // one with EtcdMember.Restart would wait for a quorum that is not there.
 func (e *Etcd) Restart() error {
-	var stopped []*EtcdMember
-	var procs []*proc
-	var checks []func() error
-	for _, m := range e.Members {
-		if m.PID() == 0 {
-			stopped = append(stopped, m)
-		}
-		procs = append(procs, m.proc)
-		checks = append(checks, m.health)
-	}
-	if len(stopped) == 0 {
-		return nil
-	}
-	for _, m := range stopped {
-		if err := m.proc.start(); err != nil {
-			return fmt.Errorf("servers: Etcd.Restart: %w", err)
-		}
-	}
-	if err := waitAll(context.Background(), time.Now().Add(readyTimeout), procs, checks); err != nil {
+	if err := e.startMembers(context.Background()); err != nil {
 		return fmt.Errorf("servers: Etcd.Restart: %w", err)
 	}
 	return nil

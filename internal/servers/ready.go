@@ -26,6 +26,29 @@ func (p *proc) waitReady(deadline time.Time, check func() error) error {
 	return waitAll(context.Background(), deadline, []*proc{p}, []func() error{check})
 }
 
+// startStopped starts the processes of members that are not running
+// and, if it started any, waits (waitAll, readyTimeout) until the check of
+// every member passes, those already running included: a cluster member
+// is ready only with its peers. part gives a member's process and check.
+func startStopped[M any](ctx context.Context, members []M, part func(M) (*proc, func() error)) error {
+	procs := make([]*proc, len(members))
+	checks := make([]func() error, len(members))
+	started := false
+	for i, m := range members {
+		procs[i], checks[i] = part(m)
+		if procs[i].pid() == 0 {
+			if err := procs[i].start(); err != nil {
+				return err
+			}
+			started = true
+		}
+	}
+	if !started {
+		return nil
+	}
+	return waitAll(ctx, time.Now().Add(readyTimeout), procs, checks)
+}
+
 // waitAll polls checks[i] for procs[i] until every check has succeeded
 // once, then verifies that each process itself listens on its ports (a
 // server of a parallel test or run that grabbed a port would answer the probe

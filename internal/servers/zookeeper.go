@@ -174,7 +174,7 @@ func StartZooKeeper(ctx context.Context, n int, opts ZooKeeperOptions) (*ZooKeep
 				return err
 			}
 		}
-		if err := z.startMembers(ctx, z.Members); err != nil {
+		if err := z.startMembers(ctx); err != nil {
 			z.Stop()
 			return err
 		}
@@ -249,19 +249,10 @@ func (m *ZooKeeperMember) configure(opts ZooKeeperOptions, env []string, n int, 
 	return nil
 }
 
-// startMembers starts the given (stopped) members together and waits until
-// each reports a Mode.
-func (z *ZooKeeper) startMembers(ctx context.Context, ms []*ZooKeeperMember) error {
-	procs := make([]*proc, len(ms))
-	checks := make([]func() error, len(ms))
-	for i, m := range ms {
-		if err := m.proc.start(); err != nil {
-			return err
-		}
-		procs[i] = m.proc
-		checks[i] = m.ready
-	}
-	return waitAll(ctx, time.Now().Add(readyTimeout), procs, checks)
+// startMembers starts the members that are not running, together, and
+// waits until every member reports a Mode.
+func (z *ZooKeeper) startMembers(ctx context.Context) error {
+	return startStopped(ctx, z.Members, func(m *ZooKeeperMember) (*proc, func() error) { return m.proc, m.ready })
 }
 
 // Close stops the ensemble (see Stop) and removes its data.
@@ -294,23 +285,7 @@ func (z *ZooKeeper) Stop() {
 // members, where restarting them one by one with ZooKeeperMember.Restart
 // would wait for a quorum that is not there.
 func (z *ZooKeeper) Restart() error {
-	var procs []*proc
-	var checks []func() error
-	started := false
-	for _, m := range z.Members {
-		if m.PID() == 0 {
-			if err := m.proc.start(); err != nil {
-				return fmt.Errorf("servers: ZooKeeper.Restart: %w", err)
-			}
-			started = true
-		}
-		procs = append(procs, m.proc)
-		checks = append(checks, m.ready)
-	}
-	if !started {
-		return nil
-	}
-	if err := waitAll(context.Background(), time.Now().Add(readyTimeout), procs, checks); err != nil {
+	if err := z.startMembers(context.Background()); err != nil {
 		return fmt.Errorf("servers: ZooKeeper.Restart: %w", err)
 	}
 	return nil

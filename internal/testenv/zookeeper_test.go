@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -133,6 +134,23 @@ func TestZooKeeperEnsemble(t *testing.T) {
 	down.Restart() // rejoins from its data directory and catches up
 	if got := zkGet(t, newZkConn(t, down.Addr), "/while-down"); got != "yes" {
 		t.Errorf("restarted member: Get /while-down = %q, want yes", got)
+	}
+	checkZooKeeperMembers(t, z, 3)
+
+	// The whole ensemble down and up again (ZooKeeper.Restart starts the
+	// members together, as none has a quorum alone): same ports, same data.
+	var old []int
+	for _, m := range z.Members {
+		old = append(old, m.PID())
+	}
+	z.Stop()
+	for i, m := range z.Members {
+		requireGone(t, fmt.Sprintf("member %d after ZooKeeper.Stop", m.ID), old[i])
+		requireRefused(t, m.Addr)
+	}
+	z.Restart()
+	if got := zkGet(t, newZkConn(t, z.Addrs...), "/while-down"); got != "yes" {
+		t.Errorf("after ZooKeeper.Stop+Restart: Get /while-down = %q, want yes", got)
 	}
 	checkZooKeeperMembers(t, z, 3)
 }
