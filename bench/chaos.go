@@ -35,7 +35,10 @@ type ChaosConfig struct {
 	TTL time.Duration
 	// Hold is the longest a client holds a lock after its writes: each
 	// hold is drawn uniformly from [0, Hold) (default 20 ms: short holds
-	// keep the servers busy).
+	// keep the servers busy), except one in LongHoldEvery, drawn below
+	// LongHold × Hold (at most TTL/2): a lock freed early under its
+	// holder (a clock jump) is then seen as an overlap, not only by the
+	// linearizability check.
 	Hold time.Duration
 	// Think is the longest pause of a client between a release and its
 	// next acquire, drawn uniformly from [0, Think) (default 0: none).
@@ -593,7 +596,11 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 		if paused || time.Now().Before(lease.Deadline()) {
 			w.write(ctx, id, key, token)
 		}
-		sleepCtx(ctx, between(rng, 0, w.cfg.Hold))
+		hold := w.cfg.Hold
+		if rng.IntN(LongHoldEvery) == 0 {
+			hold = max(hold, min(LongHold*hold, ttl/2))
+		}
+		sleepCtx(ctx, between(rng, 0, hold))
 
 		rel := check.Op{Client: id, Key: key, Kind: check.Release, Token: uint64(token), Start: w.now()}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*ttl)
@@ -643,6 +650,13 @@ func (w *workload) fencedWrite(ctx context.Context, id int, key string, token lo
 	}
 	w.record(fw)
 }
+
+// One hold in LongHoldEvery is drawn below LongHold × ChaosConfig.Hold (at
+// most TTL/2).
+const (
+	LongHoldEvery = 16
+	LongHold      = 10
+)
 
 // RecoveryGrace is how long a campaign's clients keep running after the
 // last fault is healed, past Duration if need be, so that the recovery
