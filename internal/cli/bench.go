@@ -169,8 +169,9 @@ before the next), and check the recorded history:
 
 The workload is sized to keep the servers busy: --clients clients (default 32,
 16 on PostgreSQL) over --keys keys (default half the clients) hold each lock
-for up to --hold (20 ms) and pause up to --think (0) between cycles; a lease
-lives --ttl (2 s, longer than a Raft election) and is never renewed.
+for up to --hold (20 ms; one hold in 16 up to 10 times longer, at most TTL/2)
+and pause up to --think (0) between cycles; a lease lives --ttl (2 s, longer
+than a Raft election) and is never renewed.
 
 Faults: kill (SIGKILL and restart; raft: the leader or a random node),
 pause (SIGSTOP for 0.5–2 × TTL), partition (proxies cut: isolate a raft node,
