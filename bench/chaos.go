@@ -337,7 +337,7 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 		defer lockers[i].Close()
 	}
 
-	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now(), fencing: info.Caps.Fencing}
+	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now(), fencing: info.Caps.Fencing, session: info.Caps.Session}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -488,6 +488,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type workload struct {
 	cfg     ChaosConfig
 	fencing bool // the backend gives fencing tokens: write to the fenced store too
+	session bool // its locks live on a client session (Caps.Session)
 	// synthetic numbers the grants of a backend without fencing tokens.
 	synthetic atomic.Uint64
 	store     fencedWriter
@@ -576,7 +577,7 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 			// holder's own return.
 			token = lock.Token(w.synthetic.Add(1))
 		}
-		acq.OK, acq.Token, acq.Deadline = true, uint64(token), lease.Deadline().Sub(w.base)
+		acq.OK, acq.Token, acq.Deadline, acq.Session = true, uint64(token), lease.Deadline().Sub(w.base), w.session
 		w.record(acq)
 
 		// A correct client checks its deadline before it writes; a paused

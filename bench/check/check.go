@@ -94,6 +94,10 @@ type Op struct {
 	// latest instant the client may believe it holds the lock. Zero means
 	// not recorded (the belief then lasts until release or last write).
 	Deadline time.Duration `json:"deadline,omitempty"`
+	// Session (OK Acquire only): the lease lives on a client session whose
+	// keep-alive, not the acquire, starts its TTL; Deadline then bounds
+	// the earliest expiry (linearizability).
+	Session bool `json:"session,omitempty"`
 	// Fenced (Write only): true for a write to the fenced store, false for
 	// the unfenced store.
 	Fenced bool `json:"fenced,omitempty"`

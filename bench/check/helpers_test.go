@@ -48,3 +48,9 @@ func wrRejected(c int, key string, start, end float64, tok uint64, fenced bool) 
 func d(msec float64) time.Duration { return time.Duration(msec * float64(ms)) }
 
 func h(ops ...Op) History { return History(ops) }
+
+// session marks an acquire's lease as one on a client session.
+func session(o Op) Op {
+	o.Session = true
+	return o
+}

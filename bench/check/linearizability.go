@@ -343,6 +343,15 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 			in.Expiry = int64(o.Start + ttl - slack(ttl))
 			if out.OK {
 				out.Token = o.Token
+				// A lock on a session (zklike's session mode,
+				// concurrency.Mutex, ZooKeeper) counts its TTL from the
+				// session's last keep-alive, which can precede the
+				// acquire: its grant's own deadline, when earlier, bounds
+				// its expiry instead (the contract promises no expiry
+				// before the deadline).
+				if o.Session && o.Deadline > 0 && int64(o.Deadline) < in.Expiry {
+					in.Expiry = int64(o.Deadline)
+				}
 			}
 		case Release:
 			in.Token = o.Token

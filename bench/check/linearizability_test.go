@@ -50,6 +50,14 @@ func TestLinearizable(t *testing.T) {
 			acq(0, "k", 0, 1, 1, 100, 90),
 			acq(1, "k", 50, 90, 2, 100, 140), // expiry ≥ 0+100−drift(3 ms) = 97
 		), false},
+		{"a session lease's grant may expire at its deadline, before start + TTL", h(
+			session(acq(0, "k", 0, 1, 1, 100, 60)),
+			acq(1, "k", 50, 70, 2, 100, 160), // after 60, before 97
+		), true},
+		{"a session lease's grant does not expire before its deadline", h(
+			session(acq(0, "k", 0, 1, 1, 100, 60)),
+			acq(1, "k", 20, 50, 2, 100, 140),
+		), false},
 		{"token does not increase", h(
 			acq(0, "k", 0, 1, 5, 1000, 900), rel(0, "k", 5, 6, 5),
 			acq(1, "k", 7, 8, 5, 1000, 900),

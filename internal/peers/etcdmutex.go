@@ -96,10 +96,10 @@ type EtcdMutexConfig struct {
 // strictly increase across the grants of a key.
 //
 // The lease TTL is the Session's. The first deadline of a grant counts
-// from the moment its Lock was sent, as if the Session had just been kept
-// alive: concurrency.Session does not tell when its last keep-alive was
-// confirmed (it refreshes every TTL/3), so if keep-alives fail, etcd may
-// free the key up to a third of the TTL before that deadline. A user of
+// from a third of the TTL before its Lock was sent: concurrency.Session
+// does not tell when its last keep-alive was confirmed, and it refreshes
+// every TTL/3, so the lease may have been kept alive last that long
+// before (earlier still if a keep-alive failed). A user of
 // the library has no deadline at all, only Session.Done; the Lease ends
 // there too. Renew sends one keep-alive of the Session lease and checks
 // the key; it cannot change the TTL. While the Session lives, etcd keeps a
@@ -318,7 +318,7 @@ func (e *EtcdMutex) acquire(ctx context.Context, key string, opts lock.AcquireOp
 		h := &etcdHeld{name: m.Key(), rev: ownRevision(m), sess: s, leave: leave}
 		lease := lock.NewLease(lock.Grant{
 			Key: key, Owner: opts.Owner, Token: lock.Token(h.rev), Handle: lock.NewHandle(),
-			Value: opts.Value, TTL: s.ttl, Sent: sent,
+			Value: opts.Value, TTL: s.ttl, Sent: sent.Add(-s.ttl / 3),
 		})
 		h.lease = lease
 		e.mu.Lock()
