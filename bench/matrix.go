@@ -18,7 +18,8 @@ import (
 type MatrixConfig struct {
 	// Backends to measure (default: every backend and peer, Backends).
 	Backends []string
-	// Faults to inject, each in a campaign of its own (default: all).
+	// Faults to inject, each in a campaign of its own (default:
+	// MatrixFaults).
 	Faults []string
 	// Latency configures the latency part; its Backends are Backends.
 	Latency LatencyConfig
@@ -46,6 +47,12 @@ func ShortMatrix() MatrixConfig {
 		Seed:     1,
 	}
 }
+
+// MatrixFaults are the matrix's faults by default: those that apply to
+// every kind of server, so that each column compares every backend. The
+// nemeses of one backend (raftlock's partition shapes, membership changes,
+// disk full, …) belong to its own campaigns (`bench chaos --faults all`).
+var MatrixFaults = []string{FaultKill, FaultPause, FaultPartition, FaultClock, FaultClientPause}
 
 // MatrixReport is the outcome of RunMatrix; its JSON form is the schema of
 // `lockgate bench matrix --json`.
@@ -108,7 +115,7 @@ func RunMatrix(ctx context.Context, cfg MatrixConfig) (*MatrixReport, error) {
 		cfg.Backends = Backends
 	}
 	if len(cfg.Faults) == 0 {
-		cfg.Faults = Faults
+		cfg.Faults = MatrixFaults
 	}
 	if cfg.Campaign == 0 {
 		cfg.Campaign = 20 * time.Second

@@ -93,7 +93,7 @@ campaigns, about 12 minutes on a 2-core machine.`,
 	f := cmd.Flags()
 	f.BoolVar(&short, "short", false, "the short form (about 12 minutes): 2 s latency runs, 8 s campaigns")
 	f.StringSliceVar(&backends, "backend", bench.Backends, "backends and peers, name or name:variant")
-	f.StringSliceVar(&faults, "faults", bench.Faults, "faults, a campaign each: "+strings.Join(bench.Faults, ","))
+	f.StringSliceVar(&faults, "faults", bench.MatrixFaults, "faults, a campaign each: "+strings.Join(bench.Faults, ","))
 	f.DurationVar(&campaign, "campaign", 0, "length of each campaign (default 60s; 8s with --short)")
 	f.DurationVar(&latency, "latency-duration", 0, "measured time per backend × workload (default 15s over 3 rounds; 2s, 1 round, with --short)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the fault schedules and the clients' choices")
