@@ -342,12 +342,17 @@ func FaultByName(name string) (*Fault, error) {
 }
 
 // ExpandFaults resolves a `--faults` list for backend: FaultAll ("all")
-// stands for every fault that applies to the backend's server kind and
-// can be injected on this machine, in the order of Faults (on raftlock
-// without clock, which clock-small and clock-big split; disk-full only
-// where a tmpfs can be mounted); any other name must be a fault that
-// applies. Duplicates go. The error matches ErrFaultUnavailable for a
-// fault that does not exist or does not apply.
+// stands for every fault that applies to the backend's server kind, can
+// be injected on this machine, and lies within what the backend promises
+// to survive (not Fault.BreaksSafety there), in the order of Faults (on
+// raftlock without clock, which clock-small and clock-big split; disk-full
+// only where a tmpfs can be mounted). A campaign under "all" must then
+// show no overlap; the faults that break a backend by design (a client
+// pause on any lease, clock-big on raftlock, a clock jump or a
+// whole-cluster restart on Redis) are asked for by name, alone or beside
+// "all". Any other name must be a fault that applies. Duplicates go. The
+// error matches ErrFaultUnavailable for a fault that does not exist or
+// does not apply.
 func ExpandFaults(backend string, names []string) ([]string, error) {
 	if err := CheckBackends([]string{backend}); err != nil {
 		return nil, err
@@ -374,7 +379,7 @@ func ExpandFaults(backend string, names []string) ([]string, error) {
 			if f.Name == FaultClock && kindOf(backend) == backends.KindRaft {
 				continue
 			}
-			if f.check(backend) == nil {
+			if f.check(backend) == nil && !f.BreaksSafety(backend) {
 				add(f.Name)
 			}
 		}

@@ -258,7 +258,7 @@ check FILE' runs the checkers on it again.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Backend, "backend", bench.Raft, "backend: "+strings.Join(bench.Backends, ", "))
-	f.StringSliceVar(&faults, "faults", []string{bench.FaultKill, bench.FaultPause, bench.FaultPartition}, "faults: "+strings.Join(bench.Faults, ",")+", or "+bench.FaultAll+" (every fault that applies to the backend)")
+	f.StringSliceVar(&faults, "faults", []string{bench.FaultKill, bench.FaultPause, bench.FaultPartition}, "faults: "+strings.Join(bench.Faults, ",")+", or "+bench.FaultAll+" (every fault that applies to the backend and that it promises to survive; add the ones that break it by design, e.g. client-pause, by name)")
 	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "campaign length: faults are injected within it; the clients run on until 5 s after the last heal so that its recovery is seen")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the clients' choices")
 	f.IntVar(&cfg.Clients, "clients", 0, "clients (default 32; 16 on PostgreSQL, whose 100 connections their pools share)")
