@@ -230,13 +230,19 @@ func raftRestoreMembers(ctx context.Context, s *Servers, removed *servers.RaftNo
 	if s.RaftAPILinks != nil {
 		api = s.RaftAPILinks[x].Addr()
 	}
-	if _, err := raftlock.Join(ctx, seeds, raftlock.JoinArgs{ServerID: removed.ID, ServerAddr: removed.RaftAddr, APIAddr: api}); err != nil {
+	// The removed node may have been the leader: the others then elect a
+	// new one, and until they have, every seed answers "no leader".
+	join := func() error {
+		_, err := raftlock.Join(ctx, seeds, raftlock.JoinArgs{ServerID: removed.ID, ServerAddr: removed.RaftAddr, APIAddr: api})
+		return err
+	}
+	if err := untilDone(ctx, join); err != nil {
 		return fmt.Errorf("re-adding node %s: %w", removed.ID, err)
 	}
 	if err := removed.Restart(); err != nil {
 		return fmt.Errorf("restarting node %s: %w", removed.ID, err)
 	}
-	if _, err := raftlock.Remove(ctx, seeds, added.ID); err != nil {
+	if err := untilDone(ctx, func() error { _, err := raftlock.Remove(ctx, seeds, added.ID); return err }); err != nil {
 		return fmt.Errorf("removing node %s: %w", added.ID, err)
 	}
 	added.Stop()
@@ -264,6 +270,22 @@ func raftRestoreMembers(ctx context.Context, s *Servers, removed *servers.RaftNo
 		case <-ctx.Done():
 			return fmt.Errorf("the voters never became %v again: %w", want, errors.Join(last, ctx.Err()))
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// untilDone calls f until it succeeds or ctx ends, 100 ms apart, and
+// returns its last error with ctx's.
+func untilDone(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
