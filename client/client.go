@@ -38,10 +38,14 @@
 // Deadline not passed) when the answered copy went out, nothing but the
 // earlier copy can have freed it (barring an operator's forced release or a
 // release through a rebuilt copy of the lease), so Release reports success
-// and the lease ends with lock.ErrReleased; otherwise it returns
-// lock.ErrNotHeld, as it must for a lease past its deadline anyway. When no
-// earlier copy can have taken effect (there was none, or each was answered
-// not_leader or closed), not_held is always lock.ErrNotHeld.
+// and the lease ends with lock.ErrReleased. Otherwise the outcome is
+// unknown — the earlier copy may have freed the lease (the server keeps a
+// lease past its holder's deadline), or the lease expired before it
+// arrived — and Release returns an error matching lock.ErrUnavailable that
+// says so, never lock.ErrNotHeld, which would claim that nothing changed;
+// the lease ends either way. When no earlier copy can have taken effect
+// (there was none, or each was answered not_leader or closed), not_held is
+// always lock.ErrNotHeld.
 //
 // # Deadlines
 //

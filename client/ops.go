@@ -192,6 +192,12 @@ func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
 			c.log.Debug("lockgate client: re-sent release answered not_held; the earlier copy released it", "key", lease.Key, "token", lease.Token)
 			return lease.Released(true)
 		}
+		if k.prior {
+			err := fmt.Errorf("%w: release %q (token %d): outcome unknown: the re-sent copy was answered not_held after the lease's deadline, "+
+				"so an earlier copy may have freed it or it may have expired first", lock.ErrUnavailable, lease.Key, lease.Token)
+			lease.End(err)
+			return err
+		}
 		return lease.Released(false)
 	}
 	return unexpected(r, lease.Key, wire.TypeReleased)

@@ -384,9 +384,18 @@ func (n *Node) timeout(ctx context.Context) time.Duration {
 }
 
 // raftErr maps hashicorp/raft's errors onto the lock contract's.
+//
+// ErrLeadershipLost is not "not leader": the entry was appended and may
+// still commit under the next leader (whose first entry commits every
+// entry of earlier terms that a quorum holds), so the outcome is unknown:
+// ErrUnavailable, whose caller must assume the operation may have taken
+// effect. Answered as not_leader, a release that did commit would be
+// re-sent, answered not_held and reported as having changed nothing.
 func (n *Node) raftErr(err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("raftlock: %v (the entry may still commit under the next leader): %w", err, lock.ErrUnavailable)
+	case errors.Is(err, raft.ErrNotLeader),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
 		var nl *lock.NotLeaderError
 		errors.As(n.notLeader(), &nl)
