@@ -21,7 +21,8 @@ import (
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
-// memCampaign runs a short campaign (4 clients on one key, TTL 200 ms) of
+// memCampaign runs a short campaign (4 clients on one key, TTL 1 s, or
+// 200 ms under client pauses) of
 // lockers that wrap, when wrap is not nil, MemStore's lockers.
 func memCampaign(t *testing.T, cfg ChaosConfig, wrap func(*locktest.MemLocker) lock.Locker) *ChaosReport {
 	t.Helper()
@@ -30,7 +31,18 @@ func memCampaign(t *testing.T, cfg ChaosConfig, wrap func(*locktest.MemLocker) l
 		cfg.Backend = Raft // a lock with fencing tokens
 	}
 	cfg.Seed = 1
-	cfg.Clients, cfg.Keys, cfg.TTL = 4, 1, 200*time.Millisecond
+	cfg.Clients, cfg.Keys = 4, 1
+	if cfg.TTL == 0 {
+		// A second: a client checks its deadline and then writes, and
+		// on a loaded machine the scheduler can put more than a 200 ms
+		// lease's drift allowance (4 ms) between the two — a real late
+		// write, which the checkers rightly count. Client pauses keep
+		// 200 ms, so that their 1.5 × TTL stalls fit the campaign.
+		cfg.TTL = time.Second
+		if slices.Contains(cfg.Faults, FaultClientPause) {
+			cfg.TTL = 200 * time.Millisecond
+		}
+	}
 	if cfg.Duration == 0 {
 		cfg.Duration = 2 * time.Second
 	}
@@ -164,7 +176,7 @@ func TestChaosTokenCheckerFails(t *testing.T) {
 // expire under their holders; the correct lock answers those releases "not
 // held" and stays linearizable.
 func TestChaosLinearizabilityCheckerFails(t *testing.T) {
-	cfg := ChaosConfig{Hold: 400 * time.Millisecond, Duration: 3 * time.Second}
+	cfg := ChaosConfig{Hold: 2 * time.Second, Duration: 6 * time.Second}
 	rep := memCampaign(t, cfg, nil)
 	if !rep.Linearizable || len(rep.Failures()) != 0 {
 		t.Errorf("correct lock, long holds: %q", rep.Verdicts())
