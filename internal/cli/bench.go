@@ -103,20 +103,7 @@ and sets each of ours beside its peers as ratios.
 				return err
 			}
 			rep.Command = "lockgate " + strings.Join(os.Args[1:], " ")
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
-				return err
-			}
-			if jsonOut != "" {
-				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
-					return err
-				}
-			}
-			if htmlOut != "" {
-				if err := bench.WriteFile(htmlOut, rep.WriteHTML); err != nil {
-					return err
-				}
-			}
-			return nil
+			return writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut)
 		},
 	}
 	f := cmd.Flags()
@@ -216,16 +203,8 @@ check FILE' runs the checkers on it again.`,
 			if err != nil {
 				return err
 			}
-			rep.WriteTable(cmd.OutOrStdout())
-			if jsonOut != "" {
-				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
-					return err
-				}
-			}
-			if htmlOut != "" {
-				if err := bench.WriteFile(htmlOut, rep.WriteHTML); err != nil {
-					return err
-				}
+			if err := writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut); err != nil {
+				return err
 			}
 			if !rep.Linearizable || linPath != "" {
 				p := linPath
@@ -286,4 +265,31 @@ func historyPath(history, jsonOut, htmlOut string, seed uint64) string {
 		return strings.TrimSuffix(htmlOut, ".html") + "-history.json"
 	}
 	return fmt.Sprintf("chaos-history-%d.json", seed)
+}
+
+// report is what every bench command's result can be written as.
+type report interface {
+	WriteTable(io.Writer) error
+	WriteJSON(io.Writer) error
+	WriteHTML(io.Writer) error
+}
+
+// writeReport prints rep's table to w, then writes its JSON and HTML to
+// the files named (none when empty).
+func writeReport(w io.Writer, rep report, jsonOut, htmlOut string) error {
+	if err := rep.WriteTable(w); err != nil {
+		return err
+	}
+	for _, out := range []struct {
+		path  string
+		write func(io.Writer) error
+	}{{jsonOut, rep.WriteJSON}, {htmlOut, rep.WriteHTML}} {
+		if out.path == "" {
+			continue
+		}
+		if err := bench.WriteFile(out.path, out.write); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -74,20 +74,7 @@ campaigns, about 12 minutes on a 2-core machine.`,
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "matrix done in %v\n", time.Since(t0).Round(time.Second))
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
-				return err
-			}
-			if jsonOut != "" {
-				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
-					return err
-				}
-			}
-			if htmlOut != "" {
-				if err := bench.WriteFile(htmlOut, rep.WriteHTML); err != nil {
-					return err
-				}
-			}
-			return nil
+			return writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut)
 		},
 	}
 	f := cmd.Flags()
