@@ -56,7 +56,7 @@ func TestLatencySmoke(t *testing.T) {
 	}
 	for _, r := range rep.Runs {
 		l := r.LatencyUS
-		if r.Ops == 0 || r.OpsPerSec <= 0 || r.Errors != 0 || !(l.P50 > 0 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
+		if r.Ops == 0 || r.OpsPerSec <= 0 || !tolerable(r) || !(l.P50 > 0 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
 			t.Errorf("%s via %s %s: ops %d, %.0f/s, errors %d %v, latency %+v", r.Backend, r.Via, r.Workload, r.Ops, r.OpsPerSec, r.Errors, r.ErrorKinds, l)
 		}
 		if len(r.CDF) != len(cdfQuantiles) {
@@ -246,4 +246,19 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// tolerable reports whether a smoke run's errors are ones a loaded machine
+// can cause on a healthy backend: a request that timed out or found a
+// server unavailable, at most one in a hundred operations. Any other kind
+// of error (not_held, closed, …) is a bug the smoke test must report.
+func tolerable(r *Run) bool {
+	var transient int64
+	for kind, n := range r.ErrorKinds {
+		if kind != "timeout" && kind != "unavailable" {
+			return false
+		}
+		transient += n
+	}
+	return transient == r.Errors && r.Errors*100 <= r.Ops
 }
