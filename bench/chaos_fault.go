@@ -151,6 +151,18 @@ func holdFixed(lo, hi time.Duration) func(*rand.Rand, time.Duration) time.Durati
 	return func(rng *rand.Rand, _ time.Duration) time.Duration { return between(rng, lo, hi) }
 }
 
+// raftOnly is a fault that only raftlock takes; why says why, for the
+// others.
+func raftOnly(name string, r realisation, why string, hold func(*rand.Rand, time.Duration) time.Duration) *Fault {
+	return &Fault{Name: name, on: map[string]realisation{backends.KindRaft: r}, unavailable: unavailableOffRaft(why), hold: hold}
+}
+
+// Why the raft-only faults do not apply elsewhere.
+const (
+	whyPeerLinks   = "a partition between servers needs raftlock's proxied peer links"
+	whyLeaderClock = "the leader-clock faults move raftlock's clock through its fault-injection endpoint; clock covers the other backends"
+)
+
 // faultKinds is every fault, in the order of Faults.
 var faultKinds = []*Fault{
 	{
@@ -210,31 +222,12 @@ var faultKinds = []*Fault{
 			backends.KindZooKeeper: {inject: clientPause, breaksSafety: true},
 		},
 	},
-	{
-		Name:        FaultPartitionLeader,
-		on:          map[string]realisation{backends.KindRaft: {inject: raftPartitionLeader}},
-		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
-		hold:        holdFixed(time.Second, 3*time.Second),
-	},
-	{
-		Name:        FaultPartitionMajority,
-		on:          map[string]realisation{backends.KindRaft: {inject: raftPartitionMajority}},
-		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
-		hold:        holdFixed(time.Second, 3*time.Second),
-	},
-	{
-		Name:        FaultPartitionBridge,
-		on:          map[string]realisation{backends.KindRaft: {inject: raftPartitionBridge}},
-		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
-		hold:        holdFixed(time.Second, 3*time.Second),
-	},
-	{
-		Name: FaultPartitionOneWay,
-		on: map[string]realisation{backends.KindRaft: {inject: raftPartitionOneWay,
-			note: "one direction of each link black-holed by toxiproxy's timeout toxic; the connections are dropped at the heal"}},
-		unavailable: unavailableOffRaft("a partition between servers needs raftlock's proxied peer links"),
-		hold:        holdFixed(time.Second, 3*time.Second),
-	},
+	raftOnly(FaultPartitionLeader, realisation{inject: raftPartitionLeader}, whyPeerLinks, holdFixed(time.Second, 3*time.Second)),
+	raftOnly(FaultPartitionMajority, realisation{inject: raftPartitionMajority}, whyPeerLinks, holdFixed(time.Second, 3*time.Second)),
+	raftOnly(FaultPartitionBridge, realisation{inject: raftPartitionBridge}, whyPeerLinks, holdFixed(time.Second, 3*time.Second)),
+	raftOnly(FaultPartitionOneWay, realisation{inject: raftPartitionOneWay,
+		note: "one direction of each link black-holed by toxiproxy's timeout toxic; the connections are dropped at the heal"},
+		whyPeerLinks, holdFixed(time.Second, 3*time.Second)),
 	{
 		Name: FaultSlowNet,
 		on:   onEveryKind(realisation{inject: slowNet, note: "toxiproxy latency toxic on both directions of every link"}),
@@ -246,27 +239,15 @@ var faultKinds = []*Fault{
 			note: "emulated: TCP hides packet loss, so a random 5–20 % of the streams stall and close (toxiproxy timeout toxic)"}),
 		hold: holdFixed(2*time.Second, 4*time.Second),
 	},
-	{
-		Name: FaultMembership,
-		on: map[string]realisation{backends.KindRaft: {inject: raftMembership,
-			note: "a fourth voter joins, an original node is removed, the leader hands over (graceful restart); the heal restores the three voters"}},
-		unavailable: unavailableOffRaft("membership changes are raftlock's API"),
-		hold:        holdFixed(time.Second, 3*time.Second),
-	},
-	{
-		Name: FaultClockSmall,
-		on: map[string]realisation{backends.KindRaft: {inject: raftClockSmall,
-			note: "the leader's clock steps by at most TTL/100, within the holders' drift allowance"}},
-		unavailable: unavailableOffRaft("the leader-clock faults move raftlock's clock through its fault-injection endpoint; clock covers the other backends"),
-		hold:        holdFixed(time.Second, 2*time.Second),
-	},
-	{
-		Name: FaultClockBig,
-		on: map[string]realisation{backends.KindRaft: {inject: raftClock, breaksSafety: true,
-			note: "the leader's clock jumps 1–3 TTL forward, beyond the drift allowance: leases expire early, the fence must catch every late write"}},
-		unavailable: unavailableOffRaft("the leader-clock faults move raftlock's clock through its fault-injection endpoint; clock covers the other backends"),
-		hold:        holdFixed(time.Second, 2*time.Second),
-	},
+	raftOnly(FaultMembership, realisation{inject: raftMembership,
+		note: "a fourth voter joins, an original node is removed, the leader hands over (graceful restart); the heal restores the three voters"},
+		"membership changes are raftlock's API", holdFixed(time.Second, 3*time.Second)),
+	raftOnly(FaultClockSmall, realisation{inject: raftClockSmall,
+		note: "the leader's clock steps by at most TTL/100, within the holders' drift allowance"},
+		whyLeaderClock, holdFixed(time.Second, 2*time.Second)),
+	raftOnly(FaultClockBig, realisation{inject: raftClock, breaksSafety: true,
+		note: "the leader's clock jumps 1–3 TTL forward, beyond the drift allowance: leases expire early, the fence must catch every late write"},
+		whyLeaderClock, holdFixed(time.Second, 2*time.Second)),
 	{
 		Name: FaultKillAll,
 		on: map[string]realisation{
