@@ -36,7 +36,7 @@ type MatrixConfig struct {
 }
 
 // ShortMatrix is the matrix's short form: every backend and peer, every
-// fault, short enough (about 12 minutes on a 2-core machine) to run
+// fault, short enough (8 minutes on a 2-core machine) to run
 // before a decision rather than overnight.
 func ShortMatrix() MatrixConfig {
 	return MatrixConfig{

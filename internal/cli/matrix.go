@@ -33,7 +33,7 @@ writes the fenced store accepted, linearizability, unavailability, recovery)
 and a decision table derived from them.
 
 --short is the short form: 2 s of latency per backend × workload and 8 s
-campaigns, about 12 minutes on a 2-core machine.`,
+campaigns, about 8 minutes on a 2-core machine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := bench.ShortMatrix()
@@ -78,7 +78,7 @@ campaigns, about 12 minutes on a 2-core machine.`,
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&short, "short", false, "the short form (about 12 minutes): 2 s latency runs, 8 s campaigns")
+	f.BoolVar(&short, "short", false, "the short form (about 8 minutes): 2 s latency runs, 8 s campaigns")
 	f.StringSliceVar(&backends, "backend", bench.Backends, "backends and peers, name or name:variant")
 	f.StringSliceVar(&faults, "faults", bench.MatrixFaults, "faults, a campaign each: "+strings.Join(bench.Faults, ","))
 	f.DurationVar(&campaign, "campaign", 0, "length of each campaign (default 60s; 8s with --short)")
