@@ -35,9 +35,9 @@ type MatrixConfig struct {
 	Command string
 }
 
-// ShortMatrix is the matrix's short form: every backend and peer, every
-// fault, short enough (8 minutes on a 2-core machine) to run
-// before a decision rather than overnight.
+// ShortMatrix is the matrix's short form: every backend and peer under
+// MatrixFaults, short enough (8 minutes on a 2-core machine) to run before
+// a decision rather than overnight.
 func ShortMatrix() MatrixConfig {
 	return MatrixConfig{
 		Latency: LatencyConfig{Workloads: []string{Sequential, Parallel, Contended}, Clients: 8, Duration: 2 * time.Second, Rounds: 1},
