@@ -81,6 +81,10 @@ type Lease struct {
 	done     chan struct{}
 	err      error
 	afterEnd []func()
+
+	wanted      bool          // MarkWanted was called while the lease lived
+	wantedCh    chan struct{} // made by the first Wanted call; closed once wanted
+	afterWanted []func()
 }
 
 // NewLease builds a Lease from a grant and arms its deadline: Done closes
@@ -232,7 +236,72 @@ func (l *Lease) endLocked(cause error) (after []func()) {
 	}
 	close(l.done)
 	after, l.afterEnd = l.afterEnd, nil
+	l.afterWanted = nil
 	return after
+}
+
+// Wanted is closed once the backend has told the holder that another
+// contender waits for this lease's key: a caller queued behind it (a
+// TryAcquire that found the key held does not count, it did not wait). The
+// holder decides what to do: finish and release early, or carry on. It never
+// reopens, even if the waiter gives up; it is never closed for a lease that
+// ended before anyone waited. Backends that cannot know (see
+// SignalsWanted) never close it.
+func (l *Lease) Wanted() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wantedCh == nil {
+		l.wantedCh = make(chan struct{})
+		if l.wanted {
+			close(l.wantedCh)
+		}
+	}
+	return l.wantedCh
+}
+
+// IsWanted reports whether Wanted is closed.
+func (l *Lease) IsWanted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.wanted
+}
+
+// MarkWanted records that another contender waits for the key: Wanted
+// closes and the AfterWanted callbacks run, on the caller's goroutine,
+// after the lease's lock is released. Backends call it; only the first call
+// on a live lease has an effect, and a call on an ended lease has none.
+func (l *Lease) MarkWanted() {
+	l.mu.Lock()
+	if l.wanted || l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.wanted = true
+	if l.wantedCh != nil {
+		close(l.wantedCh)
+	}
+	fs := l.afterWanted
+	l.afterWanted = nil
+	l.mu.Unlock()
+	runAll(fs)
+}
+
+// AfterWanted arranges for f to run once the lease is marked wanted (see
+// MarkWanted), or at once, on the caller's goroutine, if it already is. f
+// is dropped, never run, if the lease ends first. As for AfterEnd, f must
+// be quick and must not block: it runs on the backend's path that learnt of
+// the waiter. The gateway uses it to push a "wanted" message to the holder.
+func (l *Lease) AfterWanted(f func()) {
+	l.mu.Lock()
+	switch {
+	case l.wanted:
+		l.mu.Unlock()
+		f()
+		return
+	case l.err == nil:
+		l.afterWanted = append(l.afterWanted, f)
+	}
+	l.mu.Unlock()
 }
 
 // Renewed records a backend's answer to a renewal of l for ttl whose request

@@ -215,3 +215,43 @@ func TestAfterEndSynchronous(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseWanted: Wanted closes once on MarkWanted, AfterWanted runs once
+// (at once when registered late), and an ended lease is never marked.
+func TestLeaseWanted(t *testing.T) {
+	l := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	ch := l.Wanted()
+	calls := 0
+	l.AfterWanted(func() { calls++ })
+	select {
+	case <-ch:
+		t.Fatal("Wanted closed before MarkWanted")
+	default:
+	}
+	l.MarkWanted()
+	l.MarkWanted()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Wanted not closed after MarkWanted")
+	}
+	late := 0
+	l.AfterWanted(func() { late++ })
+	if calls != 1 || late != 1 || !l.IsWanted() {
+		t.Fatalf("callbacks ran %d and %d times (want 1 each), IsWanted %v", calls, late, l.IsWanted())
+	}
+
+	ended := lock.NewLease(lock.Grant{Key: "k", Token: 2, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	ran := false
+	ended.AfterWanted(func() { ran = true })
+	ended.End(lock.ErrReleased)
+	ended.MarkWanted()
+	select {
+	case <-ended.Wanted():
+		t.Fatal("an ended lease was marked wanted")
+	default:
+	}
+	if ran || ended.IsWanted() {
+		t.Fatal("an ended lease ran its AfterWanted callback")
+	}
+}

@@ -136,3 +136,17 @@ type LockInfo struct {
 	// backend cannot tell.
 	Waiters int
 }
+
+// WantedSignaler is implemented by a Locker whose backend tells a holder
+// that another contender waits for its key (Lease.Wanted). A Locker that
+// does not implement it, or reports false, never closes Wanted: its holders
+// cannot learn that they are wanted and must release on their own.
+type WantedSignaler interface {
+	SignalsWanted() bool
+}
+
+// SignalsWanted reports whether l's leases are told when they are wanted.
+func SignalsWanted(l Locker) bool {
+	w, ok := l.(WantedSignaler)
+	return ok && w.SignalsWanted()
+}

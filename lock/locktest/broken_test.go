@@ -24,6 +24,8 @@ var brokenLockers = []struct {
 	{"renew-revives-expired-lease", bugs{renewRevivesExpired: true}, "Renew"},
 	{"serves-waiters-newest-first", bugs{lifoWaiters: true}, "FIFO"},
 	{"release-wakes-no-waiter", bugs{releaseWakesNobody: true}, "BlockedAcquire"},
+	{"never-tells-holder-wanted", bugs{neverWanted: true}, "Wanted"},
+	{"tells-every-holder-wanted", bugs{wantedByAny: true}, "Wanted"},
 }
 
 const brokenEnv = "LOCKTEST_BROKEN"

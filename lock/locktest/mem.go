@@ -34,6 +34,8 @@ type bugs struct {
 	renewRevivesExpired  bool // renew of a freed key grants it again
 	lifoWaiters          bool // newest waiter first
 	releaseWakesNobody   bool // a release leaves the queued waiters queued
+	neverWanted          bool // holders are never told that a caller waits
+	wantedByAny          bool // a caller queueing for any key marks every holder wanted
 }
 
 type memKey struct {
@@ -50,6 +52,7 @@ type memHolder struct {
 	token         lock.Token
 	value         []byte
 	expires       time.Time
+	lease         *lock.Lease // the holder's Lease, once attached: told when it is wanted
 }
 
 type memWaiter struct {
@@ -67,6 +70,10 @@ func (s *MemStore) NewLocker() *MemLocker {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &MemLocker{store: s, clientID: "mem-" + lock.NewHandle()[:12], ctx: ctx, cancel: cancel}
 }
+
+// SignalsWanted implements lock.WantedSignaler: a holder's lease is marked
+// wanted when a caller queues for its key.
+func (l *MemLocker) SignalsWanted() bool { return true }
 
 // MemLocker is one client of a MemStore; it implements lock.Locker.
 type MemLocker struct {
@@ -122,7 +129,11 @@ func (l *MemLocker) acquire(ctx context.Context, key string, opts lock.AcquireOp
 	} else {
 		k.queue = append(k.queue, w)
 	}
+	tell := s.wantedLocked(k)
 	s.mu.Unlock()
+	for _, lease := range tell {
+		lease.MarkWanted()
+	}
 
 	select {
 	case g := <-w.grant:
@@ -158,6 +169,7 @@ func (l *MemLocker) withdraw(key string, w *memWaiter, err error) error {
 
 func (l *MemLocker) lease(g lock.Grant, opts lock.AcquireOptions) *lock.Lease {
 	lease := lock.NewLease(g)
+	l.store.attach(lease)
 	if opts.AutoRenew {
 		go lock.KeepAlive(l.ctx, l, lease)
 	}
@@ -240,6 +252,44 @@ func (l *MemLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, er
 // Close implements lock.Locker.
 func (l *MemLocker) Close() error {
 	l.cancel()
+	return nil
+}
+
+// attach records lease as its key's holder's Lease, to be told when a
+// caller waits; a lease granted while callers already wait is told now.
+func (s *MemStore) attach(lease *lock.Lease) {
+	s.mu.Lock()
+	k := s.keyLocked(lease.Key)
+	h := k.holder
+	if h == nil || h.handle != lease.Handle {
+		s.mu.Unlock()
+		return
+	}
+	h.lease = lease
+	wanted := len(k.queue) > 0 && !s.bugs.neverWanted
+	s.mu.Unlock()
+	if wanted {
+		lease.MarkWanted()
+	}
+}
+
+// wantedLocked returns the leases to tell that a caller queued on k (to be
+// told once mu is released: MarkWanted runs callbacks).
+func (s *MemStore) wantedLocked(k *memKey) []*lock.Lease {
+	switch {
+	case s.bugs.neverWanted:
+		return nil
+	case s.bugs.wantedByAny:
+		var all []*lock.Lease
+		for _, x := range s.keys {
+			if x.holder != nil && x.holder.lease != nil {
+				all = append(all, x.holder.lease)
+			}
+		}
+		return all
+	case k.holder != nil && k.holder.lease != nil:
+		return []*lock.Lease{k.holder.lease}
+	}
 	return nil
 }
 

@@ -14,7 +14,7 @@ func memFactory(b bugs) Factory {
 	return Factory{
 		New: func(t *testing.T) lock.Locker { return store.NewLocker() },
 		Caps: Capabilities{
-			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
+			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true, Wanted: true,
 			TTL: 200 * time.Millisecond, ExpirySlack: 500 * time.Millisecond,
 		},
 	}

@@ -53,6 +53,9 @@ type Capabilities struct {
 	InspectValue bool
 	// InspectWaiters: Inspect reports the number of queued waiters.
 	InspectWaiters bool
+	// Wanted: a holder's Lease.Wanted closes when a caller waits for its
+	// key (lock.SignalsWanted), within GrantBound.
+	Wanted bool
 
 	// TTL is the short lease TTL of the expiry cases; it must not be below
 	// the backend's minimum TTL. Default DefaultTTL.
@@ -131,6 +134,7 @@ func Run(t *testing.T, f Factory) {
 		{"Inspect", s.inspect},
 		{"AutoRenew", s.autoRenew},
 		{"InvalidInput", s.invalidInput},
+		{"Wanted", s.wanted},
 		{"Close", s.close},
 	} {
 		t.Run(c.name, c.run)
