@@ -34,6 +34,11 @@ type contender struct {
 	// up must delete it.
 	created bool
 	rev     int64 // the key's create revision: its place and fencing token
+	// seenAt is the revision of the last read of the key's directory, and
+	// later says whether it saw a contender newer than c's key (someone
+	// waits behind it): what the wanted register needs at the grant.
+	seenAt int64
+	later  bool
 
 	mu   sync.Mutex
 	ttl  time.Duration // the lease's TTL as etcd granted it; 0 if unknown
@@ -95,6 +100,10 @@ func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.Ac
 	}
 	if ctx.Err() != nil {
 		return nil, l.fail(ctx, op, key, nil)
+	}
+	if !try {
+		// A waiter of this Locker tells its holder of the key at once.
+		l.wanted.localWaiter(l.dir(key))
 	}
 	// wctx ends with the caller's ctx or at Close.
 	wctx, cancel := context.WithCancel(ctx)
@@ -189,9 +198,11 @@ func (l *Locker) try(ctx context.Context, c *contender) (*lock.Lease, error) {
 	}
 	if resp.Succeeded {
 		c.rev = resp.Header.Revision
+		c.seenAt = c.rev // the directory was empty: nobody behind
 		return l.grant(ctx, c)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
+	rr := resp.Responses[0].GetResponseRange()
+	kvs := rr.Kvs
 	if len(kvs) == 0 {
 		return nil, fmt.Errorf("zklike: try-acquire %q: contenders seen and gone in one Txn", c.key)
 	}
@@ -199,6 +210,7 @@ func (l *Locker) try(ctx context.Context, c *contender) (*lock.Lease, error) {
 	if string(first.Key) == c.name {
 		// An earlier attempt of this call, whose reply was lost, won.
 		c.rev = first.CreateRevision
+		c.seenAt, c.later = resp.Header.Revision, rr.Count > 1
 		c.adopt(l, first)
 		return l.grant(ctx, c)
 	}
@@ -231,7 +243,7 @@ func (l *Locker) queue(ctx context.Context, c *contender) (*lock.Lease, error) {
 	rev := resp.Header.Revision
 	var pred *mvccpb.KeyValue
 	if resp.Succeeded {
-		c.rev = rev
+		c.rev, c.seenAt = rev, rev // the newest key: nobody behind it yet
 		rr := resp.Responses[1].GetResponseRange()
 		if len(rr.Kvs) > 1 && rr.Count > 1 {
 			pred = rr.Kvs[1]
@@ -376,12 +388,15 @@ func (l *Locker) absent(ctx context.Context, key string) (bool, error) {
 }
 
 // check reads, in one linearizable Txn, whether c's key still exists and
-// which contender is now just before it (nil: c holds the lock).
+// which contender is now just before it (nil: c holds the lock). The same
+// Txn reads the newest contender, so that a grant knows whether another
+// caller already waits behind it (c.later, for the wanted signal).
 func (l *Locker) check(ctx context.Context, c *contender) (mine bool, pred *mvccpb.KeyValue, rev int64, err error) {
 	err = l.do(ctx, func(rc context.Context) error {
 		resp, err := l.cli.Txn(rc).Then(
 			clientv3.OpGet(c.name, clientv3.WithCountOnly()),
 			clientv3.OpGet(c.dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(c.rev-1))...),
+			clientv3.OpGet(c.dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...),
 		).Commit()
 		if err != nil {
 			return err
@@ -392,6 +407,8 @@ func (l *Locker) check(ctx context.Context, c *contender) (mine bool, pred *mvcc
 			pred = kvs[0]
 		}
 		rev = resp.Header.Revision
+		newest := resp.Responses[2].GetResponseRange().Kvs
+		c.seenAt, c.later = rev, len(newest) > 0 && newest[0].CreateRevision > c.rev
 		return nil
 	})
 	return mine, pred, rev, err
@@ -480,9 +497,10 @@ func (l *Locker) grant(ctx context.Context, c *contender) (*lock.Lease, error) {
 	return lease, nil
 }
 
-// hold starts the auto-renewal of a granted lease and keeps its session in
-// use until the lease ends.
+// hold registers a granted lease for the wanted signal, starts its
+// auto-renewal and keeps its session in use until the lease ends.
 func (l *Locker) hold(c *contender, lease *lock.Lease) {
+	l.wanted.register(lease, c.dir, c.seenAt, c.later)
 	switch {
 	case c.opts.AutoRenew:
 		go func() {

@@ -21,7 +21,7 @@ const etcdTTL = 2 * time.Second
 // an election timeout), hence 2 s of expiry slack.
 var caps = locktest.Capabilities{
 	FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
-	TTL: etcdTTL, ExpirySlack: 2 * time.Second,
+	TTL: etcdTTL, ExpirySlack: 2 * time.Second, Wanted: true,
 }
 
 // newLocker returns a Locker on e, closed when t ends.

@@ -80,12 +80,28 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	if !ok {
 		return lease.Renewed(time.Now(), ttl, false)
 	}
+	// A lease this Locker does not know yet (rebuilt with lock.NewLease,
+	// as the gateway does) joins the wanted register from this renewal
+	// on; its Txn also reads the newest contender, to learn whether
+	// someone already waits. A known lease's renewal reads nothing more.
+	dir := l.dir(lease.Key)
+	join := !l.wanted.registered(lease, dir)
+	ops := []clientv3.Op{clientv3.OpGet(name)}
+	if join {
+		ops = append(ops, clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...))
+	}
 	var kv *mvccpb.KeyValue
+	var seenAt int64
+	var later bool
 	err := l.do(ctx, func(rc context.Context) error {
-		resp, err := l.cli.Txn(rc).If(isHolder(name, lease.Token)).Then(clientv3.OpGet(name)).Commit()
+		resp, err := l.cli.Txn(rc).If(isHolder(name, lease.Token)).Then(ops...).Commit()
 		if err == nil && resp.Succeeded {
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 				kv = kvs[0]
+			}
+			if join {
+				newest := resp.Responses[1].GetResponseRange().Kvs
+				seenAt, later = resp.Header.Revision, len(newest) > 0 && newest[0].CreateRevision > int64(lease.Token)
 			}
 		}
 		return err
@@ -112,9 +128,14 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	}
 	l.sessionRefreshed(id, sent)
 	if want := ttlSeconds(ttl); want > ka.TTL {
-		return l.migrate(ctx, lease, name, kv, want)
+		err = l.migrate(ctx, lease, name, kv, want)
+	} else {
+		err = lease.Renewed(sent, time.Duration(ka.TTL)*time.Second, true)
 	}
-	return lease.Renewed(sent, time.Duration(ka.TTL)*time.Second, true)
+	if err == nil && join {
+		l.wanted.register(lease, dir, seenAt, later)
+	}
+	return err
 }
 
 // migrate moves a grant's key to a new lease of its own with a longer TTL.

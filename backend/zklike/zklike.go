@@ -39,13 +39,20 @@ type Locker struct {
 	mu       sync.Mutex
 	sessions map[int64]*session
 
+	// wanted registers the held leases and watches for contenders queued
+	// behind them (wanted.go).
+	wanted *wantedHub
+
 	// suspended, when set, blocks every lease keep-alive this Locker sends
 	// until the channel is closed: a test hook that stands for a holder
 	// process paused past its TTL (see suspendKeepAlives).
 	suspended atomic.Pointer[chan struct{}]
 }
 
-var _ lock.Locker = (*Locker)(nil)
+var (
+	_ lock.Locker         = (*Locker)(nil)
+	_ lock.WantedSignaler = (*Locker)(nil)
+)
 
 // New connects to the etcd cluster of cfg and returns a Locker. Connecting
 // is lazy in the etcd client: an unreachable cluster shows up as
@@ -73,14 +80,16 @@ func New(cfg Config) (*Locker, error) {
 		owns = true
 	}
 	life := lifecycle.New()
-	return &Locker{
+	l := &Locker{
 		cfg:      cfg,
 		cli:      cli,
 		ownsCli:  owns,
 		life:     life,
 		ctx:      life.Context(),
 		sessions: make(map[int64]*session),
-	}, nil
+	}
+	l.wanted = newWantedHub(l)
+	return l, nil
 }
 
 // ClientID is the default owner of this Locker's leases.
