@@ -34,6 +34,11 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if !try {
+			// The caller is about to wait: a lease of this Locker on key
+			// hears it now, in process (wanted.go).
+			defer l.wanted.startWaiting(key, opts.Handle)()
+		}
 		return l.gate.Acquire(ctx, key, opts, try)
 	})
 }
@@ -89,19 +94,26 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome
 	c := detached(l.ctx)
 	sent := time.Now()
 	var token int64
-	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token)
+	var contended bool
+	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token, &contended)
 	switch {
 	case err == nil:
-		return outcome{lease: l.newLease(key, handle, token, opts, sent)}
+		lease := l.newLease(key, handle, token, opts, sent)
+		l.wanted.granted(lease, contended, !try)
+		return outcome{lease: lease}
 	case errors.Is(err, pgx.ErrNoRows):
 		l.stats.held.Add(1)
-		// A waiter marks the row so that its release notifies; a
-		// TryAcquire only reads it.
-		q := l.q.waiters
+		// A waiter marks the row so that its release notifies and its
+		// holder is told (wanted.go); a TryAcquire only reads it.
+		var info *lock.LockInfo
+		var remaining time.Duration
+		var err error
 		if try {
-			q = l.q.inspect
+			info, remaining, err = l.inspect(c, l.q.inspect, []any{key}, key)
+		} else {
+			var notified *bool
+			info, remaining, err = l.inspect(c, l.q.waiters, []any{key, l.names.channel}, key, &notified)
 		}
-		info, remaining, err := l.inspect(c, q, key)
 		switch {
 		case errors.Is(err, lock.ErrNotFound):
 			// Released or expired since: try again at once.

@@ -5,7 +5,8 @@
 -- same key had come and gone. A held, unexpired row makes DO UPDATE's WHERE
 -- false and the statement return no row: the key is held. An expired row is
 -- taken over atomically. A row held under the same handle (a re-sent acquire
--- with a caller-chosen handle) is granted again with its token unchanged.
+-- with a caller-chosen handle) is granted again with its token unchanged,
+-- and keeps its contended mark: the re-sent grant is told it is wanted.
 --
 -- $1 advisory class (per table)  $2 key  $3 owner  $4 handle  $5 value
 -- $6 ttl in microseconds
@@ -25,4 +26,4 @@ ON CONFLICT (key) DO UPDATE
        -- it held again and mark it again
        contended   = l.contended AND l.handle = EXCLUDED.handle
  WHERE l.expires_at <= clock_timestamp() OR l.handle = EXCLUDED.handle
-RETURNING token
+RETURNING token, contended

@@ -7,7 +7,7 @@ import (
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
-var caps = locktest.Capabilities{FIFO: false, InspectOwner: true, InspectValue: true, InspectWaiters: false}
+var caps = locktest.Capabilities{FIFO: false, InspectOwner: true, InspectValue: true, InspectWaiters: false, Wanted: true}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()

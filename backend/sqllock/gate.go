@@ -27,12 +27,16 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	opts := t.Opts
 	sent := time.Now()
 	var token int64
+	var contended bool
 	err := l.queryRow(detached(ctx), l.q.handoff, []any{l.class, lease.Key, lease.Handle, int64(lease.Token),
-		opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token)
+		opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token, &contended)
 	switch {
 	case err == nil:
 		l.stats.handoffs.Add(1)
-		l.gate.HandOver(t, lease, l.newLease(lease.Key, handle, token, opts, sent))
+		next := l.newLease(lease.Key, handle, token, opts, sent)
+		// t's caller is counted as waiting; any other still waits.
+		l.wanted.granted(next, contended, true)
+		l.gate.HandOver(t, lease, next)
 		return lease.Released(true)
 	case errors.Is(err, pgx.ErrNoRows):
 		// The lease no longer held the key: nothing changed.

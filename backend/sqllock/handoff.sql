@@ -1,7 +1,8 @@
 -- Release and re-grant in one statement: the lease ($3, $4) passes to a new
 -- handle of this Locker's next waiter, with a fresh token drawn under the
 -- key's advisory lock (see acquire.sql). No row: the old lease no longer
--- holds the key.
+-- holds the key. The contended mark of waiters in other Lockers stays: the
+-- new holder learns from it that they still wait (see waiters.sql).
 --
 -- $1 advisory class  $2 key  $3 old handle  $4 old token  $5 owner
 -- $6 new handle  $7 value  $8 ttl in microseconds
@@ -16,4 +17,4 @@ UPDATE {{table}} AS l
   FROM fence
  WHERE l.key = $2::text AND l.handle = $3::text AND l.token = $4::bigint
    AND l.expires_at > clock_timestamp()
-RETURNING l.token
+RETURNING l.token, l.contended

@@ -16,13 +16,14 @@ import (
 // the database.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	return l.life.Inspect(key, func() (*lock.LockInfo, error) {
-		info, _, err := l.inspect(ctx, l.q.inspect, key)
+		info, _, err := l.inspect(ctx, l.q.inspect, []any{key}, key)
 		return info, err
 	})
 }
 
-// inspect runs inspect.sql or waiters.sql.
-func (l *Locker) inspect(ctx context.Context, query, key string) (*lock.LockInfo, time.Duration, error) {
+// inspect runs inspect.sql or waiters.sql with args; extra receives the
+// columns after the first four.
+func (l *Locker) inspect(ctx context.Context, query string, args []any, key string, extra ...any) (*lock.LockInfo, time.Duration, error) {
 	now := time.Now()
 	var (
 		owner  string
@@ -30,7 +31,7 @@ func (l *Locker) inspect(ctx context.Context, query, key string) (*lock.LockInfo
 		value  []byte
 		micros int64
 	)
-	err := l.queryRow(ctx, query, []any{key}, &owner, &token, &value, &micros)
+	err := l.queryRow(ctx, query, args, append([]any{&owner, &token, &value, &micros}, extra...)...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, 0, fmt.Errorf("%w: %q", lock.ErrNotFound, key)

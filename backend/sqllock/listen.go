@@ -24,6 +24,10 @@ import (
 // after the attempt read the row is never missed. If the listening
 // connection breaks, notifications sent meanwhile are lost: once it is
 // re-established every waiter is woken to try again.
+//
+// The same channel carries the wanted notices of waiters.sql ("token<TAB>
+// key"), which the listener hands to the Locker's wanted bookkeeping
+// (wanted.go) instead of the key's waiters.
 
 // waiter is one attempt loop waiting for a key at the database.
 type waiter struct {
@@ -151,6 +155,7 @@ func (l *Locker) listen(conn *pgx.Conn) {
 		l.stats.reconnects.Add(1)
 		l.cfg.Logger.Info("sqllock: listening again", "table", l.names.plain)
 		l.wakeAll()
+		l.startRecheck()
 	}
 }
 
@@ -164,7 +169,11 @@ func (l *Locker) receive(conn *pgx.Conn) error {
 		cancel()
 		switch {
 		case err == nil:
-			l.deliver(n.Payload)
+			if key, token, ok := parseWanted(n.Payload); ok {
+				l.wanted.notice(key, token)
+			} else {
+				l.deliver(n.Payload)
+			}
 			continue
 		case l.ctx.Err() != nil:
 			return l.ctx.Err()

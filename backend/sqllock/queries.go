@@ -32,11 +32,13 @@ var (
 	abandonSQL string
 	//go:embed sweep.sql
 	sweepSQL string
+	//go:embed wanted.sql
+	wantedSQL string
 )
 
 // queries are the statements of one table, with its names filled in.
 type queries struct {
-	schema, acquire, release, handoff, renew, inspect, waiters, abandon, sweep string
+	schema, acquire, release, handoff, renew, inspect, waiters, abandon, sweep, wanted string
 }
 
 func newQueries(n names) queries {
@@ -52,6 +54,7 @@ func newQueries(n names) queries {
 		waiters: r.Replace(waitersSQL),
 		abandon: r.Replace(abandonSQL),
 		sweep:   r.Replace(sweepSQL),
+		wanted:  r.Replace(wantedSQL),
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 )
 
 // Renew implements lock.Locker: compare-and-extend on the database's clock.
+// The renewal also reads whether a waiter marked the row: a lease rebuilt
+// with lock.NewLease is told it is wanted from its first Renew on (and
+// then through notifications like the leases this Locker granted).
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })
 }
@@ -19,10 +22,15 @@ func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	sent := time.Now()
 	var token int64
-	err := l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token)
+	var contended bool
+	err := l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token, &contended)
 	switch {
 	case err == nil:
-		return lease.Renewed(sent, ttl, true)
+		if err := lease.Renewed(sent, ttl, true); err != nil {
+			return err
+		}
+		l.wanted.renewed(lease, contended)
+		return nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return lease.Renewed(sent, ttl, false)
 	default:

@@ -35,6 +35,11 @@ type Locker struct {
 	subs map[string][]*waiter
 	gate *localgate.Sequence
 
+	// wanted tracks held leases and local waiters for the wanted signal
+	// (wanted.go).
+	wanted   *wanted
+	rechecks atomic.Int64 // recheckWanted runs asked for and not yet done
+
 	stats stats
 }
 
@@ -94,14 +99,15 @@ func New(ctx context.Context, cfg Config) (*Locker, error) {
 	life := lifecycle.New()
 	lctx := life.Context()
 	l := &Locker{
-		cfg:   cfg,
-		names: n,
-		q:     newQueries(n),
-		class: int32(h.Sum32()),
-		pool:  pool,
-		life:  life,
-		ctx:   lctx,
-		subs:  make(map[string][]*waiter),
+		cfg:    cfg,
+		names:  n,
+		q:      newQueries(n),
+		class:  int32(h.Sum32()),
+		pool:   pool,
+		life:   life,
+		ctx:    lctx,
+		subs:   make(map[string][]*waiter),
+		wanted: newWanted(),
 	}
 	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: lctx,
 		Attempt: l.attemptOnce, Subscribe: l.subscribeGate, SubscribeFirst: true, Retry: cfg.Retry, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
