@@ -50,6 +50,22 @@
 //   - Inspect reads the oldest contender (owner, value, token), the number
 //     of others (Waiters), and its lease's remaining TTL (Expires).
 //
+// # The wanted signal
+//
+// The Locker implements lock.WantedSignaler: a holder's Lease.Wanted
+// closes when a contender key newer than its own appears in its lock's
+// directory, which is how a waiter in any process queues. One watch per
+// Locker over its whole prefix (creations only) serves every lease it
+// holds, with a register of held leases by directory: no goroutine or
+// watch per lease; the watch starts with the first held lease and stops
+// a minute after the last ends. A waiter of the same Locker marks the
+// holder before it sends anything; a waiter granted while others still
+// wait learns it from the read its grant already makes; a lease rebuilt
+// with lock.NewLease joins from its first Renew. A TryAcquire of a held
+// key creates no key, so it never marks the holder. See wanted.go for
+// the cost: etcd sends each such Locker every contender creation under
+// the prefix.
+//
 // # Leases and TTLs
 //
 // etcd leases have a TTL in whole seconds and a floor of 1.5 election
