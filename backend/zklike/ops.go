@@ -57,6 +57,7 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	if !resp.Succeeded {
 		return lease.Released(false)
 	}
+	l.wanted.drop(lease, l.dir(lease.Key))
 	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
 		if kv := prev[0]; kv.Lease != 0 && decode(kv.Value).Own {
 			l.revokeLater(clientv3.LeaseID(kv.Lease))
@@ -80,14 +81,16 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	if !ok {
 		return lease.Renewed(time.Now(), ttl, false)
 	}
-	// A lease this Locker does not know yet (rebuilt with lock.NewLease,
-	// as the gateway does) joins the wanted register from this renewal
-	// on; its Txn also reads the newest contender, to learn whether
-	// someone already waits. A known lease's renewal reads nothing more.
+	// A Lease object this Locker does not know yet (rebuilt with
+	// lock.NewLease, as the gateway does) joins the wanted register from
+	// this renewal on. If its grant is there already (another copy, or
+	// the Lease that Acquire returned) it joins that entry and reads
+	// nothing more; otherwise this renewal's Txn also reads the newest
+	// contender, to learn whether someone already waits.
 	dir := l.dir(lease.Key)
-	join := !l.wanted.registered(lease, dir)
+	fresh := !l.wanted.join(lease, dir)
 	ops := []clientv3.Op{clientv3.OpGet(name)}
-	if join {
+	if fresh {
 		ops = append(ops, clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...))
 	}
 	var kv *mvccpb.KeyValue
@@ -99,7 +102,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 				kv = kvs[0]
 			}
-			if join {
+			if fresh {
 				newest := resp.Responses[1].GetResponseRange().Kvs
 				seenAt, later = resp.Header.Revision, len(newest) > 0 && newest[0].CreateRevision > int64(lease.Token)
 			}
@@ -132,7 +135,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	} else {
 		err = lease.Renewed(sent, time.Duration(ka.TTL)*time.Second, true)
 	}
-	if err == nil && join {
+	if err == nil && fresh {
 		l.wanted.register(lease, dir, seenAt, later)
 	}
 	return err

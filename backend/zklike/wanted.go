@@ -2,6 +2,7 @@ package zklike
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,9 +44,9 @@ type wantedHub struct {
 	prefix string // <prefix>/: every directory of the Locker
 
 	mu   sync.Mutex
-	held map[string][]*lock.Lease // directory → live registered leases
-	n    int                      // registered leases in held
-	idle *time.Timer              // stops the watch once n stayed 0 for wantedIdle
+	held map[string][]*holding // directory → the grants held in it
+	n    int                   // registered leases in held
+	idle *time.Timer           // stops the watch once n stayed 0 for wantedIdle
 
 	gen     int // the running watch's generation; 0: no watch
 	stop    context.CancelFunc
@@ -60,11 +61,23 @@ type wantedHub struct {
 	recent map[string]int64
 }
 
+// holding is one grant (Token, Handle) this Locker holds, with the live
+// Lease objects that stand for it: the one Acquire returned and copies
+// rebuilt with lock.NewLease and renewed here (the gateway renews a fresh
+// copy each time; a copy leaves when it ends, at the latest at its
+// deadline, so a grant has about TTL / renewal interval copies at most).
+type holding struct {
+	token  lock.Token
+	handle string
+	leases []*lock.Lease
+	wanted bool // a newer contender was seen: every copy that joins is wanted
+}
+
 func newWantedHub(l *Locker) *wantedHub {
 	return &wantedHub{
 		l:      l,
 		prefix: l.cfg.Prefix + "/",
-		held:   make(map[string][]*lock.Lease),
+		held:   make(map[string][]*holding),
 		recent: make(map[string]int64),
 	}
 }
@@ -79,23 +92,50 @@ func (l *Locker) SignalsWanted() bool { return true }
 // waiter's own requests: no round trip for a waiter in the same process.
 func (h *wantedHub) localWaiter(dir string) {
 	h.mu.Lock()
-	leases := append([]*lock.Lease(nil), h.held[dir]...)
+	var leases []*lock.Lease
+	for _, g := range h.held[dir] {
+		g.wanted = true
+		leases = append(leases, g.leases...)
+	}
 	h.mu.Unlock()
 	for _, lease := range leases {
 		lease.MarkWanted()
 	}
 }
 
-// registered reports whether lease is in the register.
-func (h *wantedHub) registered(lease *lock.Lease, dir string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, x := range h.held[dir] {
-		if x == lease {
-			return true
+// holdingLocked is the grant of lease in dir's register, or nil.
+func (h *wantedHub) holdingLocked(lease *lock.Lease, dir string) *holding {
+	for _, g := range h.held[dir] {
+		if g.token == lease.Token && g.handle == lease.Handle {
+			return g
 		}
 	}
-	return false
+	return nil
+}
+
+// join adds lease to its grant's entry if the grant is in the register,
+// wanted at once if the grant is; false if it is not there.
+func (h *wantedHub) join(lease *lock.Lease, dir string) bool {
+	h.mu.Lock()
+	g := h.holdingLocked(lease, dir)
+	if g == nil {
+		h.mu.Unlock()
+		return false
+	}
+	wanted := g.wanted
+	fresh := !slices.Contains(g.leases, lease)
+	if fresh {
+		g.leases = append(g.leases, lease)
+		h.n++
+	}
+	h.mu.Unlock()
+	if fresh {
+		lease.AfterEnd(func() { h.unregister(lease, dir) })
+	}
+	if wanted {
+		lease.MarkWanted()
+	}
+	return true
 }
 
 // register adds a held lease on dir, known from a read at revision rev;
@@ -104,14 +144,18 @@ func (h *wantedHub) registered(lease *lock.Lease, dir string) bool {
 // newer creation since rev; otherwise the watch marks it when one comes.
 // It leaves the register when it ends.
 func (h *wantedHub) register(lease *lock.Lease, dir string, rev int64, later bool) {
-	h.mu.Lock()
-	for _, x := range h.held[dir] {
-		if x == lease {
-			h.mu.Unlock()
-			return
-		}
+	if h.join(lease, dir) {
+		return
 	}
-	h.held[dir] = append(h.held[dir], lease)
+	h.mu.Lock()
+	if h.holdingLocked(lease, dir) != nil {
+		// Registered by another copy meanwhile.
+		h.mu.Unlock()
+		h.join(lease, dir)
+		return
+	}
+	g := &holding{token: lease.Token, handle: lease.Handle, leases: []*lock.Lease{lease}}
+	h.held[dir] = append(h.held[dir], g)
 	h.n++
 	if h.idle != nil {
 		h.idle.Stop()
@@ -128,19 +172,20 @@ func (h *wantedHub) register(lease *lock.Lease, dir string, rev int64, later boo
 		// The watch applied, and forgot, events after rev.
 		reread = true
 	}
+	g.wanted = later
 	h.mu.Unlock()
 	lease.AfterEnd(func() { h.unregister(lease, dir) })
 	if later {
 		lease.MarkWanted()
 	}
 	if reread {
-		h.l.life.Go(func() { h.reread(lease, dir) })
+		h.l.life.Go(func() { h.reread(g, dir) })
 	}
 }
 
-// reread reads dir's newest contender and marks lease wanted if it is
-// newer than the lease's key.
-func (h *wantedHub) reread(lease *lock.Lease, dir string) {
+// reread reads dir's newest contender and marks g's leases wanted if it
+// is newer than the grant's key.
+func (h *wantedHub) reread(g *holding, dir string) {
 	l := h.l
 	var newest int64
 	err := l.do(l.ctx, func(rc context.Context) error {
@@ -150,28 +195,58 @@ func (h *wantedHub) reread(lease *lock.Lease, dir string) {
 		}
 		return err
 	})
-	if err == nil && newest > int64(lease.Token) {
-		lease.MarkWanted()
+	if err == nil && newest > int64(g.token) {
+		h.mu.Lock()
+		g.wanted = true
+		leases := slices.Clone(g.leases)
+		h.mu.Unlock()
+		for _, lease := range leases {
+			lease.MarkWanted()
+		}
 	}
 }
 
 func (h *wantedHub) unregister(lease *lock.Lease, dir string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	xs := h.held[dir]
-	for i, x := range xs {
-		if x == lease {
-			xs[i] = xs[len(xs)-1]
-			xs[len(xs)-1] = nil
-			xs = xs[:len(xs)-1]
+	gs := h.held[dir]
+	for i, g := range gs {
+		if j := slices.Index(g.leases, lease); j >= 0 {
+			g.leases = slices.Delete(g.leases, j, j+1)
 			h.n--
+			if len(g.leases) == 0 {
+				gs = slices.Delete(gs, i, i+1)
+			}
 			break
 		}
 	}
-	if len(xs) == 0 {
+	h.setLocked(dir, gs)
+}
+
+// drop removes lease's grant, with every copy of it, from the register:
+// the grant was released, so copies that outlive it are not told (they
+// would leave only at their deadlines otherwise).
+func (h *wantedHub) drop(lease *lock.Lease, dir string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gs := h.held[dir]
+	for i, g := range gs {
+		if g.token == lease.Token && g.handle == lease.Handle {
+			h.n -= len(g.leases)
+			g.leases = nil
+			gs = slices.Delete(gs, i, i+1)
+			break
+		}
+	}
+	h.setLocked(dir, gs)
+}
+
+// setLocked stores dir's grants and arms the idle stop when none is left.
+func (h *wantedHub) setLocked(dir string, gs []*holding) {
+	if len(gs) == 0 {
 		delete(h.held, dir)
 	} else {
-		h.held[dir] = xs
+		h.held[dir] = gs
 	}
 	if h.n == 0 && h.gen != 0 && h.idle == nil {
 		gen := h.gen
@@ -265,9 +340,10 @@ func (h *wantedHub) apply(gen int, events []*clientv3.Event) {
 			}
 			h.recent[dir] = kv.CreateRevision
 		}
-		for _, lease := range h.held[dir] {
-			if int64(lease.Token) < kv.CreateRevision {
-				marks = append(marks, lease)
+		for _, g := range h.held[dir] {
+			if int64(g.token) < kv.CreateRevision {
+				g.wanted = true
+				marks = append(marks, g.leases...)
 			}
 		}
 	}
@@ -332,10 +408,11 @@ func (h *wantedHub) rescan(ctx context.Context, gen int) {
 		h.mu.Unlock()
 		return
 	}
-	for dir, leases := range h.held {
-		for _, lease := range leases {
-			if int64(lease.Token) < newest[dir] {
-				marks = append(marks, lease)
+	for dir, gs := range h.held {
+		for _, g := range gs {
+			if int64(g.token) < newest[dir] {
+				g.wanted = true
+				marks = append(marks, g.leases...)
 			}
 		}
 	}

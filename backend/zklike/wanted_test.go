@@ -146,6 +146,27 @@ func TestWantedRebuiltLeaseJoinsOnRenew(t *testing.T) {
 	}
 	cancel()
 	<-waiter
+	// A copy renewed where its grant is held joins the grant's entry: it
+	// is wanted (the grant was), although nobody waits any more, which a
+	// fresh read would not show.
+	cp3 := rebuild(held)
+	if err := a.Renew(ctx, cp3, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if !cp3.IsWanted() {
+		t.Error("a copy of a wanted grant renewed where the grant is held is not wanted")
+	}
+	// Releasing the grant takes every copy out of the register, though
+	// the copies live on to their deadlines.
+	if err := a.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	a.wanted.mu.Lock()
+	n := a.wanted.n
+	a.wanted.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d leases registered after the grant's release, want 0", n)
+	}
 
 	// A caller comes after the copy's renewal.
 	held2, err := a.Acquire(ctx, "rebuilt-2", lock.AcquireOptions{TTL: time.Minute})
