@@ -30,7 +30,7 @@
 //     statement reads the holder (owner, token, remaining TTL) for the
 //     *lock.HeldError or the wait.
 //   - renew.sql: UPDATE … WHERE key, handle and token match and the row has
-//     not expired.
+//     not expired, reading back whether a waiter marked it (see Wanted).
 //   - release.sql: DELETE … WHERE key, handle and token match, and
 //     pg_notify to waiters in the same statement when a waiter marked the
 //     row (below). A stale lease (expired, released, re-granted) matches no
@@ -83,6 +83,27 @@
 // (and checked with a ping after Config.ListenPing of silence), and every
 // waiter is woken to try again, since notifications sent meanwhile are
 // lost.
+//
+// # Wanted
+//
+// The Locker implements lock.WantedSignaler: a lease's Wanted closes when
+// a caller waits for its key. A waiter at the database marks the row
+// contended (above); the mark that turns it on also sends, in the same
+// statement, a notification "token<TAB>key" on the table's channel, and the
+// Locker holding that grant (every Locker listens there already) marks its
+// lease. Grants made while the row is marked (a local handoff, a re-sent
+// acquire) and every renewal read the mark back in their own statement, so
+// a new holder, a lease rebuilt with lock.NewLease and passed to Renew,
+// and a holder whose notification was lost are told too; after the
+// listening connection is replaced, one query reads the marks of the keys
+// this Locker holds. A caller of the same Locker that queues for a key
+// the Locker holds marks the lease in process, with no round trip, and a
+// grant made while such callers wait is marked as it is made. The cost: no
+// statement and no notification for a key nobody waits for; one
+// notification per wanted grant, fanned out to every Locker of the table;
+// per held lease a map entry and an AfterEnd callback, no goroutine. The
+// mark lasts until the grant ends even if its waiter gave up, so a lease
+// handed over locally afterwards may be told it is wanted by nobody.
 //
 // # Expired rows
 //
