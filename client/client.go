@@ -125,6 +125,25 @@ type Options struct {
 	// set RootCAs to trust a private CA. Endpoints given as wss:// or
 	// https:// URLs use TLS even without it (with the system's roots).
 	TLSConfig *tls.Config
+	// CacheLeases turns on the lease cache (docs/lease-cache.md): Release
+	// keeps the lease, unused and still renewed, and the next Acquire or
+	// TryAcquire of its key by this client with the same options returns
+	// it (same Lease, same fencing token) without a round trip. The
+	// gateway's "wanted" push — another caller waits for the key —
+	// releases an unused lease for real at once; a lease in use sees
+	// Lease.Wanted and its holder decides. A cached lease whose renewal
+	// fails is dropped, never handed out. With the cache on, Release of a
+	// kept lease does not close its Done (it lives on in the cache) and a
+	// second Release of it answers lock.ErrNotHeld. Only gateways that
+	// announce "wanted" pushes get leases kept (raftlock's do); elsewhere
+	// Release releases. Off by default.
+	CacheLeases bool
+	// CacheIdle is how long an unused lease stays cached before it is
+	// released for real. Default DefaultCacheIdle (10 s).
+	CacheIdle time.Duration
+	// MaxCachedLeases bounds the unused leases the cache keeps; past it
+	// Release releases. Default DefaultMaxCachedLeases (1024).
+	MaxCachedLeases int
 	// Token, when not empty, is sent as "Authorization: Bearer <token>" on
 	// every connection (the gateway's --auth-tokens-file). A gateway that
 	// refuses it makes calls fail with an error matching ErrUnauthorized.
@@ -155,6 +174,12 @@ func (o *Options) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.CacheIdle <= 0 {
+		o.CacheIdle = DefaultCacheIdle
+	}
+	if o.MaxCachedLeases <= 0 {
+		o.MaxCachedLeases = DefaultMaxCachedLeases
+	}
 }
 
 // Client is a lock.Locker over the gateway's WebSocket protocol. It is safe
@@ -171,6 +196,14 @@ type Client struct {
 	runDone chan struct{}
 
 	nextID atomic.Uint64
+
+	// held are the live leases by lock token, for "wanted" pushes
+	// (wanted.go); signalsWanted is what the last gateway announced.
+	hmu           sync.Mutex
+	held          map[string]*lock.Lease
+	early         map[string]bool // lock tokens of acquires in flight: true once a "wanted" push came for one
+	signalsWanted atomic.Bool
+	cache         *leaseCache // nil unless Options.CacheLeases
 
 	mu       sync.Mutex
 	closed   bool
@@ -221,6 +254,9 @@ func New(endpoints []string, opts Options) (*Client, error) {
 		runDone:   make(chan struct{}),
 		ready:     make(chan struct{}),
 	}
+	if opts.CacheLeases {
+		c.cache = newLeaseCache(c)
+	}
 	go c.run()
 	return c, nil
 }
@@ -246,6 +282,9 @@ func (c *Client) Endpoint() string {
 // released first. Close is idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
+		if c.cache != nil {
+			c.cache.close() // releases the unused leases while calls still go out
+		}
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
@@ -321,6 +360,7 @@ func (c *Client) run() {
 		}
 		lastAddr = wc.addr
 		c.log.Debug("lockgate client: connected", "addr", wc.addr)
+		c.signalsWanted.Store(wc.wanted)
 		c.mu.Lock()
 		c.cur = wc
 		close(c.ready)

@@ -17,7 +17,7 @@ func TestConformanceMem(t *testing.T) {
 	locktest.Run(t, locktest.Factory{
 		New: func(t *testing.T) lock.Locker { return newClient(t, addrs, client.Options{}) },
 		Caps: locktest.Capabilities{
-			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
+			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true, Wanted: true,
 		},
 	})
 }
@@ -35,7 +35,7 @@ func TestConformanceRaft(t *testing.T) {
 	locktest.Run(t, locktest.Factory{
 		New: func(t *testing.T) lock.Locker { return newClient(t, addrs, client.Options{}) },
 		Caps: locktest.Capabilities{
-			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
+			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true, Wanted: true,
 		},
 	})
 }

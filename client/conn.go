@@ -44,6 +44,9 @@ type wsConn struct {
 	ws   *websocket.Conn
 	addr string // host:port (or URL) as dialled
 	born time.Time
+	// wanted: the gateway announced (wire.FeaturesHeader) that it pushes
+	// "wanted" to holders whose key another caller waits for.
+	wanted bool
 
 	wmu     sync.Mutex
 	writeBy time.Time // the write deadline, under wmu
@@ -63,8 +66,8 @@ type wsConn struct {
 	useful  atomic.Bool // it answered a request normally
 }
 
-func newConn(c *Client, ws *websocket.Conn, addr string) *wsConn {
-	wc := &wsConn{c: c, ws: ws, addr: addr, born: time.Now(), pending: map[string]chan *reply{}, done: make(chan struct{})}
+func newConn(c *Client, ws *websocket.Conn, addr string, wanted bool) *wsConn {
+	wc := &wsConn{c: c, ws: ws, addr: addr, born: time.Now(), wanted: wanted, pending: map[string]chan *reply{}, done: make(chan struct{})}
 	ws.SetReadLimit(64 << 10)
 	// extend pushes the read deadline idleTimeout ahead, but only once half
 	// of it has passed: moving a deadline costs a timer update, too much
@@ -110,6 +113,10 @@ func (wc *wsConn) read(extend func()) {
 		}
 		r.arrived = time.Now()
 		if r.ID == "" {
+			if r.Type == wire.TypeWanted {
+				wc.c.wanted(r)
+				continue
+			}
 			if r.Type == wire.TypeError && r.Error != nil {
 				wc.c.log.Warn("lockgate client: gateway error without request id", "addr", wc.addr, "code", r.Error.Code, "message", r.Error.Message)
 			}
@@ -306,7 +313,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 		ws, resp, err := d.DialContext(dctx, u, h)
 		cancel()
 		if err == nil {
-			return newConn(c, ws, addr), nil
+			return newConn(c, ws, addr, hasFeature(resp, wire.FeatureWanted)), nil
 		}
 		next := ""
 		if resp != nil {
@@ -325,6 +332,22 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 		c.log.Debug("lockgate client: handshake redirected", "from", addr, "to", next)
 		addr = next
 	}
+}
+
+// hasFeature reports whether the upgrade's response lists feature in
+// wire.FeaturesHeader.
+func hasFeature(resp *http.Response, feature string) bool {
+	if resp == nil {
+		return false
+	}
+	for _, v := range resp.Header.Values(wire.FeaturesHeader) {
+		for _, f := range strings.Split(v, ",") {
+			if strings.TrimSpace(f) == feature {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // redirectOf reads the leader's address from a refused handshake.

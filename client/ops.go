@@ -40,6 +40,15 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if c.cache != nil {
+		hit, stale := c.cache.take(key, opts)
+		if hit != nil {
+			return hit, nil
+		}
+		if stale != nil {
+			c.releaseQuietly(stale) // or this acquire would wait behind it
+		}
+	}
 	octx, cancel := ctx, context.CancelFunc(func() {})
 	if !wait {
 		octx, cancel = c.opCtx(ctx)
@@ -50,6 +59,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		if handle == "" {
 			handle = lock.NewHandle()
 		}
+		defer c.expect(handle)()
 		k := &call{wait: wait, grantable: true, req: wire.Request{
 			CommandType: wire.CmdTryAcquire, Key: key, ClientID: opts.Owner,
 			TTL: ms(opts.TTL), LockToken: handle,
@@ -75,6 +85,9 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			c.log.Info("lockgate client: grant expired on arrival; queueing again", "key", key)
 			handle = ""
 			continue
+		}
+		if err == nil && c.cache != nil {
+			c.cache.hold(lease, opts)
 		}
 		return lease, err
 	}
@@ -113,6 +126,7 @@ func (c *Client) lease(r *reply, key string, opts lock.AcquireOptions, sent time
 		}
 	}
 	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent})
+	c.track(lease)
 	if opts.AutoRenew {
 		go lock.KeepAlive(c.ctx, c, lease)
 	}
@@ -136,7 +150,11 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	if err != nil {
 		return err
 	}
-	return lease.Renewed(sent, ttl, held)
+	if err := lease.Renewed(sent, ttl, held); err != nil {
+		return err
+	}
+	c.track(lease)
+	return nil
 }
 
 // renew asks for (key, handle, token) to be extended to ttl. It returns the
@@ -160,8 +178,22 @@ func (c *Client) renew(parent, ctx context.Context, key, handle string, token lo
 }
 
 // Release implements lock.Locker. See the package documentation for how a
-// not_held answer to a re-sent release is judged.
+// not_held answer to a re-sent release is judged. With Options.CacheLeases
+// a lease nobody else wants is kept in the cache instead (see there).
 func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
+	if err := lock.ValidateLease(lease); err != nil {
+		return err
+	}
+	if c.cache != nil {
+		if handled, err := c.cache.put(lease, c.signalsWanted.Load()); handled {
+			return err
+		}
+	}
+	return c.release(ctx, lease)
+}
+
+// release releases lease on the gateway.
+func (c *Client) release(ctx context.Context, lease *lock.Lease) error {
 	if !c.enter() {
 		return lock.ErrClosed
 	}

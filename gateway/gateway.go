@@ -114,6 +114,10 @@ type Gateway struct {
 	// the connection's reader, so that one slow call does not hold up the
 	// next frame.
 	workers *workerpool.Pool
+	// wanted: the Locker tells holders when a caller waits for their key,
+	// and connections push it (wanted.go). upgradeHeader announces it.
+	wanted        bool
+	upgradeHeader http.Header
 	// slotWait, if not nil, is called when a connection's reader starts
 	// waiting for an in-flight slot (tests await it).
 	slotWait func()
@@ -130,6 +134,10 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g.metrics = newMetrics(g)
 	g.tickets = newTickets(opts.MaxTicketsPerClient)
 	g.workers = workerpool.New()
+	g.wanted = lock.SignalsWanted(l)
+	if g.wanted {
+		g.upgradeHeader = http.Header{wire.FeaturesHeader: {wire.FeatureWanted}}
+	}
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
 	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)

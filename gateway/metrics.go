@@ -6,13 +6,15 @@ import (
 )
 
 type metrics struct {
-	reg         *prometheus.Registry
-	acquire     *prometheus.HistogramVec
-	acquireWS   prometheus.Observer // acquire's "ws" child, looked up once
-	grants      prometheus.Counter
-	waiters     prometheus.Gauge
-	errors      *prometheus.CounterVec
-	connections prometheus.Gauge
+	reg       *prometheus.Registry
+	acquire   *prometheus.HistogramVec
+	acquireWS prometheus.Observer // acquire's "ws" child, looked up once
+	grants    prometheus.Counter
+	// wantedPushes counts "wanted" messages pushed to holders.
+	wantedPushes prometheus.Counter
+	waiters      prometheus.Gauge
+	errors       *prometheus.CounterVec
+	connections  prometheus.Gauge
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -24,6 +26,8 @@ func newMetrics(g *Gateway) *metrics {
 	}, []string{"protocol"})
 	m.acquireWS = m.acquire.WithLabelValues("ws")
 	m.grants = prometheus.NewCounter(prometheus.CounterOpts{Name: "lockgate_grants_total", Help: "Leases granted through this gateway."})
+	m.wantedPushes = prometheus.NewCounter(prometheus.CounterOpts{Name: "lockgate_wanted_pushes_total",
+		Help: "\"wanted\" messages pushed to holders whose key another caller waits for."})
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_waiters", Help: "Acquires waiting for a grant."})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockgate_errors_total", Help: "Error replies, by code."}, []string{"code"})
 	m.connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_connections", Help: "Open WebSocket connections."})
@@ -31,7 +35,7 @@ func newMetrics(g *Gateway) *metrics {
 		Name: "lockgate_held_locks",
 		Help: "Leases granted over WebSocket connections of this gateway and not yet released or expired.",
 	}, func() float64 { return float64(g.heldLeases()) })
-	m.reg.MustRegister(m.acquire, m.grants, m.waiters, m.errors, m.connections, held,
+	m.reg.MustRegister(m.acquire, m.grants, m.wantedPushes, m.waiters, m.errors, m.connections, held,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

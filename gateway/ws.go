@@ -68,7 +68,7 @@ type heldLease struct {
 }
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
-	ws, err := upgrader.Upgrade(w, r, nil)
+	ws, err := upgrader.Upgrade(w, r, g.upgradeHeader)
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
 	}
@@ -309,6 +309,7 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 	c.send(wire.Reply{ID: req.ID, Type: wire.TypeGrant, Success: true, Key: lease.Key,
 		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
 		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner})
+	c.tellWanted(lease) // after the grant: a client learns of a lease before it hears it is wanted
 }
 
 // leaseFor rebuilds the lease a release or renew names.
@@ -381,10 +382,14 @@ func (c *conn) release(req wire.Request) {
 }
 
 func (c *conn) renew(req wire.Request) {
-	lease, aerr := c.leaseFor(req)
-	if aerr != nil {
-		c.fail(req.ID, aerr)
-		return
+	lease, rebuilt := c.heldFor(req), false
+	if lease == nil || lease.Err() != nil {
+		var aerr *apiError
+		if lease, aerr = c.leaseFor(req); aerr != nil {
+			c.fail(req.ID, aerr)
+			return
+		}
+		rebuilt = true
 	}
 	ttl := lease.TTL()
 	if req.TTL != 0 {
@@ -401,14 +406,8 @@ func (c *conn) renew(req wire.Request) {
 			c.fail(req.ID, toAPIError(err))
 			return
 		}
-		c.mu.Lock()
-		h := c.leases[req.LockToken]
-		if h != nil {
-			h.lease = lease // the renewed copy carries the new deadline and TTL
-		}
-		c.mu.Unlock()
-		if h != nil {
-			lease.AfterEnd(func() { c.dropEnded(lease) })
+		if rebuilt {
+			c.adopt(req.LockToken, lease)
 		}
 		c.send(wire.Reply{ID: req.ID, Type: wire.TypeRenewed, Success: true, Key: req.Key,
 			FencingToken: &wire.FencingToken{Key: req.Key, Value: req.FencingToken.Value}, TTL: durationMS(ttl)})

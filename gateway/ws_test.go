@@ -24,6 +24,11 @@ func TestWSAcquireQueueAndHandoff(t *testing.T) {
 	}
 	// A waiting acquire is granted, pushed, when alice releases.
 	b.send(map[string]any{"id": "b2", "commandType": 1, "key": "k", "clientId": "bob"})
+	// Alice hears that bob waits for her lock (the try-acquire did not count).
+	w := a.expect("", "wanted", "")
+	if w.Key != "k" || w.LockToken != g.LockToken || w.FencingToken == nil || w.FencingToken.Value != g.FencingToken.Value {
+		t.Errorf("wanted push %+v does not name alice's lease %+v", w, g)
+	}
 	b.quiet(100 * time.Millisecond)
 	a.send(map[string]any{"id": "i1", "commandType": 4, "key": "k"})
 	info := a.expect("i1", "info", "")
@@ -104,6 +109,9 @@ func TestWSBadInput(t *testing.T) {
 	c.expect("g", "grant", "")
 	for i := range 2 {
 		c.send(map[string]any{"id": fmt.Sprint("w", i), "commandType": 1, "key": "busy"})
+		if i == 0 {
+			c.expect("", "wanted", "") // its own lease is wanted: locks are not re-entrant
+		}
 	}
 	c.send(map[string]any{"id": "w2", "commandType": 1, "key": "busy"})
 	c.expect("w2", "error", "too_many_waiters")

@@ -15,7 +15,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Factory{
 		New: func(t *testing.T) lock.Locker { return l.NewSession() },
 		Caps: locktest.Capabilities{
-			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
+			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true, Wanted: true,
 		},
 	})
 }
@@ -28,7 +28,7 @@ func TestConformanceClusterLocker(t *testing.T) {
 	locktest.Run(t, locktest.Factory{
 		New: func(t *testing.T) lock.Locker { return c.Locker() },
 		Caps: locktest.Capabilities{
-			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true,
+			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true, Wanted: true,
 			MutexGoroutines: 16, MutexCycles: 50,
 		},
 	})

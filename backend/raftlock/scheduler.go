@@ -34,6 +34,14 @@ type scheduler struct {
 	// proposals are commits queued under mu, run by unlockAndRun once mu
 	// is released (a commit must never wait while holding mu).
 	proposals []func()
+
+	// holders are the leases of held keys that this node handed out or
+	// renewed, by key: the holders to tell when a caller queues for their
+	// key (Lease.Wanted). An entry leaves when its lease ends.
+	holders map[string]*lock.Lease
+	// tell are the holders to mark wanted once mu is released (marking
+	// runs the lease's callbacks, which must not run under mu).
+	tell []*lock.Lease
 }
 
 // keyQueue is one key's waiters, oldest first. inflight is the waiter whose
@@ -61,7 +69,7 @@ type result struct {
 }
 
 func newScheduler(n *Node) *scheduler {
-	return &scheduler{n: n, queues: make(map[string]*keyQueue)}
+	return &scheduler{n: n, queues: make(map[string]*keyQueue), holders: make(map[string]*lock.Lease)}
 }
 
 func (s *scheduler) isReady() bool {
@@ -188,8 +196,59 @@ func (s *scheduler) enqueue(w *waiter) error {
 	}
 	q.waiters = append(q.waiters, w)
 	s.waiters++
+	if !w.try {
+		s.wantedLocked(w.key)
+	}
 	s.kickLocked(w.key, q)
 	return nil
+}
+
+// wantedLocked arranges for the lease that holds key, if this node knows
+// it, to hear that a caller waits (once mu is released).
+func (s *scheduler) wantedLocked(key string) {
+	lease := s.holders[key]
+	if lease == nil {
+		return
+	}
+	if l, ok := s.n.fsm.Lock(key); ok && l.Token == uint64(lease.Token) && fsm.EqualHandles(l.Handle, lease.Handle) {
+		s.tell = append(s.tell, lease)
+	}
+}
+
+// attach records lease as the holder of its key, to be told when a caller
+// queues for it: every grant this node hands out, and every lease renewed
+// here (a lease granted by an earlier leader, or a copy rebuilt from its
+// identity, starts hearing it at its first renewal on this node). A lease
+// granted or renewed while callers already wait is told at once.
+func (s *scheduler) attach(lease *lock.Lease) {
+	s.mu.Lock()
+	if s.holders[lease.Key] == lease {
+		s.mu.Unlock()
+		return
+	}
+	s.holders[lease.Key] = lease
+	if q := s.queues[lease.Key]; q != nil && liveWaiters(q) > 0 {
+		s.wantedLocked(lease.Key)
+	}
+	s.unlockAndRun(false)
+	lease.AfterEnd(func() {
+		s.mu.Lock()
+		if s.holders[lease.Key] == lease {
+			delete(s.holders, lease.Key)
+		}
+		s.mu.Unlock()
+	})
+}
+
+// liveWaiters counts q's waiters whose callers still wait.
+func liveWaiters(q *keyQueue) int {
+	n := 0
+	for _, w := range q.waiters {
+		if !w.gone && !w.try {
+			n++
+		}
+	}
+	return n
 }
 
 // resendLocked answers an acquire re-sent for a grant that already
@@ -360,9 +419,12 @@ type applied struct {
 // unlockAndRun releases mu and runs the commits proposed under it: the
 // first on this goroutine if inline, the others on goroutines of their own.
 func (s *scheduler) unlockAndRun(inline bool) {
-	ps := s.proposals
-	s.proposals = nil
+	ps, tell := s.proposals, s.tell
+	s.proposals, s.tell = nil, nil
 	s.mu.Unlock()
+	for _, lease := range tell {
+		lease.MarkWanted()
+	}
 	for i, p := range ps {
 		if inline && i == 0 {
 			defer p()

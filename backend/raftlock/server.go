@@ -296,6 +296,10 @@ func (cl *clusterLocker) Inspect(ctx context.Context, key string) (*lock.LockInf
 	return info, err
 }
 
+// SignalsWanted implements lock.WantedSignaler: the leader's leases are
+// told when a caller queues for their key.
+func (cl *clusterLocker) SignalsWanted() bool { return true }
+
 func (cl *clusterLocker) Close() error {
 	cl.cancel()
 	return nil

@@ -70,6 +70,7 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 			return nil, r.err
 		}
 		lease := lock.NewLease(*r.grant)
+		s.n.sched.attach(lease)
 		if opts.AutoRenew {
 			go lock.KeepAlive(s.ctx, s, lease)
 		}
@@ -97,8 +98,16 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	return lease.Renewed(sent, ttl, res.Results[0].Status == fsm.StatusOK)
+	if err := lease.Renewed(sent, ttl, res.Results[0].Status == fsm.StatusOK); err != nil {
+		return err
+	}
+	s.n.sched.attach(lease)
+	return nil
 }
+
+// SignalsWanted implements lock.WantedSignaler: the leader tells a lease
+// it handed out (or renewed) when a caller queues for its key.
+func (s *Session) SignalsWanted() bool { return true }
 
 // Release implements lock.Locker. When others wait for the key, the release
 // and the grant to the next waiter commit in one entry.
@@ -205,6 +214,9 @@ func (n *Node) Release(ctx context.Context, lease *lock.Lease) error {
 func (n *Node) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	return n.session.Inspect(ctx, key)
 }
+
+// SignalsWanted implements lock.WantedSignaler.
+func (n *Node) SignalsWanted() bool { return true }
 
 // Close implements lock.Locker by shutting the node down.
 func (n *Node) Close() error { return n.Shutdown() }

@@ -27,6 +27,17 @@ const (
 	TypeInfo      = "info"
 	TypeCancelled = "cancelled"
 	TypeError     = "error"
+	// TypeWanted is pushed to a holder when another caller waits for a
+	// key it holds (key, fencingToken and lockToken name the lease).
+	TypeWanted = "wanted"
+)
+
+// FeaturesHeader is the response header of the WebSocket upgrade that
+// lists what the gateway's backend offers beyond the protocol's core, comma
+// separated: FeatureWanted when holders get "wanted" pushes.
+const (
+	FeaturesHeader = "Lockgate-Features"
+	FeatureWanted  = "wanted"
 )
 
 // MaxIDLen bounds a request id.

@@ -1,0 +1,274 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Defaults of the lease cache (Options.CacheLeases).
+const (
+	DefaultCacheIdle       = 10 * time.Second
+	DefaultMaxCachedLeases = 1024
+)
+
+// CacheStats counts what the lease cache did (Client.CacheStats).
+type CacheStats struct {
+	// Hits are acquires answered from the cache, without a round trip.
+	Hits uint64
+	// Misses are acquires that went to the gateway with the cache on.
+	Misses uint64
+	// Kept are releases that kept the lease, unused, in the cache.
+	Kept uint64
+	// Reclaimed are unused leases released for real because another
+	// caller waited for their key (the gateway's "wanted" push).
+	Reclaimed uint64
+	// Idle are unused leases released for real after Options.CacheIdle.
+	Idle uint64
+	// Unused is how many leases the cache holds unused now.
+	Unused int
+}
+
+// leaseCache keeps leases the application released, still held on the
+// server and still renewed, so that the application's next acquire of the
+// same key costs no round trip (the lease cache of a Chubby-style client;
+// docs/lease-cache.md). A kept lease is released for real as soon as the
+// gateway says another caller waits for its key, after CacheIdle unused,
+// or at Close. Only one lease per key is cached: the client cannot hold a
+// key twice.
+type leaseCache struct {
+	c *Client
+
+	mu      sync.Mutex
+	closed  bool
+	entries map[string]*cacheEntry // by key
+	unused  int
+
+	hits, misses, kept, reclaimed, idle atomic.Uint64
+}
+
+// cacheEntry is a lease granted with the cache on, in use by the
+// application or kept unused.
+type cacheEntry struct {
+	lease *lock.Lease
+	opts  lock.AcquireOptions // the normalized options it was acquired with
+	inUse bool
+	gen   uint64 // bumped at every change of inUse: an idle timer of an earlier state does nothing
+	idle  *time.Timer
+	// stopRenew ends the cache's keep-alive of an unused lease that the
+	// application did not ask to auto-renew (auto-renewed leases keep their
+	// own keep-alive throughout).
+	stopRenew context.CancelFunc
+}
+
+func newLeaseCache(c *Client) *leaseCache {
+	return &leaseCache{c: c, entries: map[string]*cacheEntry{}}
+}
+
+// take returns the cached lease of key for an acquire with opts, marking it
+// in use, or nil. stale, when not nil, is an unused lease of key that
+// cannot serve opts (other options, wanted, or too close to its deadline):
+// it has left the cache and the caller must release it for real before it
+// asks the gateway, or it would wait behind its own lease.
+func (lc *leaseCache) take(key string, opts lock.AcquireOptions) (hit, stale *lock.Lease) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	e := lc.entries[key]
+	if e == nil || e.inUse {
+		lc.misses.Add(1)
+		return nil, nil
+	}
+	lc.stopLocked(e)
+	if !e.serves(opts) {
+		delete(lc.entries, key)
+		lc.misses.Add(1)
+		return nil, e.lease
+	}
+	e.inUse = true
+	lc.hits.Add(1)
+	return e.lease, nil
+}
+
+// serves reports whether the unused lease of e can answer an acquire with
+// opts: still alive, nobody waits for it, the same options, and at least
+// half its TTL left (a lease whose renewals lag is not handed out).
+func (e *cacheEntry) serves(opts lock.AcquireOptions) bool {
+	l := e.lease
+	return l.Err() == nil && !l.IsWanted() &&
+		opts.Owner == e.opts.Owner && opts.TTL == e.opts.TTL && opts.AutoRenew == e.opts.AutoRenew &&
+		bytes.Equal(opts.Value, e.opts.Value) && (opts.Handle == "" || opts.Handle == l.Handle) &&
+		time.Until(l.Deadline()) > l.TTL()/2
+}
+
+// stopLocked ends e's unused state: its idle timer and the cache's
+// keep-alive stop.
+func (lc *leaseCache) stopLocked(e *cacheEntry) {
+	e.gen++
+	if e.idle != nil {
+		e.idle.Stop()
+		e.idle = nil
+	}
+	if e.stopRenew != nil {
+		e.stopRenew()
+		e.stopRenew = nil
+	}
+	if !e.inUse {
+		lc.unused--
+	}
+}
+
+// hold records a lease the gateway granted with the cache on, in use.
+func (lc *leaseCache) hold(lease *lock.Lease, opts lock.AcquireOptions) {
+	lc.mu.Lock()
+	if lc.closed {
+		lc.mu.Unlock()
+		return
+	}
+	if e := lc.entries[lease.Key]; e != nil {
+		if e.lease.Err() == nil {
+			lc.mu.Unlock()
+			return // cannot happen while e lives: the key is ours once
+		}
+		lc.stopLocked(e)
+	}
+	lc.entries[lease.Key] = &cacheEntry{lease: lease, opts: opts, inUse: true}
+	lc.mu.Unlock()
+	lease.AfterEnd(func() { lc.drop(lease) })
+	lease.AfterWanted(func() { lc.reclaim(lease) })
+}
+
+// put is Release's part: it keeps a lease the application releases, and
+// reports whether it did (handled) and with which error. A lease that is
+// wanted, ended, or may not be kept (the cache is closed or full, or the
+// gateway does not push "wanted", so that nobody could reclaim it) is
+// left to a real release.
+func (lc *leaseCache) put(lease *lock.Lease, gatewayTells bool) (handled bool, err error) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	e := lc.entries[lease.Key]
+	switch {
+	case e == nil || e.lease != lease:
+		return false, nil
+	case !e.inUse:
+		return true, fmt.Errorf("%w: %q (token %d) was released already; the client's lease cache keeps it until another caller wants it",
+			lock.ErrNotHeld, lease.Key, lease.Token)
+	case lc.closed || !gatewayTells || lease.Err() != nil || lease.IsWanted() || lc.unused >= lc.c.opts.MaxCachedLeases:
+		delete(lc.entries, lease.Key)
+		return false, nil
+	}
+	e.inUse = false
+	e.gen++
+	lc.unused++
+	lc.kept.Add(1)
+	gen := e.gen
+	e.idle = time.AfterFunc(lc.c.opts.CacheIdle, func() { lc.evict(lease, gen, &lc.idle) })
+	if !e.opts.AutoRenew {
+		ctx, cancel := context.WithCancel(lc.c.ctx)
+		e.stopRenew = cancel
+		go lock.KeepAlive(ctx, lc.c, lease)
+	}
+	return true, nil
+}
+
+// reclaim is the lease's AfterWanted callback: an unused lease is released
+// for real at once; one in use is left to the application, which sees
+// Wanted (and whose Release then releases it for real).
+func (lc *leaseCache) reclaim(lease *lock.Lease) {
+	lc.mu.Lock()
+	e := lc.entries[lease.Key]
+	if e == nil || e.lease != lease || e.inUse {
+		lc.mu.Unlock()
+		return
+	}
+	lc.evictLocked(e, &lc.reclaimed)
+}
+
+// evict releases an unused lease for real, unless it has been taken
+// again since gen.
+func (lc *leaseCache) evict(lease *lock.Lease, gen uint64, count *atomic.Uint64) {
+	lc.mu.Lock()
+	e := lc.entries[lease.Key]
+	if e == nil || e.lease != lease || e.inUse || e.gen != gen {
+		lc.mu.Unlock()
+		return
+	}
+	lc.evictLocked(e, count)
+}
+
+// evictLocked removes the unused entry e, releases mu, and releases its
+// lease for real in the background.
+func (lc *leaseCache) evictLocked(e *cacheEntry, count *atomic.Uint64) {
+	lc.stopLocked(e)
+	delete(lc.entries, e.lease.Key)
+	lc.mu.Unlock()
+	count.Add(1)
+	go lc.c.releaseQuietly(e.lease)
+}
+
+// drop is the lease's AfterEnd callback: an ended lease (a refused
+// renewal, its deadline, a real release) leaves the cache and is never
+// handed out.
+func (lc *leaseCache) drop(lease *lock.Lease) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if e := lc.entries[lease.Key]; e != nil && e.lease == lease {
+		lc.stopLocked(e)
+		delete(lc.entries, lease.Key)
+	}
+}
+
+// close stops caching and releases every unused lease for real, waiting
+// for the releases within the client's RequestTimeout.
+func (lc *leaseCache) close() {
+	lc.mu.Lock()
+	lc.closed = true
+	var doomed []*lock.Lease
+	for key, e := range lc.entries {
+		if !e.inUse {
+			lc.stopLocked(e)
+			delete(lc.entries, key)
+			doomed = append(doomed, e.lease)
+		}
+	}
+	lc.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range doomed {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lc.c.releaseQuietly(l)
+		}()
+	}
+	wg.Wait()
+}
+
+func (lc *leaseCache) stats() CacheStats {
+	lc.mu.Lock()
+	unused := lc.unused
+	lc.mu.Unlock()
+	return CacheStats{Hits: lc.hits.Load(), Misses: lc.misses.Load(), Kept: lc.kept.Load(),
+		Reclaimed: lc.reclaimed.Load(), Idle: lc.idle.Load(), Unused: unused}
+}
+
+// CacheStats reports what the lease cache did; zero when the cache is off.
+func (c *Client) CacheStats() CacheStats {
+	if c.cache == nil {
+		return CacheStats{}
+	}
+	return c.cache.stats()
+}
+
+// releaseQuietly releases a lease the cache gave up, bounded by
+// RequestTimeout; a failure is logged (the lease then ends at its TTL).
+func (c *Client) releaseQuietly(lease *lock.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+	defer cancel()
+	if err := c.release(ctx, lease); err != nil {
+		c.log.Info("lockgate client: releasing a cached lease failed; it ends at its TTL", "key", lease.Key, "token", lease.Token, "err", err)
+	}
+}
