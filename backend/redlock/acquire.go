@@ -32,6 +32,12 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if !try {
+			// A caller that may wait tells this Locker's holders of key
+			// at once (see wanted.go).
+			l.startWaiting(key)
+			defer l.stopWaiting(key)
+		}
 		return l.gate.Acquire(ctx, key, opts, try)
 	})
 }
@@ -52,8 +58,12 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 // attemptOnce is the local gate's Attempt: one Redlock round. A refusal
 // by a holder that holds a quorum is waited out (its release message, or
 // its TTL); any other refusal backs off.
-func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, _ bool, floor lock.Token) localgate.Outcome {
-	o := l.attempt(key, l.keysFor(key), opts, floor)
+func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, floor lock.Token) localgate.Outcome {
+	l.subscribeWanted()
+	o := l.attempt(key, l.keysFor(key), opts, floor, try)
+	if o.lease != nil {
+		l.awaitWantedSubscribed()
+	}
 	return localgate.Outcome{Lease: o.lease, Held: o.held, Err: o.err,
 		AwaitRelease: o.quorumHeld, Await: o.pttl + time.Duration(rand.N(int64(time.Millisecond)*3))}
 }
@@ -75,8 +85,9 @@ type outcome struct {
 	err        error           // no quorum of answers, or validity exceeded
 }
 
-// attempt makes one Redlock round.
-func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken lock.Token) outcome {
+// attempt makes one Redlock round. Unless try, a holder that refuses it is
+// told that the caller waits (acquire.lua publishes on its wanted channel).
+func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken lock.Token, try bool) outcome {
 	handle := opts.Handle
 	if handle == "" {
 		handle = lock.NewHandle()
@@ -84,6 +95,10 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 	attemptID := lock.NewHandle()[:16]
 	abortKey := l.abortKey(key, attemptID)
 	ttlMS := opts.TTL.Milliseconds()
+	waits := "1"
+	if try {
+		waits = "0"
+	}
 	sent := time.Now()
 	l.mu.Lock()
 	prev := l.releasing[key]
@@ -92,12 +107,12 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 		prev.wait(nd.idx, l.cfg.NodeTimeout)
 		return decodeAcquire(acquireScript.Run(c, nd.client,
 			[]string{k.lock, k.fence, k.meta, abortKey},
-			handle, ttlMS, opts.Owner, opts.Value, uint64(minToken)).Slice())
+			handle, ttlMS, opts.Owner, opts.Value, uint64(minToken), l.wantChannel, waits, key).Slice())
 	})
 	r.collect(true) // the rest is collected in the background by propagate
 	elapsed := time.Since(sent)
 	if r.won() && l.validWithin(opts.TTL, elapsed) {
-		return outcome{lease: l.grant(r, k, key, handle, opts, sent)}
+		return outcome{lease: l.grant(r, k, key, handle, opts, sent, !try)}
 	}
 	// Failed (too late): hear from the remaining nodes too, so that the
 	// undo below is synchronous wherever it can be.

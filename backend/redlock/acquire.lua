@@ -1,8 +1,13 @@
 -- acquire: take the lock if it is free, minting the fencing token.
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] meta hash, KEYS[4] abort tombstone
--- ARGV[1] handle, ARGV[2] ttl (ms), ARGV[3] owner, ARGV[4] value, ARGV[5] min token
--- Returns {1, token, 0, ""} when granted (or already held by this handle),
+-- ARGV[1] handle, ARGV[2] ttl (ms), ARGV[3] owner, ARGV[4] value, ARGV[5] min token,
+-- ARGV[6] the caller's wanted channel (recorded with a grant), ARGV[7] "1" when
+-- the caller will wait if refused, ARGV[8] the lock key (the wanted message)
+-- Returns {1, token, 0, "", wanted} when granted (or already held by this
+-- handle; wanted is "1" when a waiter was refused by this grant),
 -- {0, holder token, holder pttl, holder owner, holder handle} when held.
+-- A refusal of a caller that will wait tells the holder: it publishes the key
+-- on the holder's wanted channel and marks the grant wanted.
 if redis.call('EXISTS', KEYS[4]) == 1 then
   return {0, 0, 0, '', ''}
 end
@@ -10,10 +15,19 @@ local cur = redis.call('GET', KEYS[1])
 if cur == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  return {1, tonumber(redis.call('HGET', KEYS[3], 'token') or '0'), 0, ''}
+  local m = redis.call('HMGET', KEYS[3], 'token', 'wanted')
+  return {1, tonumber(m[1] or '0'), 0, '', m[2] or '0'}
 end
 if cur then
-  local m = redis.call('HMGET', KEYS[3], 'owner', 'token')
+  local m = redis.call('HMGET', KEYS[3], 'owner', 'token', 'notify')
+  -- m[2] is set whenever the meta hash exists: HSET never creates one
+  -- without its PX here
+  if ARGV[7] == '1' and m[2] then
+    redis.call('HSET', KEYS[3], 'wanted', '1')
+    if m[3] then
+      redis.call('PUBLISH', m[3], ARGV[8])
+    end
+  end
   return {0, tonumber(m[2] or '0'), redis.call('PTTL', KEYS[1]), m[1] or '', cur}
 end
 local f = redis.call('INCR', KEYS[2])
@@ -23,7 +37,8 @@ if f <= min then
   redis.call('SET', KEYS[2], f)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
--- all three fields are written: no stale value survives from an older grant
-redis.call('HSET', KEYS[3], 'owner', ARGV[3], 'token', f, 'value', ARGV[4], 'final', '0')
+-- every field is written: no stale value survives from an older grant
+redis.call('HSET', KEYS[3], 'owner', ARGV[3], 'token', f, 'value', ARGV[4], 'final', '0',
+  'notify', ARGV[6], 'wanted', '0')
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return {1, f, 0, ''}
+return {1, f, 0, '', '0'}

@@ -8,7 +8,7 @@ import (
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
-var caps = locktest.Capabilities{FIFO: false, InspectOwner: true, InspectValue: true, InspectWaiters: false}
+var caps = locktest.Capabilities{FIFO: false, InspectOwner: true, InspectValue: true, InspectWaiters: false, Wanted: true}
 
 func TestConformanceFiveNodes(t *testing.T) {
 	rs := testenv.StartRedisN(t, 5)

@@ -27,11 +27,13 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	sent := time.Now()
 	r := broadcast(l, ctx, func(c context.Context, nd *node) (grantReply, error) {
 		return decodeHandoff(handoffScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
-			lease.Handle, uint64(lease.Token), handle, opts.TTL.Milliseconds(), opts.Owner, opts.Value).Slice())
+			lease.Handle, uint64(lease.Token), handle, opts.TTL.Milliseconds(), opts.Owner, opts.Value, l.wantChannel).Slice())
 	})
 	r.collect(false)
 	if r.won() && l.validWithin(opts.TTL, time.Since(sent)) {
-		l.gate.HandOver(t, lease, l.grant(r, k, lease.Key, handle, opts, sent))
+		// The new lease is tracked (and told of the waiters that remain)
+		// before t's Acquire can return it.
+		l.gate.HandOver(t, lease, l.grant(r, k, lease.Key, handle, opts, sent, true))
 		return lease.Released(true)
 	}
 	// Undo the new grant where it landed (the old one is gone there too),

@@ -11,7 +11,8 @@ import (
 )
 
 // node is one Redis master: a client for commands and one PubSub
-// connection for the release channels that this Locker's waiters watch.
+// connection for the release channels that this Locker's waiters watch and
+// for the Locker's own wanted channel.
 type node struct {
 	l      *Locker
 	idx    int
@@ -24,6 +25,9 @@ type node struct {
 	// Confirmations arrive in order on the one connection, so a waiter
 	// whose SUBSCRIBE was the k-th is subscribed once k are confirmed.
 	sent, confirmed map[string]uint64
+	// wantConfirmed: the node confirmed the Locker's wanted channel once
+	// (guarded by l.mu).
+	wantConfirmed bool
 
 	qmu   sync.Mutex
 	queue []psCmd
@@ -33,6 +37,9 @@ type node struct {
 }
 
 type psCmd struct {
+	// own: subscribe the Locker's wanted channel, which is never
+	// unsubscribed (go-redis resubscribes it after a reconnect).
+	own       bool
 	subscribe bool
 	channel   string
 	st        *channelState
@@ -113,7 +120,11 @@ func (n *node) commandLoop() {
 			n.queue = n.queue[1:]
 			n.qmu.Unlock()
 			ctx, cancel := context.WithTimeout(l.ctx, backgroundTimeoutNodes*l.cfg.NodeTimeout)
-			if c.subscribe {
+			if c.own {
+				// On an error the PubSub still records the channel and
+				// subscribes it when its connection comes back.
+				n.ps.Subscribe(ctx, c.channel)
+			} else if c.subscribe {
 				l.mu.Lock()
 				if l.chans[c.channel] != c.st {
 					l.mu.Unlock() // every waiter left already
@@ -173,6 +184,13 @@ func (n *node) receiveLoop() {
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			l.mu.Lock()
+			if m.Channel == l.wantChannel {
+				if m.Kind == "subscribe" {
+					l.wantConfirmedLocked(n)
+				}
+				l.mu.Unlock()
+				continue
+			}
 			switch m.Kind {
 			case "subscribe":
 				n.confirmed[m.Channel]++
@@ -185,6 +203,10 @@ func (n *node) receiveLoop() {
 			}
 			l.mu.Unlock()
 		case *redis.Message:
+			if m.Channel == l.wantChannel {
+				l.wantedKey(m.Payload)
+				continue
+			}
 			tok, _ := strconv.ParseUint(m.Payload, 10, 64)
 			l.deliver(m.Channel, tok)
 		}

@@ -9,14 +9,30 @@ import (
 
 // grant turns a round that won its quorum (acquire or handoff) into a
 // lease. The grant's token is the largest of its quorum's node-local
-// tokens; propagate spreads it to the nodes that may lag.
-func (l *Locker) grant(r *round[grantReply], k keys, key, handle string, opts lock.AcquireOptions, sent time.Time) *lock.Lease {
-	token := maxToken(r)
-	l.propagate(r, k, handle, token)
-	return lock.NewLease(lock.Grant{
+// tokens; propagate spreads it to the nodes that may lag. The lease is
+// tracked for the wanted signal until it ends; self says it is the grant
+// of one of this Locker's Acquire calls (see track).
+func (l *Locker) grant(r *round[grantReply], k keys, key, handle string, opts lock.AcquireOptions, sent time.Time, self bool) *lock.Lease {
+	token, wanted := maxToken(r), wantedBy(r)
+	l.propagate(r, k, handle, token) // r is collected in the background from here on
+	lease := lock.NewLease(lock.Grant{
 		Key: key, Owner: opts.Owner, Token: token, Handle: handle, Value: opts.Value,
 		TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
 	})
+	l.track(lease, self, wanted)
+	return lease
+}
+
+// wantedBy reports whether a node that granted r says a waiter was
+// refused by the grant (a re-sent acquire) or by the one it replaced (a
+// handoff).
+func wantedBy(r *round[grantReply]) bool {
+	for i, v := range r.vals {
+		if r.heard[i] && v.Granted && v.Wanted {
+			return true
+		}
+	}
+	return false
 }
 
 // tokenOf is node i's token for the grant of r: 0 where it did not grant

@@ -34,9 +34,23 @@ type Locker struct {
 	// releasing: per key, this Locker's release still in flight on some
 	// nodes (Release returns once a quorum answered).
 	releasing map[string]*inflight
+
+	// The wanted signal (wanted.go). want: per key, the live leases this
+	// Locker tracks and its Acquire calls in progress, guarded by mu.
+	// wantChannel is this Locker's own pub/sub channel, subscribed once
+	// (wantOnce); wantReady closes when enough nodes confirmed it
+	// (wantNodes of them, guarded by mu).
+	want        map[string]*wantState
+	wantChannel string
+	wantOnce    sync.Once
+	wantReady   chan struct{}
+	wantNodes   int
 }
 
-var _ lock.Locker = (*Locker)(nil)
+var (
+	_ lock.Locker         = (*Locker)(nil)
+	_ lock.WantedSignaler = (*Locker)(nil)
+)
 
 // New connects to the nodes of cfg (lazily: no request is made until the
 // first call) and returns a Locker.
@@ -56,6 +70,10 @@ func New(cfg Config) (*Locker, error) {
 		work:   workerpool.New(),
 
 		releasing: make(map[string]*inflight),
+
+		want:        make(map[string]*wantState),
+		wantChannel: wantedChannelFor(cfg.Prefix, lock.NewHandle()[:16]),
+		wantReady:   make(chan struct{}),
 	}
 	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: ctx,
 		Attempt: l.attemptOnce, Subscribe: l.subscribe, Retry: cfg.Retry, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})

@@ -10,17 +10,21 @@ import (
 
 // Renew implements lock.Locker: compare-and-pexpire on every node; the lease
 // is extended only when a quorum still holds its handle and the round ended
-// within the new validity window.
+// within the new validity window. A renewed lease is told when it is wanted
+// from then on, also one rebuilt with lock.NewLease (this Locker becomes
+// the one the grant's waiters notify), and at once if a waiter was already
+// refused by the grant.
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })
 }
 
 func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	k := l.keysFor(lease.Key)
+	l.subscribeWanted()
 	sent := time.Now()
-	r := broadcast(l, ctx, func(c context.Context, nd *node) (held, error) {
-		return decodeHeld(renewScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
-			lease.Handle, ttl.Milliseconds(), uint64(lease.Token)).Int64())
+	r := broadcast(l, ctx, func(c context.Context, nd *node) (renewReply, error) {
+		return decodeRenew(renewScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
+			lease.Handle, ttl.Milliseconds(), uint64(lease.Token), l.wantChannel).Int64())
 	})
 	r.collect(true)
 	switch {
@@ -31,6 +35,11 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		if err := lease.Err(); err != nil {
 			return fmt.Errorf("%w: redlock: renew %q took too long: %w", lock.ErrNotHeld, lease.Key, err)
 		}
+		wanted := false
+		for i, v := range r.vals {
+			wanted = wanted || r.heard[i] && v.wanted
+		}
+		l.track(lease, false, wanted)
 		return nil
 	case r.lost():
 		return lease.Renewed(sent, ttl, false)

@@ -53,11 +53,15 @@ type grantReply struct {
 	HolderPTTL   time.Duration
 	HolderOwner  string
 	HolderHandle string
+	// Wanted: a caller that waits was refused by this grant (or, after a
+	// handoff, by the grant it replaced).
+	Wanted bool
 }
 
 func (r grantReply) granted() bool { return r.Granted }
 
-// decodeAcquire reads acquire.lua's {granted, token, pttl, owner[, handle]}.
+// decodeAcquire reads acquire.lua's {granted, token, pttl, owner[, handle
+// or wanted]}.
 func decodeAcquire(v []any, err error) (grantReply, error) {
 	if err != nil {
 		return grantReply{}, err
@@ -71,13 +75,17 @@ func decodeAcquire(v []any, err error) (grantReply, error) {
 		HolderPTTL:  time.Duration(toInt(v[2])) * time.Millisecond,
 		HolderOwner: toString(v[3]),
 	}
-	if !r.Granted && len(v) >= 5 {
-		r.HolderHandle = toString(v[4])
+	if len(v) >= 5 {
+		if r.Granted {
+			r.Wanted = toString(v[4]) == "1"
+		} else {
+			r.HolderHandle = toString(v[4])
+		}
 	}
 	return r, nil
 }
 
-// decodeHandoff reads handoff.lua's {granted, token}.
+// decodeHandoff reads handoff.lua's {granted, token[, wanted]}.
 func decodeHandoff(v []any, err error) (grantReply, error) {
 	if err != nil {
 		return grantReply{}, err
@@ -85,7 +93,8 @@ func decodeHandoff(v []any, err error) (grantReply, error) {
 	if len(v) < 2 {
 		return grantReply{}, fmt.Errorf("%w: handoff %v", errBadReply, v)
 	}
-	return grantReply{Granted: toInt(v[0]) == 1, Token: lock.Token(toInt(v[1]))}, nil
+	return grantReply{Granted: toInt(v[0]) == 1, Token: lock.Token(toInt(v[1])),
+		Wanted: len(v) >= 3 && toString(v[2]) == "1"}, nil
 }
 
 // held is a node's answer 1 (true) or 0 of renew.lua and release.lua: it
@@ -95,6 +104,16 @@ type held bool
 func (h held) granted() bool { return bool(h) }
 
 func decodeHeld(v int64, err error) (held, error) { return v == 1, err }
+
+// renewReply is a node's answer to renew.lua: 0 not held, 1 extended, 2
+// extended and wanted (a caller that waits was refused by the grant).
+type renewReply struct{ held, wanted bool }
+
+func (r renewReply) granted() bool { return r.held }
+
+func decodeRenew(v int64, err error) (renewReply, error) {
+	return renewReply{held: v == 1 || v == 2, wanted: v == 2}, err
+}
 
 // holderReply is one node's answer to inspect.lua: the holder as that node
 // sees it.
