@@ -75,6 +75,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -118,6 +119,10 @@ type Options struct {
 	// The client never stops reconnecting while it is open: once the
 	// strategy gives up, DefaultBackoff's pauses are used.
 	Backoff lock.RetryStrategy
+	// NetDial, when not nil, opens the client's TCP connections (a SOCKS
+	// dialer, a connection pool with its own limits, a test's network
+	// switch). Default: net.Dialer's DialContext.
+	NetDial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives connection events. Default: discard.
 	Logger *slog.Logger
 	// TLSConfig, when not nil, makes the client speak TLS (wss://) to

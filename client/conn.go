@@ -297,6 +297,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 		TLSClientConfig:  c.opts.TLSConfig,
 		HandshakeTimeout: c.opts.DialTimeout,
 		Proxy:            http.ProxyFromEnvironment,
+		NetDialContext:   c.opts.NetDial,
 		ReadBufferSize:   4096,
 		WriteBufferSize:  4096,
 	}
