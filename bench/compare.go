@@ -64,6 +64,7 @@ func lacks(ours, peer Caps) []string {
 		{"ttl", peer.TTL, ours.TTL},
 		{"fifo", peer.FIFO, ours.FIFO},
 		{"inspect", peer.Inspect, ours.Inspect},
+		{"wanted", peer.Wanted, ours.Wanted},
 	} {
 		if c.need && !c.has {
 			out = append(out, c.name)
@@ -72,7 +73,7 @@ func lacks(ours, peer Caps) []string {
 	return out
 }
 
-// capsText marks what a backend guarantees: "fencing ttl fifo inspect",
+// capsText marks what a backend guarantees: "fencing ttl fifo inspect wanted",
 // with "no-" before each that it lacks, and "session" for locks on a
 // client session.
 func capsText(c Caps) string {
@@ -80,7 +81,7 @@ func capsText(c Caps) string {
 	for _, x := range []struct {
 		name string
 		has  bool
-	}{{"fencing", c.Fencing}, {"ttl", c.TTL}, {"fifo", c.FIFO}, {"inspect", c.Inspect}} {
+	}{{"fencing", c.Fencing}, {"ttl", c.TTL}, {"fifo", c.FIFO}, {"inspect", c.Inspect}, {"wanted", c.Wanted}} {
 		if x.has {
 			parts = append(parts, x.name)
 		} else {

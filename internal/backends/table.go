@@ -14,12 +14,12 @@ import (
 // table is the one table of backends, in the order reports show them:
 // ours, then the peer libraries each is compared with.
 var table = []entry{
-	{name: Raft, kind: KindRaft, caps: Caps{Fencing: true, TTL: true, FIFO: true, Inspect: true},
+	{name: Raft, kind: KindRaft, caps: Caps{Fencing: true, TTL: true, FIFO: true, Inspect: true, Wanted: true},
 		variants: []variant{{name: "cluster", mode: "SDK to a 3-node raftlock cluster (leader-local FIFO queues, fsync'd log)",
 			open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
 				return client.New(sp.Raft, client.Options{RequestTimeout: o.RequestTimeout})
 			}}}},
-	{name: Redlock, kind: KindRedis, caps: Caps{Fencing: true, TTL: true, Inspect: true},
+	{name: Redlock, kind: KindRedis, caps: Caps{Fencing: true, TTL: true, Inspect: true, Wanted: true},
 		variants: []variant{
 			{name: "quorum", mode: "Redlock over every Redis master given (5 in the bench), majority quorum",
 				open: func(_ context.Context, sp Spec, _ Options) (lock.Locker, error) {
@@ -30,7 +30,7 @@ var table = []entry{
 					return redlock.New(redlock.DefaultConfig(sp.Redlock[0]))
 				}},
 		}},
-	{name: Postgres, kind: KindPostgres, caps: Caps{Fencing: true, TTL: true, Inspect: true},
+	{name: Postgres, kind: KindPostgres, caps: Caps{Fencing: true, TTL: true, Inspect: true, Wanted: true},
 		variants: []variant{{name: "rows", mode: "sqllock: a row per lock, in-process queue and LISTEN/NOTIFY wake-ups",
 			open: func(ctx context.Context, sp Spec, o Options) (lock.Locker, error) {
 				cfg := sqllock.DefaultConfig(sp.Postgres)
@@ -39,7 +39,7 @@ var table = []entry{
 				}
 				return sqllock.New(ctx, cfg)
 			}}}},
-	{name: Etcd, kind: KindEtcd, caps: Caps{Fencing: true, TTL: true, FIFO: true, Inspect: true}, serve: "lease",
+	{name: Etcd, kind: KindEtcd, caps: Caps{Fencing: true, TTL: true, FIFO: true, Inspect: true, Wanted: true}, serve: "lease",
 		variants: []variant{
 			{name: "session", session: true, mode: "zklike, every lock on the Locker's session lease (as concurrency.Mutex on a Session)",
 				open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
@@ -106,6 +106,9 @@ func (s sessionLocks) Acquire(ctx context.Context, key string, opts lock.Acquire
 	opts.AutoRenew = true
 	return s.Locker.Acquire(ctx, key, opts)
 }
+
+// SignalsWanted passes on zklike's wanted signal.
+func (s sessionLocks) SignalsWanted() bool { return lock.SignalsWanted(s.Locker) }
 
 func (s sessionLocks) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	opts.AutoRenew = true

@@ -40,6 +40,9 @@ type Caps struct {
 	FIFO bool
 	// Inspect: the holder of a key can be named.
 	Inspect bool
+	// Wanted: a holder is told when another caller waits for its key
+	// (lock.Lease.Wanted). None of the peer libraries offers it.
+	Wanted bool
 }
 
 // ErrUnsupported is returned by an operation the wrapped library does not
