@@ -34,7 +34,7 @@ func (rep *Report) compare() {
 		}
 		name := infoOf(ours.Backend).Name
 		for _, peer := range rep.Runs {
-			if peer.PeerOf == "" || peer.Workload != ours.Workload || peer.Via != ours.Via {
+			if peer.PeerOf == "" || peer.Workload != ours.Workload || peer.Via != ours.Via || peer.Cache != ours.Cache || peer.Skipped || ours.Skipped {
 				continue
 			}
 			if peer.PeerOf != name && name != Raft {
@@ -138,3 +138,78 @@ func (rep *Report) comparisonRows() [][]string {
 	}
 	return rows
 }
+
+// CacheComparison sets a cache-on run beside the cache-off run of the same
+// backend, path and workload, in the same run.
+type CacheComparison struct {
+	Backend  string `json:"backend"`
+	Via      string `json:"via"`
+	Workload string `json:"workload"`
+	// OpsRatio is acquisitions/s with the cache over without: above 1,
+	// the cache does more.
+	OpsRatio float64 `json:"ops_ratio"`
+	// P50Ratio and P99Ratio are the latency without the cache over with
+	// it: above 1, the cache is faster.
+	P50Ratio float64 `json:"p50_ratio"`
+	P99Ratio float64 `json:"p99_ratio"`
+	// Stats is what the caches did in the cache-on run.
+	Stats CacheStats `json:"cache_stats"`
+}
+
+// compareCache pairs every cache-on run with its cache-off run.
+func (rep *Report) compareCache() {
+	rep.CacheComparisons = nil
+	for _, on := range rep.Runs {
+		if on.Cache != CacheOn || on.Skipped {
+			continue
+		}
+		for _, off := range rep.Runs {
+			if off.Cache != CacheOff || off.Skipped || off.Backend != on.Backend || off.Via != on.Via || off.Workload != on.Workload {
+				continue
+			}
+			c := CacheComparison{Backend: on.Backend, Via: on.Via, Workload: on.Workload,
+				OpsRatio: ratio(on.OpsPerSec, off.OpsPerSec),
+				P50Ratio: ratio(off.LatencyUS.P50, on.LatencyUS.P50),
+				P99Ratio: ratio(off.LatencyUS.P99, on.LatencyUS.P99)}
+			if on.CacheStats != nil {
+				c.Stats = *on.CacheStats
+			}
+			rep.CacheComparisons = append(rep.CacheComparisons, c)
+		}
+	}
+}
+
+// cacheRows are the cache comparisons as rows for a terminal.
+func (rep *Report) cacheRows() [][]string {
+	var rows [][]string
+	for _, c := range rep.CacheComparisons {
+		rows = append(rows, []string{c.Workload, c.Backend, c.Via, fmt.Sprintf("%.2f", c.OpsRatio),
+			fmt.Sprintf("%.2f", c.P50Ratio), fmt.Sprintf("%.2f", c.P99Ratio),
+			fmt.Sprint(c.Stats.Hits), fmt.Sprint(c.Stats.Misses), fmt.Sprint(c.Stats.Reclaimed)})
+	}
+	return rows
+}
+
+// cacheRowsHead heads cacheRows.
+var cacheRowsHead = []string{"WORKLOAD", "BACKEND", "VIA", "OPS ON/OFF", "P50 OFF/ON", "P99 OFF/ON", "HITS", "MISSES", "RECLAIMED"}
+
+// signalRows are the wanted runs' p50 beside their floor, for a terminal.
+func (rep *Report) signalRows() [][]string {
+	var rows [][]string
+	for _, r := range rep.Runs {
+		sf := r.Signal
+		if sf == nil {
+			continue
+		}
+		met := "no"
+		if sf.Within {
+			met = "yes"
+		}
+		rows = append(rows, []string{r.ref(), r.Via, r.Cache, fmt.Sprintf("%.0f", sf.P50US), fmt.Sprintf("%.0f", sf.CommitUS),
+			fmt.Sprintf("%.1f", sf.RTTUS), fmt.Sprintf("%.0f", sf.GatewayRTTUS), fmt.Sprintf("%.0f", sf.FloorUS), met})
+	}
+	return rows
+}
+
+// signalRowsHead heads signalRows.
+var signalRowsHead = []string{"WANTED", "VIA", "CACHE", "P50 µs", "COMMIT µs", "RTT µs", "GATEWAY µs", "COMMIT+RTT µs", "P50 ≤ FLOOR"}

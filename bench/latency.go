@@ -34,18 +34,43 @@ const (
 	// Handoff: the contended workload, measuring from a holder's release
 	// to the next waiter's grant.
 	Handoff = "handoff"
+	// Affinity: each client cycles mostly on keys of its own and now and
+	// then on a key every client shares (AffinityConfig): the workload a
+	// lease cache serves. ops/s counts acquisitions.
+	Affinity = "affinity"
+	// Wanted: pairs of clients; the holder of a key waits for its lease's
+	// Wanted signal while the waiter queues. Latency is from the waiter's
+	// Acquire to the holder seeing Wanted (latency_cache.go).
+	Wanted = "wanted"
 )
 
 // Workloads lists every workload in report order.
-var Workloads = []string{Sequential, Parallel, Contended, Handoff}
+var Workloads = []string{Sequential, Parallel, Contended, Handoff, Affinity, Wanted}
+
+// Cache settings, as `--cache` spells them: the SDK clients of a gateway
+// run connect with client.Options.CacheLeases on or off.
+const (
+	CacheOn  = "on"
+	CacheOff = "off"
+)
+
+// Caches lists the cache settings in report order.
+var Caches = []string{CacheOff, CacheOn}
 
 // LatencyConfig configures RunLatency.
 type LatencyConfig struct {
 	Backends  []string
 	Workloads []string
 	Vias      []string
-	// Clients is the number of clients of the parallel, contended and
-	// handoff workloads (sequential has one).
+	// Caches are the lease cache settings (CacheOn, CacheOff; default
+	// off). "on" applies to the gateway path only: the direct path has no
+	// SDK cache, so direct × on is skipped with a note in Report.Notes.
+	Caches []string
+	// Affinity shapes the affinity workload; nil: DefaultAffinity().
+	Affinity *AffinityConfig
+	// Clients is the number of clients of the parallel, contended,
+	// handoff and affinity workloads (sequential has one), and twice the
+	// wanted workload's pairs.
 	Clients int
 	// Duration is the measured time of each backend × path × workload,
 	// split evenly over Rounds.
@@ -79,6 +104,23 @@ func (c *LatencyConfig) fill() error {
 	}
 	if len(c.Vias) == 0 {
 		c.Vias = []string{Direct}
+	}
+	if len(c.Caches) == 0 {
+		c.Caches = []string{CacheOff}
+	}
+	if c.Affinity == nil {
+		c.Affinity = DefaultAffinity()
+	}
+	if err := c.Affinity.validate(); err != nil {
+		return err
+	}
+	for _, x := range c.Caches {
+		if !slices.Contains(Caches, x) {
+			return fmt.Errorf("unknown cache setting %q (want %s)", x, strings.Join(Caches, ", "))
+		}
+	}
+	if slices.Contains(c.Workloads, Wanted) && c.Clients < 2 {
+		return fmt.Errorf("clients %d: the wanted workload needs at least 2 (one holder and one waiter per pair)", c.Clients)
 	}
 	if err := CheckBackends(c.Backends); err != nil {
 		return err
@@ -126,20 +168,28 @@ type Report struct {
 	// time with the backends.
 	Floor *Floor `json:"floor"`
 	Runs  []*Run `json:"runs"`
+	// Notes say what the run left out and why (cache on for the direct
+	// path).
+	Notes []string `json:"notes,omitempty"`
 	// Comparisons set each of our backends beside its peer libraries.
 	Comparisons []Comparison `json:"comparisons,omitempty"`
+	// CacheComparisons set each cache-on run beside its cache-off run.
+	CacheComparisons []CacheComparison `json:"cache_comparisons,omitempty"`
 }
 
 // Run is the result of one backend × path × workload over all rounds.
 type Run struct {
 	// Backend is the backend as --backend named it; Variant, Mode, PeerOf
 	// and Caps say which mode of it ran and what it guarantees.
-	Backend   string  `json:"backend"`
-	Variant   string  `json:"variant"`
-	Mode      string  `json:"mode"`
-	PeerOf    string  `json:"peer_of,omitempty"`
-	Caps      Caps    `json:"caps"`
-	Via       string  `json:"via"`
+	Backend string `json:"backend"`
+	Variant string `json:"variant"`
+	Mode    string `json:"mode"`
+	PeerOf  string `json:"peer_of,omitempty"`
+	Caps    Caps   `json:"caps"`
+	Via     string `json:"via"`
+	// Cache is the SDK lease cache's setting, CacheOn or CacheOff (every
+	// direct run: the backend's own Locker has no cache).
+	Cache     string  `json:"cache"`
 	Workload  string  `json:"workload"`
 	Clients   int     `json:"clients"`
 	Ops       int64   `json:"ops"`
@@ -154,6 +204,14 @@ type Run struct {
 	CDF []CDFPoint `json:"cdf,omitempty"`
 	// Note explains something a reader of this run must know.
 	Note string `json:"note,omitempty"`
+	// Skipped: the run measured nothing, for the reason in Note (the
+	// wanted workload on a Locker that does not signal wanted).
+	Skipped bool `json:"skipped,omitempty"`
+	// CacheStats totals what the clients' lease caches did in the
+	// measured rounds (cache on only).
+	CacheStats *CacheStats `json:"cache_stats,omitempty"`
+	// Signal is the wanted workload's p50 beside its floor.
+	Signal *SignalFloor `json:"signal_floor,omitempty"`
 	// Floor is the run's p50 and ops/s as multiples of its backend's
 	// physical floor.
 	Floor *RunFloor `json:"floor,omitempty"`
@@ -219,12 +277,9 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 	}
 	rep.Floor.FS = fsType(rep.Floor.Dir)
 
-	// One Conn per backend × path, reused by every round and workload.
-	type target struct {
-		conn *Conn
-		runs map[string]*Run
-	}
-	var targets []*target
+	// One Conn per backend × path × cache, reused by every round and
+	// workload.
+	var targets []*latencyTarget
 	defer func() {
 		for _, t := range targets {
 			t.conn.Close()
@@ -232,31 +287,36 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 	}()
 	for _, via := range cfg.Vias {
 		for _, b := range cfg.Backends {
-			fmt.Fprintf(cfg.Progress, "connecting %d clients to %s via %s\n", cfg.Clients, b, via)
-			conn, err := s.Connect(ctx, b, via, cfg.Clients)
-			if err != nil {
-				return nil, err
-			}
-			t := &target{conn: conn, runs: map[string]*Run{}}
-			targets = append(targets, t)
-			for _, w := range cfg.Workloads {
-				info := infoOf(b)
-				r := &Run{Backend: b, Variant: info.Variant, Mode: info.Mode, PeerOf: info.PeerOf, Caps: info.Caps,
-					Via: via, Workload: w, Clients: clientsOf(w, cfg.Clients), hist: newHist()}
-				if info.Kind == backends.KindRaft && via == Gateway {
-					r.Note = "a raftlock node serves the gateway protocol itself: the same path as direct"
+			var mine []*latencyTarget
+			for _, cache := range cfg.Caches {
+				if cache == CacheOn && via != Gateway {
+					rep.noteDirectCache()
+					continue
 				}
-				t.runs[w] = r
-				rep.Runs = append(rep.Runs, r)
+				fmt.Fprintf(cfg.Progress, "connecting %d clients to %s via %s, cache %s\n", cfg.Clients, b, via, cache)
+				conn, err := s.ConnectWith(ctx, b, via, cfg.Clients, ConnectOptions{Cache: cache == CacheOn})
+				if err != nil {
+					return nil, err
+				}
+				t := &latencyTarget{conn: conn, cache: cache, runs: map[string]*Run{}}
+				targets = append(targets, t)
+				mine = append(mine, t)
+			}
+			// Each workload's cache settings side by side.
+			for _, w := range cfg.Workloads {
+				for _, t := range mine {
+					t.runs[w] = newRun(b, via, t.cache, w, cfg.Clients)
+					rep.Runs = append(rep.Runs, t.runs[w])
+				}
 			}
 		}
 	}
 
 	if cfg.Warmup > 0 {
 		for _, t := range targets {
-			fmt.Fprintf(cfg.Progress, "warm-up %s via %s (%v)\n", t.conn.Backend, t.conn.Via, cfg.Warmup)
+			fmt.Fprintf(cfg.Progress, "warm-up %s via %s, cache %s (%v)\n", t.conn.Backend, t.conn.Via, t.cache, cfg.Warmup)
 			for _, w := range []string{Sequential, Parallel} {
-				if _, err := runWorkload(ctx, t.conn, w, cfg, cfg.Warmup/2, nil); err != nil {
+				if _, err := t.measure(ctx, w, cfg, cfg.Warmup/2, nil); err != nil {
 					return nil, err
 				}
 			}
@@ -275,10 +335,18 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 		for _, w := range cfg.Workloads {
 			for _, t := range targets {
 				step++
-				fmt.Fprintf(cfg.Progress, "%s round %d/%d  %-10s %-8s via %-7s\n",
-					progressBar(step-1, steps), round, cfg.Rounds, w, t.conn.Backend, t.conn.Via)
+				fmt.Fprintf(cfg.Progress, "%s round %d/%d  %-10s %-8s via %-7s cache %s\n",
+					progressBar(step-1, steps), round, cfg.Rounds, w, t.conn.Backend, t.conn.Via, t.cache)
 				r := t.runs[w]
-				rr, err := runWorkload(ctx, t.conn, w, cfg, per, r)
+				if r.Skipped {
+					continue
+				}
+				rr, err := t.measure(ctx, w, cfg, per, r)
+				if errors.Is(err, errNoWanted) {
+					r.Skipped = true
+					r.Note = fmt.Sprintf("skipped: the %s Locker via %s does not signal wanted (lock.SignalsWanted is false), so no holder can hear a waiter", r.Backend, r.Via)
+					continue
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -290,15 +358,30 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 	rep.Floor.summarise(cfg.Backends)
 	for _, r := range rep.Runs {
 		r.summarise()
-		r.Floor = rep.Floor.RunFloor(r)
+		r.Floor = rep.Floor.runFloor(r)
 	}
 	rep.compare()
+	rep.compareCache()
 	return rep, nil
 }
 
+// newRun is the empty run of backend × via × cache × workload.
+func newRun(backend, via, cache, workload string, clients int) *Run {
+	info := infoOf(backend)
+	r := &Run{Backend: backend, Variant: info.Variant, Mode: info.Mode, PeerOf: info.PeerOf, Caps: info.Caps,
+		Via: via, Cache: cache, Workload: workload, Clients: clientsOf(workload, clients), hist: newHist()}
+	if info.Kind == backends.KindRaft && via == Gateway {
+		r.Note = "a raftlock node serves the gateway protocol itself: the same path as direct"
+	}
+	return r
+}
+
 func clientsOf(workload string, n int) int {
-	if workload == Sequential {
+	switch workload {
+	case Sequential:
 		return 1
+	case Wanted:
+		return n - n%2 // pairs
 	}
 	return n
 }
@@ -391,6 +474,9 @@ var runSeq atomic.Int64
 // runWorkload runs workload w on conn for d and, when r is not nil, records
 // into it (its CDF histogram and error counts) and returns the round.
 func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d time.Duration, r *Run) (roundResult, error) {
+	if w == Wanted {
+		return runWanted(ctx, conn, cfg, d, r)
+	}
 	rc := &recorder{hist: newHist(), kinds: map[string]int64{}}
 	clients := conn.Clients[:clientsOf(w, len(conn.Clients))]
 	prefix := fmt.Sprintf("bench/%s/%d/%d", w, time.Now().UnixNano(), runSeq.Add(1))
@@ -404,11 +490,22 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 	var lastRelease atomic.Int64
 	lastRelease.Store(-1)
 
+	var shared []string
+	if w == Affinity {
+		for k := range cfg.Affinity.SharedKeys {
+			shared = append(shared, fmt.Sprintf("%s/shared/%d", prefix, k))
+		}
+	}
+
 	var wg sync.WaitGroup
 	for i, l := range clients {
 		key := prefix
 		if w == Parallel {
 			key = fmt.Sprintf("%s/%d", prefix, i)
+		}
+		pick := func() string { return key }
+		if w == Affinity {
+			pick = cfg.Affinity.picker(prefix, i, shared)
 		}
 		var interval time.Duration
 		if cfg.Rate > 0 {
@@ -437,7 +534,7 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 					next = next.Add(interval)
 				}
 				acqStart := time.Since(start)
-				lease, err := l.Acquire(runCtx, key, opts)
+				lease, err := l.Acquire(runCtx, pick(), opts)
 				if err != nil {
 					if runCtx.Err() != nil {
 						return // the round ended while waiting
@@ -476,6 +573,12 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 	if err := ctx.Err(); err != nil {
 		return roundResult{}, err
 	}
+	return rc.finish(elapsed, r), nil
+}
+
+// finish is the round rc recorded over elapsed; when r is not nil, its
+// latencies and errors are added to r's.
+func (rc *recorder) finish(elapsed time.Duration, r *Run) roundResult {
 	rr := roundResult{ops: rc.ops.Load(), elapsed: elapsed, pct: percentiles(rc.hist)}
 	if r != nil {
 		r.hist.Merge(rc.hist)
@@ -487,5 +590,5 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 			r.Errors += n
 		}
 	}
-	return rr, nil
+	return rr
 }

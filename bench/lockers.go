@@ -40,45 +40,114 @@ func (s *Servers) direct(ctx context.Context, backend string) (lock.Locker, erro
 // Conn is a set of clients of one backend over one path.
 type Conn struct {
 	Backend, Via string
-	Clients      []lock.Locker
+	// Cache: the clients are SDK clients with the lease cache on.
+	Cache   bool
+	Clients []lock.Locker
 
-	closers []func() error
+	newClient func() (lock.Locker, error)
+	closers   []func() error
 }
 
 // Close closes the clients, then what serves them.
 func (c *Conn) Close() error {
-	var errs []error
-	for _, l := range c.Clients {
-		errs = append(errs, l.Close())
-	}
+	errs := []error{c.closeClients()}
 	for i := len(c.closers) - 1; i >= 0; i-- {
 		errs = append(errs, c.closers[i]())
 	}
 	return errors.Join(errs...)
 }
 
+func (c *Conn) closeClients() error {
+	var errs []error
+	for _, l := range c.Clients {
+		errs = append(errs, l.Close())
+	}
+	c.Clients = nil
+	return errors.Join(errs...)
+}
+
+// Reopen closes the clients and opens as many new ones. Closing an SDK
+// client with the lease cache on releases every lease its cache kept.
+func (c *Conn) Reopen() error {
+	n := len(c.Clients)
+	if err := c.closeClients(); err != nil {
+		return err
+	}
+	return c.open(n)
+}
+
+func (c *Conn) open(n int) error {
+	for range n {
+		l, err := c.newClient()
+		if err != nil {
+			return fmt.Errorf("bench: %s client: %w", c.Backend, err)
+		}
+		c.Clients = append(c.Clients, l)
+	}
+	return nil
+}
+
+// CacheStats totals the clients' lease cache counters (zero for clients
+// without a cache).
+func (c *Conn) CacheStats() client.CacheStats {
+	var t client.CacheStats
+	for _, l := range c.Clients {
+		sdk, ok := l.(*client.Client)
+		if !ok {
+			continue
+		}
+		s := sdk.CacheStats()
+		t.Hits += s.Hits
+		t.Misses += s.Misses
+		t.Kept += s.Kept
+		t.Reclaimed += s.Reclaimed
+		t.Idle += s.Idle
+		t.Unused += s.Unused
+	}
+	return t
+}
+
+// ConnectOptions are the options of ConnectWith.
+type ConnectOptions struct {
+	// Cache connects SDK clients with the lease cache on
+	// (client.Options.CacheLeases). Only the gateway path has SDK
+	// clients to cache: with via direct it is an error.
+	Cache bool
+}
+
 // Connect returns n clients of backend over via. Each client is a Locker
 // of its own (its own connections), as n separate processes would have.
 func (s *Servers) Connect(ctx context.Context, backend, via string, n int) (*Conn, error) {
-	c := &Conn{Backend: backend, Via: via}
-	newClient := func() (lock.Locker, error) { return s.direct(ctx, backend) }
-	if via == Gateway && kindOf(backend) != backends.KindRaft {
+	return s.ConnectWith(ctx, backend, via, n, ConnectOptions{})
+}
+
+// ConnectWith is Connect with options.
+func (s *Servers) ConnectWith(ctx context.Context, backend, via string, n int, o ConnectOptions) (*Conn, error) {
+	if via != Direct && via != Gateway {
+		return nil, fmt.Errorf("bench: unknown path %q (want direct or gateway)", via)
+	}
+	if o.Cache && via != Gateway {
+		return nil, fmt.Errorf("bench: the lease cache is the SDK's: %s via %s has no SDK client to cache leases (use via gateway)", backend, via)
+	}
+	c := &Conn{Backend: backend, Via: via, Cache: o.Cache}
+	c.newClient = func() (lock.Locker, error) { return s.direct(ctx, backend) }
+	sdk := client.Options{CacheLeases: o.Cache}
+	switch {
+	case via == Gateway && kindOf(backend) != backends.KindRaft:
 		addr, closeGW, err := s.serveGateway(ctx, backend)
 		if err != nil {
 			return nil, err
 		}
 		c.closers = append(c.closers, closeGW)
-		newClient = func() (lock.Locker, error) { return client.New([]string{addr}, client.Options{}) }
-	} else if via != Direct && via != Gateway {
-		return nil, fmt.Errorf("bench: unknown path %q (want direct or gateway)", via)
+		c.newClient = func() (lock.Locker, error) { return client.New([]string{addr}, sdk) }
+	case o.Cache:
+		// raftlock's nodes serve the gateway protocol: its direct Locker
+		// is the SDK over them (internal/backends), here with the cache.
+		c.newClient = func() (lock.Locker, error) { return client.New(s.Spec.Raft, sdk) }
 	}
-	for range n {
-		l, err := newClient()
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("bench: %s client: %w", backend, err)
-		}
-		c.Clients = append(c.Clients, l)
+	if err := c.open(n); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }

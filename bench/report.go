@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,42 +20,63 @@ import (
 	"github.com/go-echarts/go-echarts/v2/opts"
 )
 
-// WriteTable writes the runs as a table for a terminal, then the physical
+// WriteTable writes the runs as a table for a terminal, then the notes,
+// the comparisons, the wanted signal beside its floor, and the physical
 // floor's rows.
 func (rep *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BACKEND\tVIA\tWORKLOAD\tCLIENTS\tOPS\tOPS/S\tP50 µs\tP90 µs\tP99 µs\tP99.9 µs\tMAX µs\tERRORS\tFLOOR µs\tP50 ×FLOOR\tOPS ×FLOOR\t")
+	fmt.Fprintln(tw, "BACKEND\tVIA\tCACHE\tWORKLOAD\tCLIENTS\tOPS\tOPS/S\tP50 µs\tP90 µs\tP99 µs\tP99.9 µs\tMAX µs\tERRORS\tFLOOR µs\tP50 ×FLOOR\tOPS ×FLOOR\tHIT/MISS/RECL\t")
 	for _, r := range rep.Runs {
+		if r.Skipped {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\tskipped\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.ref(), r.Via, r.Cache, r.Workload, r.Clients)
+			continue
+		}
 		l := r.LatencyUS
 		fl, p50x, opsx := r.floorText()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n",
-			r.ref(), r.Via, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText(), fl, p50x, opsx)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.ref(), r.Via, r.Cache, r.Workload, r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, r.errorText(), fl, p50x, opsx, r.CacheStats.text())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if rows := rep.comparisonRows(); len(rows) > 0 {
+	for _, n := range rep.notes() {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	sections := []struct {
+		head []string
+		rows [][]string
+	}{
+		{[]string{"WORKLOAD", "VIA", "OURS", "PEER", "P50 RATIO", "OPS RATIO", "PEER LACKS"}, rep.comparisonRows()},
+		{cacheRowsHead, rep.cacheRows()},
+		{signalRowsHead, rep.signalRows()},
+		{[]string{"FLOOR", "P50 µs", "P99 µs", "SAMPLES", "MODEL"}, rep.Floor.rows()},
+	}
+	for _, sec := range sections {
+		if len(sec.rows) == 0 {
+			continue
+		}
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKLOAD\tVIA\tOURS\tPEER\tP50 RATIO\tOPS RATIO\tPEER LACKS")
-		for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(sec.head, "\t"))
+		for _, row := range sec.rows {
 			fmt.Fprintln(tw, strings.Join(row, "\t"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	rows := rep.Floor.rows()
-	if len(rows) == 0 {
-		return nil
+	return nil
+}
+
+// notes are the report's notes, then each skipped run's reason.
+func (rep *Report) notes() []string {
+	notes := append([]string(nil), rep.Notes...)
+	for _, r := range rep.Runs {
+		if r.Skipped {
+			notes = append(notes, fmt.Sprintf("%s via %s, cache %s, %s: %s", r.ref(), r.Via, r.Cache, r.Workload, r.Note))
+		}
 	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLOOR\tP50 µs\tP99 µs\tSAMPLES\tMODEL")
-	for _, row := range rows {
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	return tw.Flush()
+	return notes
 }
 
 // floorText is the run's floor columns: the floor (µs) and its p50 and
@@ -142,6 +164,7 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 	page := newPage("lockgate bench latency")
 	for _, wl := range Workloads {
 		runs := rep.runsOf(wl)
+		runs = slices.DeleteFunc(runs, func(r *Run) bool { return r.Skipped })
 		if len(runs) == 0 {
 			continue
 		}
@@ -201,7 +224,12 @@ func (rep *Report) runsOf(workload string) []*Run {
 	return rs
 }
 
-func (r *Run) label() string { return r.ref() + " (" + r.Via + ")" }
+func (r *Run) label() string {
+	if r.Cache == CacheOn {
+		return r.ref() + " (" + r.Via + ", cache on)"
+	}
+	return r.ref() + " (" + r.Via + ")"
+}
 
 // ref is the run's backend with its variant, "etcd:session".
 func (r *Run) ref() string {
@@ -283,6 +311,26 @@ func roundTo(v float64, digits int) float64 {
 	return math.Round(v*p) / p
 }
 
+// htmlTable is a table with id, a header row head, and rows.
+func htmlTable(id string, head []string, rows [][]string) string {
+	var b strings.Builder
+	esc := html.EscapeString
+	fmt.Fprintf(&b, `<table id="%s" style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4"><tr>`, esc(id))
+	for _, h := range head {
+		fmt.Fprintf(&b, "<th>%s</th>", esc(strings.ToLower(h)))
+	}
+	b.WriteString("</tr>\n")
+	for _, row := range rows {
+		b.WriteString("<tr>")
+		for _, c := range row {
+			fmt.Fprintf(&b, "<td>%s</td>", esc(c))
+		}
+		b.WriteString("</tr>\n")
+	}
+	b.WriteString("</table>\n")
+	return b.String()
+}
+
 // htmlHeader is the report's heading, machine and table, as HTML.
 func (rep *Report) htmlHeader() string {
 	var b strings.Builder
@@ -319,14 +367,38 @@ func (rep *Report) htmlHeader() string {
 	}
 	b.WriteString("; latencies are medians of the rounds' percentiles.</p>\n")
 	b.WriteString(`<table style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
-	b.WriteString("<tr><th>backend</th><th>via</th><th>workload</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>errors</th><th>floor µs</th><th>p50 × floor</th><th>ops × floor</th></tr>\n")
+	b.WriteString("<tr><th>backend</th><th>via</th><th>cache</th><th>workload</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>errors</th><th>floor µs</th><th>p50 × floor</th><th>ops × floor</th><th>cache hits/misses/reclaimed</th></tr>\n")
 	for _, r := range rep.Runs {
+		if r.Skipped {
+			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td colspan=\"12\">skipped</td></tr>\n",
+				esc(r.ref()), esc(r.Via), esc(r.Cache), esc(r.Workload), r.Clients)
+			continue
+		}
 		l := r.LatencyUS
 		fl, p50x, opsx := r.floorText()
-		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			esc(r.ref()), esc(r.Via), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()), fl, p50x, opsx)
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+			esc(r.ref()), esc(r.Via), esc(r.Cache), esc(r.Workload), r.Clients, r.Ops, r.OpsPerSec, l.P50, l.P90, l.P99, l.P999, l.Max, esc(r.errorText()), fl, p50x, opsx, r.CacheStats.text())
 	}
 	b.WriteString("</table>\n")
+	for _, n := range rep.notes() {
+		fmt.Fprintf(&b, "<p><i>note:</i> %s</p>\n", esc(n))
+	}
+	if rows := rep.cacheRows(); len(rows) > 0 {
+		b.WriteString(`<h2>Lease cache</h2>
+<p>Each cache-on run beside its cache-off run, same run: <i>ops on/off</i> is acquisitions/s with the SDK's lease cache over
+without (above 1: the cache does more), <i>p50 off/on</i> and <i>p99 off/on</i> the latency without over with (above 1: the
+cache is faster); hits, misses and reclaimed are the cache-on run's totals over its clients.</p>
+`)
+		b.WriteString(htmlTable("cache", cacheRowsHead, rows))
+	}
+	if rows := rep.signalRows(); len(rows) > 0 {
+		b.WriteString(`<h2>Wanted signal</h2>
+<p>From a waiter's Acquire to its holder seeing <code>Lease.Wanted</code>, p50 beside the floor measured in this run: one
+commit (the waiter's place in the queue) and one loopback round trip (the request in, the push out), plus the gateway's hop
+in front of a backend that is not raftlock.</p>
+`)
+		b.WriteString(htmlTable("signal", signalRowsHead, rows))
+	}
 	b.WriteString(rep.modesHTML())
 	if rows := rep.Floor.rows(); len(rows) > 0 {
 		b.WriteString(`<h2>Physical floor</h2>
