@@ -12,6 +12,10 @@
 //	lockgate:meta:{K}       hash: owner, token, value; same PX as the lock
 //	lockgate:abort:{K}:<id> tombstone of a failed attempt (PX ttl)
 //	lockgate:released:{K}   pub/sub channel: the token of each release
+//	lockgate:wanted:<id>    pub/sub channel of one Locker: keys it holds that a caller waits for
+//
+// The meta hash also records the holder Locker's wanted channel (notify)
+// and whether a waiting caller was refused by the grant (wanted).
 //
 // Lua scripts (embedded from the *.lua files beside this package):
 // acquire, renew (compare-and-pexpire), release (compare-and-delete and
@@ -127,6 +131,30 @@
 // localgate.MaxHandoffs times in a row before a real release lets other Lockers
 // in. A failed handoff falls back to a release and a normal attempt.
 // TryAcquire, and Acquire with a caller-chosen Handle, bypass the gate.
+//
+// # The wanted signal
+//
+// The Locker implements lock.WantedSignaler: a lease's Wanted closes when a
+// caller waits for its key. An Acquire (not TryAcquire) refused by a holder
+// publishes the key, from inside acquire.lua, on the holder Locker's own
+// wanted channel (recorded in the grant's meta hash), which that Locker
+// subscribes once on each node's PubSub connection; it marks its live
+// leases of that key. A waiter publishes at each refused attempt, so a
+// holder granted while it still waits hears it at the waiter's next attempt
+// (right after the release that let the holder in). Callers of the same
+// Locker, which queue in its local gate and never reach Redis, mark its
+// leases of the key in process, and a grant made while one of them waits is
+// marked at once. The meta hash's wanted mark carries over a local handoff
+// (remote waiters only retry after a real release) and is reported by
+// renew.lua, which also makes the renewing Locker the one to notify: a lease
+// rebuilt with lock.NewLease is told from its first Renew on (best effort:
+// if two Lockers renew copies of one grant, messages go to the last one, and
+// the other hears at its next renewal). Costs: no request of its own (the
+// PUBLISH rides on the waiter's attempt), two small fields per held key's
+// meta hash, one SUBSCRIBE per node per Locker; per held lease one slice
+// slot and one AfterEnd callback, removed when it ends, and no goroutine.
+// A waiter that gave up leaves the grant wanted (Wanted never reopens), and
+// through handoffs the grants after it, until the next real release.
 //
 // # Inspect
 //
