@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"strings"
+	"time"
 )
 
 // Comparison sets one of our backends beside a peer library on one
@@ -152,6 +153,13 @@ type CacheComparison struct {
 	// it: above 1, the cache is faster.
 	P50Ratio float64 `json:"p50_ratio"`
 	P99Ratio float64 `json:"p99_ratio"`
+	// GrantsRatio is the grants the server handed out per second with the
+	// cache (its misses) over without (every acquisition): how often a key
+	// went to the server — for contended, how often it changed hands.
+	// Acquisitions the cache answers are not grants: a holder that takes
+	// its own lease again, before the server's "wanted" reaches it, adds
+	// to OpsRatio and not to this.
+	GrantsRatio float64 `json:"grants_ratio"`
 	// Stats is what the caches did in the cache-on run.
 	Stats CacheStats `json:"cache_stats"`
 }
@@ -173,6 +181,7 @@ func (rep *Report) compareCache() {
 				P99Ratio: ratio(off.LatencyUS.P99, on.LatencyUS.P99)}
 			if on.CacheStats != nil {
 				c.Stats = *on.CacheStats
+				c.GrantsRatio = ratio(float64(c.Stats.Misses)/on.elapsed().Seconds(), float64(off.Ops)/off.elapsed().Seconds())
 			}
 			rep.CacheComparisons = append(rep.CacheComparisons, c)
 		}
@@ -185,13 +194,13 @@ func (rep *Report) cacheRows() [][]string {
 	for _, c := range rep.CacheComparisons {
 		rows = append(rows, []string{c.Workload, c.Backend, c.Via, fmt.Sprintf("%.2f", c.OpsRatio),
 			fmt.Sprintf("%.2f", c.P50Ratio), fmt.Sprintf("%.2f", c.P99Ratio),
-			fmt.Sprint(c.Stats.Hits), fmt.Sprint(c.Stats.Misses), fmt.Sprint(c.Stats.Reclaimed)})
+			fmt.Sprintf("%.2f", c.GrantsRatio), fmt.Sprint(c.Stats.Hits), fmt.Sprint(c.Stats.Misses), fmt.Sprint(c.Stats.Reclaimed)})
 	}
 	return rows
 }
 
 // cacheRowsHead heads cacheRows.
-var cacheRowsHead = []string{"WORKLOAD", "BACKEND", "VIA", "OPS ON/OFF", "P50 OFF/ON", "P99 OFF/ON", "HITS", "MISSES", "RECLAIMED"}
+var cacheRowsHead = []string{"WORKLOAD", "BACKEND", "VIA", "OPS ON/OFF", "P50 OFF/ON", "P99 OFF/ON", "GRANTS ON/OFF", "HITS", "MISSES", "RECLAIMED"}
 
 // signalRows are the wanted runs' p50 beside their floor, for a terminal.
 func (rep *Report) signalRows() [][]string {
@@ -213,3 +222,12 @@ func (rep *Report) signalRows() [][]string {
 
 // signalRowsHead heads signalRows.
 var signalRowsHead = []string{"WANTED", "VIA", "CACHE", "P50 µs", "COMMIT µs", "RTT µs", "GATEWAY µs", "COMMIT+RTT µs", "P50 ≤ FLOOR"}
+
+// elapsed is the measured time of r's rounds together.
+func (r *Run) elapsed() time.Duration {
+	var d time.Duration
+	for _, rr := range r.rounds {
+		d += rr.elapsed
+	}
+	return d
+}

@@ -26,7 +26,9 @@ func newBenchCmd() *cobra.Command {
 func newBenchLatencyCmd() *cobra.Command {
 	var (
 		backends, workloads, vias []string
+		caches                    []string
 		cfg                       bench.LatencyConfig
+		affinity                  = bench.DefaultAffinity()
 		servers, jsonOut, htmlOut string
 		serverLog                 string
 	)
@@ -41,7 +43,22 @@ the full report. The servers are stopped when the run ends.
 
 Workloads: sequential (one client, one key), parallel (--clients clients, a
 key each), contended (--clients clients, one key; latency includes the wait),
-handoff (contended, measured from a release to the next waiter's grant).
+handoff (contended, measured from a release to the next waiter's grant),
+affinity (--clients clients, each cycling on --affinity-keys keys of its own
+and, with probability --shared, on one of --shared-keys keys every client
+shares; ops/s counts acquisitions), wanted (--clients/2 pairs: the holder of a
+key waits for its lease's Wanted signal while the waiter queues; latency is
+from the waiter's Acquire to the holder hearing it, shown beside the floor of
+one commit and one round trip; a backend whose Locker does not signal wanted
+is skipped with a note).
+--cache on,off runs the gateway path's SDK clients with the lease cache on
+(client.Options.CacheLeases) and off, each workload's rows side by side, and
+sets the cache-on row beside the cache-off row as ratios (acquisitions/s on
+over off, p50 and p99 off over on) with the caches' hits, misses and
+reclaims. The direct path has no SDK cache: its cache-on runs are skipped
+with a note. A cache-on target's clients are closed and reopened after each
+round, so that the leases their caches kept are released before anything
+else is measured.
 --duration is the measured time of each backend × path × workload, split over
 --rounds; reported latencies are the medians of the rounds' percentiles.
 --rate makes the loop open: operations start on a fixed schedule and latency
@@ -65,7 +82,7 @@ and sets each of ours beside its peers as ratios.
   --servers 'redlock=127.0.0.1:6379;postgres=postgres://u@h/db;etcd=http://h:2379;raft=h:50051,h:50052'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.Backends, cfg.Workloads, cfg.Vias = backends, workloads, vias
+			cfg.Backends, cfg.Workloads, cfg.Vias, cfg.Caches, cfg.Affinity = backends, workloads, vias, caches, affinity
 			spec, err := bench.ParseSpec(servers)
 			if err != nil {
 				return err
@@ -111,7 +128,11 @@ and sets each of ours beside its peers as ratios.
 		" (variants: "+strings.Join(bench.Variants(), ",")+")")
 	f.StringSliceVar(&workloads, "workload", []string{bench.Sequential, bench.Parallel, bench.Contended}, "workloads: "+strings.Join(bench.Workloads, ","))
 	f.StringSliceVar(&vias, "via", []string{bench.Direct}, "paths: direct (the backend's Go Locker) and/or gateway (SDK → WebSocket gateway → backend)")
-	f.IntVar(&cfg.Clients, "clients", 32, "clients of the parallel, contended and handoff workloads")
+	f.StringSliceVar(&caches, "cache", []string{bench.CacheOff}, "SDK lease cache on the gateway path: on and/or off (direct runs are cache off)")
+	f.IntVar(&cfg.Clients, "clients", 32, "clients of the parallel, contended, handoff and affinity workloads; twice the wanted workload's pairs")
+	f.IntVar(&affinity.Keys, "affinity-keys", bench.DefaultAffinityKeys, "affinity: keys each client has of its own")
+	f.IntVar(&affinity.SharedKeys, "shared-keys", bench.DefaultAffinitySharedKeys, "affinity: keys in the pool every client shares")
+	f.Float64Var(&affinity.Shared, "shared", bench.DefaultAffinityShared, "affinity: probability (0 to 1) that a cycle takes a shared key instead of one of its own")
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per backend × path × workload, split over the rounds")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, interleaved across backends")
 	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unrecorded warm-up per backend × path")
