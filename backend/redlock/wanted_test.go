@@ -109,8 +109,10 @@ func TestWantedAcrossHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	remote := acquireLater(bg(t, time.Minute), b, "handed", opts)
 	awaitWanted(t, first, "a caller of another Locker waits")
+	t.Logf("holder told %v after the other Locker's Acquire started", time.Since(start))
 	local := acquireLater(bg(t, time.Minute), a, "handed", opts)
 	awaitQueued(t, a, "handed", 1)
 	if err := a.Release(bg(t, time.Minute), first); err != nil {
