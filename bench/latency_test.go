@@ -34,8 +34,10 @@ func TestLatencySmoke(t *testing.T) {
 	defer s.Close()
 
 	rep, err := RunLatency(ctx, s, LatencyConfig{
-		Backends:  smokeBackends,
-		Workloads: Workloads,
+		Backends: smokeBackends,
+		// The cache's workloads have their smoke run below, on the same
+		// servers.
+		Workloads: []string{Sequential, Parallel, Contended, Handoff},
 		Vias:      Vias,
 		Clients:   4,
 		// 500 ms per run and round: an acquire still waiting when its
@@ -51,7 +53,7 @@ func TestLatencySmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := len(smokeBackends) * len(Workloads) * len(Vias); len(rep.Runs) != want {
+	if want := len(smokeBackends) * 4 * len(Vias); len(rep.Runs) != want {
 		t.Fatalf("%d runs, want %d", len(rep.Runs), want)
 	}
 	for _, r := range rep.Runs {
@@ -163,6 +165,106 @@ func TestLatencySmoke(t *testing.T) {
 	}
 	if !strings.Contains(dom, "<th>p50 × floor</th>") || !strings.Contains(dom, "distance to the physical floor") {
 		t.Errorf("the HTML report has no × floor column or chart")
+	}
+
+	cacheSmoke(t, ctx, s)
+}
+
+// cacheSmoke runs the lease cache's workloads (affinity, wanted) on every
+// backend of s, both paths, cache on and off, and checks that each ran,
+// that the cache answered acquires on the gateway path, that direct × on
+// was left out with a note, and that the wanted signal was measured beside
+// its floor.
+func cacheSmoke(t *testing.T, ctx context.Context, s *Servers) {
+	rep, err := RunLatency(ctx, s, LatencyConfig{
+		Backends:  smokeBackends,
+		Workloads: []string{Affinity, Wanted},
+		Vias:      Vias,
+		Caches:    Caches,
+		Clients:   4,
+		Duration:  500 * time.Millisecond,
+		Rounds:    1,
+		Progress:  testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	// direct off, gateway off, gateway on: direct × on is not a run.
+	if want := len(smokeBackends) * 2 * 3; len(rep.Runs) != want {
+		t.Fatalf("%d runs, want %d", len(rep.Runs), want)
+	}
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "direct") {
+		t.Errorf("notes %q: want one saying that cache on does not apply to the direct path", rep.Notes)
+	}
+	for _, r := range rep.Runs {
+		name := r.label() + " " + r.Workload
+		switch {
+		case r.Skipped:
+			t.Errorf("%s: skipped (%s); every one of our backends signals wanted", name, r.Note)
+		case r.Ops == 0 || !tolerable(r) || r.LatencyUS.P50 <= 0:
+			t.Errorf("%s: ops %d, errors %d %v, p50 %.0f µs", name, r.Ops, r.Errors, r.ErrorKinds, r.LatencyUS.P50)
+		case r.Via == Direct && r.Cache != CacheOff:
+			t.Errorf("%s: cache %q on the direct path", name, r.Cache)
+		case r.Cache == CacheOn && r.CacheStats == nil, r.Cache == CacheOff && r.CacheStats != nil:
+			t.Errorf("%s: cache %s with cache stats %+v", name, r.Cache, r.CacheStats)
+		}
+		// Each client's own keys are taken again and again: with the
+		// cache on, some acquires never left the SDK.
+		if r.Workload == Affinity && r.Cache == CacheOn && (r.CacheStats == nil || r.CacheStats.Hits == 0 || r.CacheStats.Misses == 0) {
+			t.Errorf("%s: cache stats %+v; want hits and misses", name, r.CacheStats)
+		}
+		if r.Workload == Wanted {
+			if sf := r.Signal; sf == nil || !(sf.CommitUS > 0 && sf.RTTUS > 0 && sf.FloorUS >= sf.CommitUS+sf.RTTUS && sf.P50US == r.LatencyUS.P50) {
+				t.Errorf("%s: signal floor %+v", name, r.Signal)
+			}
+		}
+	}
+	if want := len(smokeBackends) * 2; len(rep.CacheComparisons) != want {
+		t.Errorf("%d cache comparisons, want %d", len(rep.CacheComparisons), want)
+	}
+	for _, c := range rep.CacheComparisons {
+		if !(c.OpsRatio > 0 && c.P50Ratio > 0 && c.P99Ratio > 0 && c.GrantsRatio > 0) {
+			t.Errorf("cache comparison %+v: want positive ratios", c)
+		}
+	}
+	for _, row := range []string{"OPS ON/OFF", "P50 ≤ FLOOR", "raft:cluster  gateway  on"} {
+		if !strings.Contains(table.String(), row) {
+			t.Errorf("the table has no %q", row)
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Runs []struct {
+			Cache      *string        `json:"cache"`
+			CacheStats map[string]any `json:"cache_stats"`
+		} `json:"runs"`
+		CacheComparisons []map[string]any `json:"cache_comparisons"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range doc.Runs {
+		if r.Cache == nil || (*r.Cache == CacheOn) != (r.CacheStats["hits"] != nil) {
+			t.Errorf("JSON run: cache %v, cache_stats %v", r.Cache, r.CacheStats)
+		}
+	}
+	if len(doc.CacheComparisons) != len(rep.CacheComparisons) {
+		t.Errorf("JSON: %d cache comparisons, want %d", len(doc.CacheComparisons), len(rep.CacheComparisons))
+	}
+	var page bytes.Buffer
+	if err := rep.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{`<table id="cache"`, `<table id="signal"`, "<th>cache</th>"} {
+		if !strings.Contains(page.String(), id) {
+			t.Errorf("the HTML report has no %s", id)
+		}
 	}
 }
 
