@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"path/filepath"
@@ -15,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/bench/check"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencedstore"
-	"github.com/lockgate/lockgate/gateway"
-	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -264,28 +259,4 @@ func TestCacheSeedCounters(t *testing.T) {
 	if total == 0 || stats.Hits == 0 || stats.Reclaimed == 0 {
 		t.Errorf("the run exercised too little: %d increments, %d cache hits, %d reclaims", total, stats.Hits, stats.Reclaimed)
 	}
-}
-
-// startRaftN starts an n-node raftlock cluster with gateways, as startRaft.
-func startRaftN(t testing.TB, n int) *raftlock.LocalCluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := raftlock.StartLocalCluster(ctx, n, t.TempDir(), func(cfg *raftlock.Config) {
-		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.HeartbeatTimeout = time.Second
-		cfg.ElectionTimeout = time.Second
-		cfg.LeaderLeaseTimeout = 500 * time.Millisecond
-		cfg.CommitTimeout = 5 * time.Millisecond
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg.RaftLogOutput = io.Discard
-	})
-	if err != nil {
-		t.Fatalf("starting a raftlock cluster: %v", err)
-	}
-	for _, s := range c.Servers {
-		raftgw.Serve(s, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
-	}
-	t.Cleanup(c.Shutdown)
-	return c
 }

@@ -63,9 +63,16 @@ func newClient(t testing.TB, addrs []string, opts client.Options) *client.Client
 // every node's API address, stopped when t ends.
 func startRaft(t testing.TB) *raftlock.LocalCluster {
 	t.Helper()
+	return startRaftN(t, 3)
+}
+
+// startRaftN starts an n-node raftlock cluster with the gateway mounted on
+// every node's API address, stopped when t ends.
+func startRaftN(t testing.TB, n int) *raftlock.LocalCluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := raftlock.StartLocalCluster(ctx, 3, t.TempDir(), func(cfg *raftlock.Config) {
+	c, err := raftlock.StartLocalCluster(ctx, n, t.TempDir(), func(cfg *raftlock.Config) {
 		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.HeartbeatTimeout = time.Second
 		cfg.ElectionTimeout = time.Second
