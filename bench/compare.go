@@ -158,8 +158,9 @@ type CacheComparison struct {
 	// went to the server — for contended, how often it changed hands.
 	// Acquisitions the cache answers are not grants: a holder that takes
 	// its own lease again, before the server's "wanted" reaches it, adds
-	// to OpsRatio and not to this.
-	GrantsRatio float64 `json:"grants_ratio"`
+	// to OpsRatio and not to this. Zero for the wanted workload, whose
+	// ops are samples of the signal, not acquisitions.
+	GrantsRatio float64 `json:"grants_ratio,omitempty"`
 	// Stats is what the caches did in the cache-on run.
 	Stats CacheStats `json:"cache_stats"`
 }
@@ -181,6 +182,8 @@ func (rep *Report) compareCache() {
 				P99Ratio: ratio(off.LatencyUS.P99, on.LatencyUS.P99)}
 			if on.CacheStats != nil {
 				c.Stats = *on.CacheStats
+			}
+			if on.CacheStats != nil && on.Workload != Wanted {
 				c.GrantsRatio = ratio(float64(c.Stats.Misses)/on.elapsed().Seconds(), float64(off.Ops)/off.elapsed().Seconds())
 			}
 			rep.CacheComparisons = append(rep.CacheComparisons, c)
@@ -192,9 +195,13 @@ func (rep *Report) compareCache() {
 func (rep *Report) cacheRows() [][]string {
 	var rows [][]string
 	for _, c := range rep.CacheComparisons {
+		grants := "-"
+		if c.GrantsRatio > 0 {
+			grants = fmt.Sprintf("%.2f", c.GrantsRatio)
+		}
 		rows = append(rows, []string{c.Workload, c.Backend, c.Via, fmt.Sprintf("%.2f", c.OpsRatio),
 			fmt.Sprintf("%.2f", c.P50Ratio), fmt.Sprintf("%.2f", c.P99Ratio),
-			fmt.Sprintf("%.2f", c.GrantsRatio), fmt.Sprint(c.Stats.Hits), fmt.Sprint(c.Stats.Misses), fmt.Sprint(c.Stats.Reclaimed)})
+			grants, fmt.Sprint(c.Stats.Hits), fmt.Sprint(c.Stats.Misses), fmt.Sprint(c.Stats.Reclaimed)})
 	}
 	return rows
 }
