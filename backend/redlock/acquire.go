@@ -60,7 +60,9 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 // its TTL); any other refusal backs off.
 func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, floor lock.Token) localgate.Outcome {
 	l.subscribeWanted()
+	done := l.expect(key)
 	o := l.attempt(key, l.keysFor(key), opts, floor, try)
+	done()
 	if o.lease != nil {
 		l.awaitWantedSubscribed()
 	}

@@ -2,12 +2,13 @@
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] meta hash, KEYS[4] abort tombstone
 -- ARGV[1] handle, ARGV[2] ttl (ms), ARGV[3] owner, ARGV[4] value, ARGV[5] min token,
 -- ARGV[6] the caller's wanted channel (recorded with a grant), ARGV[7] "1" when
--- the caller will wait if refused, ARGV[8] the lock key (the wanted message)
+-- the caller will wait if refused, ARGV[8] the lock key
 -- Returns {1, token, 0, "", wanted} when granted (or already held by this
 -- handle; wanted is "1" when a waiter was refused by this grant),
 -- {0, holder token, holder pttl, holder owner, holder handle} when held.
--- A refusal of a caller that will wait tells the holder: it publishes the key
--- on the holder's wanted channel and marks the grant wanted.
+-- A refusal of a caller that will wait tells the holder: it publishes
+-- "<holder handle> <key>" on the holder's wanted channel and marks the grant
+-- wanted.
 if redis.call('EXISTS', KEYS[4]) == 1 then
   return {0, 0, 0, '', ''}
 end
@@ -25,7 +26,7 @@ if cur then
   if ARGV[7] == '1' and m[2] then
     redis.call('HSET', KEYS[3], 'wanted', '1')
     if m[3] then
-      redis.call('PUBLISH', m[3], ARGV[8])
+      redis.call('PUBLISH', m[3], cur .. ' ' .. ARGV[8])
     end
   end
   return {0, tonumber(m[2] or '0'), redis.call('PTTL', KEYS[1]), m[1] or '', cur}

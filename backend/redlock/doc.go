@@ -12,7 +12,7 @@
 //	lockgate:meta:{K}       hash: owner, token, value; same PX as the lock
 //	lockgate:abort:{K}:<id> tombstone of a failed attempt (PX ttl)
 //	lockgate:released:{K}   pub/sub channel: the token of each release
-//	lockgate:wanted:<id>    pub/sub channel of one Locker: keys it holds that a caller waits for
+//	lockgate:wanted:<id>    pub/sub channel of one Locker: "<handle> <K>" of its grants a caller waits for
 //
 // The meta hash also records the holder Locker's wanted channel (notify)
 // and whether a waiting caller was refused by the grant (wanted).
@@ -136,10 +136,11 @@
 //
 // The Locker implements lock.WantedSignaler: a lease's Wanted closes when a
 // caller waits for its key. An Acquire (not TryAcquire) refused by a holder
-// publishes the key, from inside acquire.lua, on the holder Locker's own
-// wanted channel (recorded in the grant's meta hash), which that Locker
-// subscribes once on each node's PubSub connection; it marks its live
-// leases of that key. A waiter publishes at each refused attempt, so a
+// publishes the holder's handle and the key, from inside acquire.lua, on
+// the holder Locker's own wanted channel (recorded in the grant's meta
+// hash), which that Locker subscribes once on each node's PubSub
+// connection; it marks its live leases of that grant (one whose reply is
+// still on its way is marked when it arrives). A waiter publishes at each refused attempt, so a
 // holder granted while it still waits hears it at the waiter's next attempt
 // (right after the release that let the holder in). Callers of the same
 // Locker, which queue in its local gate and never reach Redis, mark its

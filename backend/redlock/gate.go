@@ -24,6 +24,7 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	k := l.keysFor(lease.Key)
 	handle := lock.NewHandle()
 	opts := t.Opts
+	defer l.expect(lease.Key)()
 	sent := time.Now()
 	r := broadcast(l, ctx, func(c context.Context, nd *node) (grantReply, error) {
 		return decodeHandoff(handoffScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},

@@ -204,7 +204,7 @@ func (n *node) receiveLoop() {
 			l.mu.Unlock()
 		case *redis.Message:
 			if m.Channel == l.wantChannel {
-				l.wantedKey(m.Payload)
+				l.wantedMessage(m.Payload)
 				continue
 			}
 			tok, _ := strconv.ParseUint(m.Payload, 10, 64)

@@ -21,6 +21,7 @@ func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	k := l.keysFor(lease.Key)
 	l.subscribeWanted()
+	defer l.expect(lease.Key)()
 	sent := time.Now()
 	r := broadcast(l, ctx, func(c context.Context, nd *node) (renewReply, error) {
 		return decodeRenew(renewScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},

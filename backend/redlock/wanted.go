@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
@@ -15,12 +16,13 @@ import (
 // (the one that already carries the release channels) the first time the
 // Locker makes a grant or renews a lease. A grant records that channel in
 // the lock's meta hash (field "notify"); an Acquire's attempt that a holder
-// refuses, and that will wait, publishes the key on the holder's channel,
-// inside acquire.lua, and sets the meta field "wanted". So a waiter costs
-// no extra request (the PUBLISH rides on the attempt it makes anyway), a
-// holder costs no subscription of its own, and a key nobody waits for costs
-// two small fields in its meta hash. The Locker that receives the key marks
-// its live leases of that key wanted. A waiter publishes at every refused
+// refuses, and that will wait, publishes "<holder handle> <key>" on the
+// holder's channel, inside acquire.lua, and sets the meta field "wanted".
+// So a waiter costs no extra request (the PUBLISH rides on the attempt it
+// makes anyway), a holder costs no subscription of its own, and a key
+// nobody waits for costs two small fields in its meta hash. The Locker that
+// receives the message marks its live leases of that grant wanted (see
+// wantedMessage for one whose reply is still on its way). A waiter publishes at every refused
 // attempt (its first, the one right after it subscribed to the release
 // channel, and each after a release or at the holder's TTL), so a new
 // holder granted while it still waits hears it as soon as the waiter's next
@@ -45,7 +47,19 @@ import (
 type wantState struct {
 	leases  []*lock.Lease
 	callers int
+	// busy counts this Locker's requests in flight that may yield a lease
+	// of the key to track (attempts, handoffs, renewals): a waiter refused
+	// by the grant may publish before the grant's reply is back, so
+	// messages for a handle not tracked yet are kept in early, the newest
+	// maxEarly of them, while busy > 0, and track consumes them.
+	busy  int
+	early []string
 }
+
+// maxEarly bounds the handles a key keeps heard before their lease was
+// tracked (a refused attempt's handle can be one that never becomes a
+// lease: its grant failed).
+const maxEarly = 4
 
 // wantedChannelFor is the pub/sub channel of a Locker with the given id.
 func wantedChannelFor(prefix, id string) string {
@@ -81,8 +95,30 @@ func (l *Locker) stopWaiting(key string) {
 }
 
 func (l *Locker) dropIfIdleLocked(key string, st *wantState) {
-	if st.callers <= 0 && len(st.leases) == 0 {
+	if st.callers <= 0 && st.busy <= 0 && len(st.leases) == 0 {
 		delete(l.want, key)
+	}
+}
+
+// expect marks a request for key in flight whose result track may record
+// (see wantState.busy); done ends it.
+func (l *Locker) expect(key string) (done func()) {
+	l.mu.Lock()
+	st := l.want[key]
+	if st == nil {
+		st = &wantState{}
+		l.want[key] = st
+	}
+	st.busy++
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		st.busy--
+		if st.busy == 0 {
+			st.early = nil
+		}
+		l.dropIfIdleLocked(key, st)
+		l.mu.Unlock()
 	}
 }
 
@@ -113,6 +149,10 @@ func (l *Locker) track(lease *lock.Lease, self, remote bool) {
 		others--
 	}
 	wanted := remote || others > 0
+	if i := slices.Index(st.early, lease.Handle); i >= 0 {
+		st.early = slices.Delete(st.early, i, i+1)
+		wanted = true
+	}
 	for _, x := range st.leases {
 		if x.Handle == lease.Handle && x.IsWanted() {
 			wanted = true
@@ -150,14 +190,32 @@ func (l *Locker) tracking(lease *lock.Lease) bool {
 	return st != nil && slices.Contains(st.leases, lease)
 }
 
-// wantedKey handles a message on this Locker's wanted channel: a caller
-// waits for key, so each live lease of key this Locker tracks is wanted.
-// A key it no longer holds is ignored.
-func (l *Locker) wantedKey(key string) {
-	l.mu.Lock()
+// wantedMessage handles a message on this Locker's wanted channel,
+// "<handle> <key>": a caller waits for key and was refused by the grant
+// with that handle, so the live leases of that grant this Locker tracks are
+// wanted. A grant not tracked yet while a request for key is in flight is
+// remembered for track; any other is ignored (it ended, or it is not ours).
+// The handle is the lock key's value on the node: a client that can
+// subscribe to the channel could read it there anyway.
+func (l *Locker) wantedMessage(payload string) {
+	handle, key, ok := strings.Cut(payload, " ")
+	if !ok {
+		return
+	}
 	var held []*lock.Lease
+	l.mu.Lock()
 	if st := l.want[key]; st != nil {
-		held = slices.Clone(st.leases)
+		for _, x := range st.leases {
+			if x.Handle == handle {
+				held = append(held, x)
+			}
+		}
+		if len(held) == 0 && st.busy > 0 && !slices.Contains(st.early, handle) {
+			if len(st.early) == maxEarly {
+				st.early = slices.Delete(st.early, 0, 1)
+			}
+			st.early = append(st.early, handle)
+		}
 	}
 	l.mu.Unlock()
 	for _, lease := range held {

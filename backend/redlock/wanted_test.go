@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -252,5 +253,39 @@ func TestWantedNotByTryAcquire(t *testing.T) {
 	}
 	if na, nb := wantEntries(a), wantEntries(b); na+nb != 0 {
 		t.Errorf("wanted state left behind: %d keys in a, %d in b", na, nb)
+	}
+}
+
+// TestWantedMessageBeforeGrant: a waiter refused by a grant can publish
+// before the grant's reply reaches its Locker. While a request for the key
+// is in flight the message is kept (the newest maxEarly handles) and tells
+// the lease when it is tracked; otherwise, and once the request is over,
+// nothing of it is kept.
+func TestWantedMessageBeforeGrant(t *testing.T) {
+	l := newLocker(t, testenv.StartRedisN(t, 1), nil)
+	grant := func(handle string) *lock.Lease {
+		return lock.NewLease(lock.Grant{Key: "early", Handle: handle, Token: 1, TTL: time.Minute, Sent: time.Now()})
+	}
+	l.wantedMessage("h0 early") // no request in flight: ignored
+	if n := wantEntries(l); n != 0 {
+		t.Fatalf("a message for a key with nothing in flight left %d keys of state", n)
+	}
+	done := l.expect("early")
+	for i := range maxEarly + 2 {
+		l.wantedMessage(fmt.Sprintf("h%d early", i))
+	}
+	oldest, newest := grant("h0"), grant(fmt.Sprint("h", maxEarly+1))
+	l.track(oldest, false, false)
+	l.track(newest, false, false)
+	done()
+	notWanted(t, oldest, "its message was pushed out by newer ones")
+	if !newest.IsWanted() {
+		t.Errorf("a message that came before the grant was tracked was lost")
+	}
+	for _, lease := range []*lock.Lease{oldest, newest} {
+		lease.End(lock.ErrReleased)
+	}
+	if n := wantEntries(l); n != 0 {
+		t.Errorf("%d keys of state left after the request and the leases ended", n)
 	}
 }
