@@ -126,6 +126,9 @@ func (c *Client) lease(r *reply, key string, opts lock.AcquireOptions, sent time
 		}
 	}
 	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent})
+	if r.Wanted {
+		lease.MarkWanted()
+	}
 	c.track(lease)
 	if opts.AutoRenew {
 		go lock.KeepAlive(c.ctx, c, lease)

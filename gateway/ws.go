@@ -306,10 +306,15 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 		}
 		return
 	}
+	// A lease handed over while others wait says so in its grant: no push
+	// could reach the holder before it takes the lease for unwanted.
+	wanted := c.g.wanted && lease.IsWanted()
 	c.send(wire.Reply{ID: req.ID, Type: wire.TypeGrant, Success: true, Key: lease.Key,
 		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
-		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner})
-	c.tellWanted(lease) // after the grant: a client learns of a lease before it hears it is wanted
+		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner, Wanted: wanted})
+	if !wanted {
+		c.tellWanted(lease) // after the grant: a client learns of a lease before it hears it is wanted
+	}
 }
 
 // leaseFor rebuilds the lease a release or renew names.

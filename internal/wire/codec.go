@@ -115,6 +115,9 @@ func (r *Reply) AppendJSON(b []byte) []byte {
 		b = append(b, `,"waiters":`...)
 		b = strconv.AppendInt(b, int64(*r.Waiters), 10)
 	}
+	if r.Wanted {
+		b = append(b, `,"wanted":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -430,6 +433,9 @@ func fastReply(data []byte, r *Reply) bool {
 			n := int(v)
 			r.Waiters = &n
 			return 10, ok
+		case "wanted":
+			r.Wanted, ok = s.bool()
+			return 11, ok
 		}
 		return 0, false // "error" among them: left to encoding/json
 	})

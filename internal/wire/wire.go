@@ -119,7 +119,10 @@ type Reply struct {
 	Value        *string       `json:"value,omitempty"`
 	ExpiresIn    *int64        `json:"expiresIn,omitempty"` // ms
 	Waiters      *int          `json:"waiters,omitempty"`
-	Error        *Error        `json:"error,omitempty"`
+	// Wanted on a grant: another caller already waits for the key (the
+	// lease was handed over down a queue), so no "wanted" push follows.
+	Wanted bool   `json:"wanted,omitempty"`
+	Error  *Error `json:"error,omitempty"`
 }
 
 // Error is the error object of both protocols: a stable code, a message,
