@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -58,12 +59,13 @@ type cacheEntry struct {
 	lease *lock.Lease
 	opts  lock.AcquireOptions // the normalized options it was acquired with
 	inUse bool
-	gen   uint64 // bumped at every change of inUse: an idle timer of an earlier state does nothing
-	idle  *time.Timer
-	// stopRenew ends the cache's keep-alive of an unused lease that the
-	// application did not ask to auto-renew (auto-renewed leases keep their
-	// own keep-alive throughout).
-	stopRenew context.CancelFunc
+	// While unused: idleAt is when it is released for real; renewAt, for a
+	// lease the application did not ask to auto-renew (auto-renewed leases
+	// keep their own keep-alive throughout), when the cache renews it next.
+	// timer (made at the first Release, then reset: no allocation per
+	// cycle) fires at the earlier of the two.
+	idleAt, renewAt time.Time
+	timer           *time.Timer
 }
 
 func newLeaseCache(c *Client) *leaseCache {
@@ -105,17 +107,10 @@ func (e *cacheEntry) serves(opts lock.AcquireOptions) bool {
 		time.Until(l.Deadline()) > l.TTL()/2
 }
 
-// stopLocked ends e's unused state: its idle timer and the cache's
-// keep-alive stop.
+// stopLocked ends e's unused state: its timer stops.
 func (lc *leaseCache) stopLocked(e *cacheEntry) {
-	e.gen++
-	if e.idle != nil {
-		e.idle.Stop()
-		e.idle = nil
-	}
-	if e.stopRenew != nil {
-		e.stopRenew()
-		e.stopRenew = nil
+	if e.timer != nil {
+		e.timer.Stop()
 	}
 	if !e.inUse {
 		lc.unused--
@@ -162,17 +157,61 @@ func (lc *leaseCache) put(lease *lock.Lease, gatewayTells bool) (handled bool, e
 		return false, nil
 	}
 	e.inUse = false
-	e.gen++
 	lc.unused++
 	lc.kept.Add(1)
-	gen := e.gen
-	e.idle = time.AfterFunc(lc.c.opts.CacheIdle, func() { lc.evict(lease, gen, &lc.idle) })
+	now := time.Now()
+	e.idleAt = now.Add(lc.c.opts.CacheIdle)
+	e.renewAt = time.Time{}
 	if !e.opts.AutoRenew {
-		ctx, cancel := context.WithCancel(lc.c.ctx)
-		e.stopRenew = cancel
-		go lock.KeepAlive(ctx, lc.c, lease)
+		e.renewAt = now.Add(lease.TTL() / 3)
 	}
+	lc.armLocked(e, now)
 	return true, nil
+}
+
+// armLocked (re)starts e's timer for its next idle check or renewal.
+func (lc *leaseCache) armLocked(e *cacheEntry, now time.Time) {
+	at := e.idleAt
+	if !e.renewAt.IsZero() && e.renewAt.Before(at) {
+		at = e.renewAt
+	}
+	if e.timer == nil {
+		e.timer = time.AfterFunc(at.Sub(now), func() { lc.tick(e) })
+		return
+	}
+	e.timer.Reset(at.Sub(now))
+}
+
+// tick is e's timer: an unused lease idle for CacheIdle is released for
+// real; one that the application did not ask to auto-renew is renewed at
+// TTL/3 while it waits (a refused renewal ends it, and drop removes it).
+func (lc *leaseCache) tick(e *cacheEntry) {
+	lc.mu.Lock()
+	if lc.entries[e.lease.Key] != e || e.inUse {
+		lc.mu.Unlock()
+		return // taken again, or gone, since the timer was set
+	}
+	now := time.Now()
+	switch {
+	case !now.Before(e.idleAt):
+		lc.evictLocked(e, &lc.idle)
+		return
+	case !e.renewAt.IsZero() && !now.Before(e.renewAt):
+		e.renewAt = now.Add(e.lease.TTL() / 3)
+		go lc.renew(e.lease)
+	}
+	lc.armLocked(e, now)
+	lc.mu.Unlock()
+}
+
+// renew renews an unused lease for the cache, as lock.KeepAlive would.
+func (lc *leaseCache) renew(lease *lock.Lease) {
+	ctx, cancel := context.WithDeadline(lc.c.ctx, lease.Deadline())
+	defer cancel()
+	err := lc.c.Renew(ctx, lease, 0)
+	if errors.Is(err, lock.ErrNotHeld) {
+		lease.End(err)
+	}
 }
 
 // reclaim is the lease's AfterWanted callback: an unused lease is released
@@ -186,18 +225,6 @@ func (lc *leaseCache) reclaim(lease *lock.Lease) {
 		return
 	}
 	lc.evictLocked(e, &lc.reclaimed)
-}
-
-// evict releases an unused lease for real, unless it has been taken
-// again since gen.
-func (lc *leaseCache) evict(lease *lock.Lease, gen uint64, count *atomic.Uint64) {
-	lc.mu.Lock()
-	e := lc.entries[lease.Key]
-	if e == nil || e.lease != lease || e.inUse || e.gen != gen {
-		lc.mu.Unlock()
-		return
-	}
-	lc.evictLocked(e, count)
 }
 
 // evictLocked removes the unused entry e, releases mu, and releases its

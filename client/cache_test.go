@@ -206,3 +206,29 @@ func TestCacheDropsRefusedLease(t *testing.T) {
 		t.Fatalf("after the refused renewal the cache handed out token %d (kept %d)", l.Token, kept.Token)
 	}
 }
+
+// TestCacheRenewsUnused: a kept lease that the application did not ask to
+// auto-renew is renewed by the cache while it waits, and is handed out
+// again after its first TTL has long passed.
+func TestCacheRenewsUnused(t *testing.T) {
+	store := locktest.NewMemStore()
+	addr := startMemGateway(t, store)
+	a := newClient(t, []string{addr}, client.Options{CacheLeases: true})
+	const ttl = 300 * time.Millisecond
+	l := mustAcq(t, a, "k", lock.AcquireOptions{TTL: ttl})
+	first := l.Deadline()
+	mustRel(t, a, l)
+	// Await two renewals by the cache: the deadline passes the first one
+	// by more than a TTL.
+	for l.Deadline().Before(first.Add(ttl)) {
+		select {
+		case <-l.Done():
+			t.Fatalf("the kept lease ended: %v", l.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	again := mustAcq(t, a, "k", lock.AcquireOptions{TTL: ttl})
+	if again != l || a.CacheStats().Hits != 1 {
+		t.Fatalf("after the cache renewed it, re-acquire returned token %d (kept %d), stats %+v", again.Token, l.Token, a.CacheStats())
+	}
+}
