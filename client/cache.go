@@ -51,6 +51,17 @@ type leaseCache struct {
 	unused  int
 
 	hits, misses, kept, reclaimed, idle atomic.Uint64
+
+	// bugs are deliberate defects, set only by the package's tests (the
+	// seed-style counter test must catch them). The zero value is correct.
+	bugs cacheBugs
+}
+
+// cacheBugs are the lease cache's deliberate defects (see leaseCache.bugs).
+type cacheBugs struct {
+	// reclaimKeepsLease: a reclaimed lease stays in the cache, servable
+	// (its wanted mark ignored), while its real release is on the way.
+	reclaimKeepsLease bool
 }
 
 // cacheEntry is a lease granted with the cache on, in use by the
@@ -86,7 +97,7 @@ func (lc *leaseCache) take(key string, opts lock.AcquireOptions) (hit, stale *lo
 		return nil, nil
 	}
 	lc.stopLocked(e)
-	if !e.serves(opts) {
+	if !e.serves(opts, lc.bugs.reclaimKeepsLease) {
 		delete(lc.entries, key)
 		lc.misses.Add(1)
 		return nil, e.lease
@@ -99,9 +110,9 @@ func (lc *leaseCache) take(key string, opts lock.AcquireOptions) (hit, stale *lo
 // serves reports whether the unused lease of e can answer an acquire with
 // opts: still alive, nobody waits for it, the same options, and at least
 // half its TTL left (a lease whose renewals lag is not handed out).
-func (e *cacheEntry) serves(opts lock.AcquireOptions) bool {
+func (e *cacheEntry) serves(opts lock.AcquireOptions, ignoreWanted bool) bool {
 	l := e.lease
-	return l.Err() == nil && !l.IsWanted() &&
+	return l.Err() == nil && (ignoreWanted || !l.IsWanted()) &&
 		opts.Owner == e.opts.Owner && opts.TTL == e.opts.TTL && opts.AutoRenew == e.opts.AutoRenew &&
 		bytes.Equal(opts.Value, e.opts.Value) && (opts.Handle == "" || opts.Handle == l.Handle) &&
 		time.Until(l.Deadline()) > l.TTL()/2
@@ -222,6 +233,12 @@ func (lc *leaseCache) reclaim(lease *lock.Lease) {
 	e := lc.entries[lease.Key]
 	if e == nil || e.lease != lease || e.inUse {
 		lc.mu.Unlock()
+		return
+	}
+	if lc.bugs.reclaimKeepsLease {
+		lc.mu.Unlock()
+		lc.reclaimed.Add(1)
+		go lc.c.releaseQuietly(lease)
 		return
 	}
 	lc.evictLocked(e, &lc.reclaimed)

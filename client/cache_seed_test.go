@@ -76,15 +76,67 @@ func TestCacheSeedCounters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 5-node cluster with failovers and disconnects")
 	}
+	r := runSeedCounters(t, seedRun{nodes: 5, run: 12 * time.Second, leaderStops: 2})
+	for _, m := range r.mismatches {
+		t.Error(m)
+	}
+	for _, x := range r.violations[:min(len(r.violations), 10)] {
+		t.Error(x)
+	}
+	if len(r.violations) > 0 {
+		t.Fatalf("%d violations of mutual exclusion or fencing", len(r.violations))
+	}
+	if r.badWrites > 0 {
+		t.Errorf("%d writes accepted with a token below the key's highest", r.badWrites)
+	}
+	if r.increments == 0 || r.stats.Hits == 0 || r.stats.Reclaimed == 0 {
+		t.Errorf("the run exercised too little: %d increments, %d cache hits, %d reclaims", r.increments, r.stats.Hits, r.stats.Reclaimed)
+	}
+}
+
+// TestCacheSeedCountersCatchesBrokenCache: the same check fails on a cache
+// that keeps serving a reclaimed lease while its release is on the way
+// (the next holder is granted as soon as that release commits).
+func TestCacheSeedCountersCatchesBrokenCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 3-node cluster under load")
+	}
+	r := runSeedCounters(t, seedRun{nodes: 3, run: 6 * time.Second, broken: true})
+	if len(r.violations) == 0 && len(r.mismatches) == 0 {
+		t.Fatalf("the counter check passed a broken cache: %d increments, %d reclaims, no overlap, every counter right",
+			r.increments, r.stats.Reclaimed)
+	}
+	t.Logf("caught: %d violations, %d counter mismatches (first: %v)", len(r.violations), len(r.mismatches),
+		append(r.mismatches, fmt.Sprint(r.violations))[0])
+}
+
+// seedRun configures runSeedCounters.
+type seedRun struct {
+	nodes       int
+	run         time.Duration
+	leaderStops int  // leaders stopped, evenly over the run
+	broken      bool // every client's cache gets client.BreakCacheReclaim
+}
+
+// seedResult is what runSeedCounters found.
+type seedResult struct {
+	violations []check.Violation
+	mismatches []string // counters that differ from their acknowledged increments
+	badWrites  int64
+	increments int64
+	stats      client.CacheStats // summed over the clients
+}
+
+func runSeedCounters(t *testing.T, cfg seedRun) seedResult {
 	const (
 		nClients = 6
 		shared   = 2   // keys every client takes now and then
 		pShared  = 0.2 // the share of cycles on a shared key
-		run      = 12 * time.Second
 		ttl      = 2 * time.Second
 		margin   = 500 * time.Millisecond // a holder starts a write only with this much of its lease left
 	)
-	cluster := startRaftN(t, 5)
+	run := cfg.run
+	cluster := startRaftN(t, cfg.nodes)
 	raftLeader(t, cluster)
 	store, err := fencedstore.Open(filepath.Join(t.TempDir(), "fenced.log"), fencedstore.Options{})
 	if err != nil {
@@ -104,6 +156,9 @@ func TestCacheSeedCounters(t *testing.T) {
 			c:   newClient(t, apiAddrs(cluster), client.Options{CacheLeases: true, NetDial: sw.dial, RequestTimeout: 3 * time.Second}),
 			sw:  sw,
 			own: fmt.Sprintf("seed/own/%d", i),
+		}
+		if cfg.broken {
+			client.BreakCacheReclaim(clients[i].c)
 		}
 	}
 	keyOf := func(i int) string {
@@ -194,7 +249,10 @@ func TestCacheSeedCounters(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		stopsAt := []time.Duration{run / 3, 2 * run / 3}
+		var stopsAt []time.Duration
+		for k := 1; k <= cfg.leaderStops; k++ {
+			stopsAt = append(stopsAt, time.Duration(k)*run/time.Duration(cfg.leaderStops+1))
+		}
 		began := time.Now()
 		for ctx.Err() == nil {
 			if len(stopsAt) > 0 && time.Since(began) > stopsAt[0] {
@@ -222,41 +280,31 @@ func TestCacheSeedCounters(t *testing.T) {
 	}()
 	wg.Wait()
 
-	var stats client.CacheStats
+	var res seedResult
 	for _, cs := range clients {
 		s := cs.c.CacheStats()
-		stats.Hits += s.Hits
-		stats.Misses += s.Misses
-		stats.Reclaimed += s.Reclaimed
+		res.stats.Hits += s.Hits
+		res.stats.Misses += s.Misses
+		res.stats.Reclaimed += s.Reclaimed
 	}
 	cuts := int64(0)
 	for _, cs := range clients {
 		cuts += cs.sw.cuts.Load()
 	}
-	total := int64(0)
 	acked.Range(func(k, v any) bool {
 		key, want := k.(string), v.(*atomic.Int64).Load()
-		total += want
+		res.increments += want
 		r, ok := store.Read(key)
 		got, _ := strconv.Atoi(r.Data)
 		if !ok || int64(got) != want {
-			t.Errorf("counter %q = %d (found %v), but the store acknowledged %d increments", key, got, ok, want)
+			res.mismatches = append(res.mismatches, fmt.Sprintf("counter %q = %d (found %v), but the store acknowledged %d increments", key, got, ok, want))
 		}
 		return true
 	})
 	st := store.Stats()
 	t.Logf("%d cycles, %d increments acknowledged, %d refused as stale; cache: %d hits, %d misses, %d reclaimed; %d disconnects",
-		cycles.Load(), total, st.Rejected, stats.Hits, stats.Misses, stats.Reclaimed, cuts)
-	if v := check.CheckHistory(rec.Holds()); len(v) > 0 {
-		for _, x := range v[:min(len(v), 10)] {
-			t.Error(x)
-		}
-		t.Fatalf("%d violations of mutual exclusion or fencing", len(v))
-	}
-	if badWrite.Load() > 0 {
-		t.Errorf("%d writes accepted with a token below the key's highest", badWrite.Load())
-	}
-	if total == 0 || stats.Hits == 0 || stats.Reclaimed == 0 {
-		t.Errorf("the run exercised too little: %d increments, %d cache hits, %d reclaims", total, stats.Hits, stats.Reclaimed)
-	}
+		cycles.Load(), res.increments, st.Rejected, res.stats.Hits, res.stats.Misses, res.stats.Reclaimed, cuts)
+	res.violations = check.CheckHistory(rec.Holds())
+	res.badWrites = badWrite.Load()
+	return res
 }
