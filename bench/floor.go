@@ -337,9 +337,14 @@ func (f *Floor) of(backend string) (BackendFloor, bool) {
 
 // RunFloor returns r's figures as multiples of its backend's floor (see
 // RunFloor), or nil when the floor has no figures for it.
+//
+// Affinity's floor is parallel's (a cycle per client, without a cache: a
+// cache-on run may beat it, which is what a cache is for). Wanted's latency
+// floor is the signal's (SignalFloor), its ops/s floor a pair's two lock
+// cycles (holder's, waiter's).
 func (f *Floor) RunFloor(r *Run) *RunFloor {
 	bf, ok := f.of(r.Backend)
-	if !ok {
+	if !ok || r.Skipped {
 		return nil
 	}
 	cycle, handoff := bf.CycleUS, bf.HandoffUS
@@ -351,8 +356,13 @@ func (f *Floor) RunFloor(r *Run) *RunFloor {
 	switch r.Workload {
 	case Sequential:
 		rf.OpsPerSec = 1e6 / cycle
-	case Parallel:
+	case Parallel, Affinity:
 		rf.OpsPerSec = float64(r.Clients) * 1e6 / cycle
+	case Wanted:
+		rf.OpsPerSec = float64(r.Clients/2) * 1e6 / (2 * cycle)
+		if sf := f.signalFloor(r); sf != nil {
+			rf.LatencyUS = sf.FloorUS
+		}
 	case Contended:
 		rf.OpsPerSec = 1e6 / handoff
 	case Handoff:

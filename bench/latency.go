@@ -358,7 +358,8 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 	rep.Floor.summarise(cfg.Backends)
 	for _, r := range rep.Runs {
 		r.summarise()
-		r.Floor = rep.Floor.runFloor(r)
+		r.Floor = rep.Floor.RunFloor(r)
+		r.Signal = rep.Floor.signalFloor(r)
 	}
 	rep.compare()
 	rep.compareCache()

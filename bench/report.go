@@ -407,16 +407,7 @@ in front of a backend that is not raftlock.</p>
 the handoff floor for handoff); <i>ops × floor</i> is the most ops/s the workload can reach at the floor over the ops/s
 measured (for contended: the interval between acquisitions over the handoff floor). 1.00 is the floor.</p>
 `)
-		b.WriteString(`<table id="floor" style="border-collapse:collapse;font-size:13px" border="1" cellpadding="4">`)
-		b.WriteString("<tr><th>floor</th><th>p50 µs</th><th>p99 µs</th><th>samples</th><th>model</th></tr>\n")
-		for _, row := range rows {
-			b.WriteString("<tr>")
-			for _, c := range row {
-				fmt.Fprintf(&b, "<td>%s</td>", esc(c))
-			}
-			b.WriteString("</tr>\n")
-		}
-		b.WriteString("</table>\n")
+		b.WriteString(htmlTable("floor", []string{"floor", "p50 µs", "p99 µs", "samples", "model"}, rows))
 		for _, bf := range rep.Floor.Backends {
 			fmt.Fprintf(&b, "<p><b>%s</b>: %s.</p>\n", esc(bf.Backend), esc(bf.Model.Why))
 		}
