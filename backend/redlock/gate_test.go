@@ -55,9 +55,7 @@ func TestLocalHandoff(t *testing.T) {
 	if err := l.Release(bg(t, time.Minute), second); err != nil {
 		t.Errorf("Release: %v", err)
 	}
-	if n := holders(t, rs, "handoff"); n != 0 {
-		t.Errorf("%d nodes hold the key after the release", n)
-	}
+	awaitHolders(t, rs, "handoff", 0)
 }
 
 // TestRebuiltReleasePassesTurn: releasing a rebuilt copy of a lease ends the

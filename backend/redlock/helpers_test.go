@@ -56,6 +56,21 @@ func holders(t testing.TB, rs []*testenv.Redis, key string) int {
 	return n
 }
 
+// awaitHolders waits until want nodes hold key. A release (or an abort)
+// returns once a quorum has answered; the other nodes' answers come a
+// moment later, so a count right after it would race with them.
+func awaitHolders(t testing.TB, rs []*testenv.Redis, key string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for n := holders(t, rs, key); n != want; n = holders(t, rs, key) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d nodes hold %q after 10 s, want %d", n, key, want)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func bg(t testing.TB, d time.Duration) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
