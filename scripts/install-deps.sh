@@ -8,7 +8,12 @@
 # (package zookeeper, 3.8: jars under /usr/share/java, run with the Java
 # runtime it depends on), which the tests and the bench start as ensembles
 # of `java ... QuorumPeerMain` processes for the go-zookeeper lock recipe.
-# ZooKeeper counts as present when its jar is, not its service. Installs
+# ZooKeeper counts as present when its jar is, not its service. For the
+# client conformance harness (clients/, TestClients) it installs Node.js
+# and npm (packages nodejs, npm), which build and test clients/js — its npm
+# packages come from clients/js's lockfile through `npm ci`, run by the
+# harness itself — and the Python client's one dependency for
+# /usr/bin/python3 (package python3-websockets). Installs
 # only what is missing; uses sudo when not root. Exits non-zero, naming the
 # package, if something cannot be had.
 set -euo pipefail
@@ -23,9 +28,13 @@ ft_ok() { compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; }
 ft_ok || missing+=(faketime)
 zk_ok() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
 zk_ok || missing+=(zookeeper)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+ws_ok() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import websockets' >/dev/null 2>&1; }
+ws_ok || missing+=(python3-websockets)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, libfaketime and ZooKeeper present"
+  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, libfaketime, ZooKeeper, node, npm and python3-websockets present"
   exit 0
 fi
 
@@ -59,4 +68,7 @@ pg_ok || { echo "deps: PostgreSQL binaries still missing under /usr/lib/postgres
 command -v chromium >/dev/null || { echo "deps: chromium still missing" >&2; exit 1; }
 ft_ok || { echo "deps: libfaketime still missing (package faketime)" >&2; exit 1; }
 zk_ok || { echo "deps: ZooKeeper still missing (package zookeeper: /usr/share/java/zookeeper.jar and java)" >&2; exit 1; }
+command -v node >/dev/null || { echo "deps: node still missing (package nodejs)" >&2; exit 1; }
+command -v npm >/dev/null || { echo "deps: npm still missing (package npm)" >&2; exit 1; }
+ws_ok || { echo "deps: /usr/bin/python3 still cannot import websockets (package python3-websockets)" >&2; exit 1; }
 echo "deps: done"
