@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -483,6 +484,20 @@ func redirectFromFollower(ctx context.Context, r *goRun, s scenario) error {
 	return free(ctx, c, r.key)
 }
 
+// failedOver checks through the control API that the killed node is gone
+// and another leads, so that a kill that did not happen cannot pass a
+// leader-killing scenario.
+func (r *goRun) failedOver(ctx context.Context, killed string) error {
+	var ep endpointsBody
+	if err := r.control(ctx, http.MethodGet, "/endpoints", &ep); err != nil {
+		return err
+	}
+	if ep.Leader == killed || slices.Contains(ep.Endpoints, killed) {
+		return fmt.Errorf("the killed leader %s still runs: %+v", killed, ep)
+	}
+	return nil
+}
+
 // failoverBound is how long a lease or a wait may take to carry over to a
 // new leader.
 const failoverBound = 15 * time.Second
@@ -523,6 +538,9 @@ func leaderKilledWhileHolding(ctx context.Context, r *goRun, s scenario) error {
 	if err := holds(fctx, a, la); err != nil {
 		return err
 	}
+	if err := r.failedOver(fctx, killed["killed"]); err != nil {
+		return err
+	}
 	return a.Release(fctx, la)
 }
 
@@ -558,6 +576,9 @@ func leaderKilledWhileWaiting(ctx context.Context, r *goRun, s scenario) error {
 	}
 	if got.lease.Token <= la.Token {
 		return fmt.Errorf("B's token %d is not larger than A's %d", got.lease.Token, la.Token)
+	}
+	if err := r.failedOver(fctx, killed["killed"]); err != nil {
+		return err
 	}
 	return b.Release(fctx, got.lease)
 }
