@@ -1,0 +1,21 @@
+"""lockgate: an asyncio client of the lockgate lock service's WebSocket protocol (v1).
+
+    async with lockgate.Client(["127.0.0.1:50051", "127.0.0.1:50052"]) as client:
+        async with client.lock("orders/42") as lease:
+            ...  # act while lease.held; send lease.fencing_token with every write
+"""
+
+from .client import Client
+from .errors import (
+    ClosedError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError, NotLeaderError,
+    UnauthorizedError, UnavailableError, ValidationError,
+)
+from .lease import Lease, LockInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Lease", "LockInfo", "LockgateError", "HeldError", "NotHeldError", "NotFoundError",
+    "NotLeaderError", "UnavailableError", "ClosedError", "LockTimeoutError", "ValidationError",
+    "UnauthorizedError",
+]

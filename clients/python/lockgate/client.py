@@ -1,0 +1,695 @@
+"""The lockgate client: one multiplexed WebSocket connection, kept alive
+across gateway failures and leader changes.
+
+A Client keeps one connection, to an endpoint picked at random, and sends
+every request on it with its own id; a reader task hands each reply to the
+request waiting for it. A gateway that answers ``not_leader`` with the
+leader's address is left for that address (at most ``max_hops`` hops per
+request, then the request backs off); a connection that fails, or a gateway
+that answers ``closed`` (or ``unavailable`` three times in a row), is
+replaced with backoff and jitter, preferring another endpoint.
+
+Recovery: every acquire carries a client-chosen lock token. When the
+connection drops or the leader changes, every pending request is re-sent on
+the new connection; an acquire with the same token, so that on raftlock a
+re-sent acquire whose first copy was already granted gets that grant back
+instead of queueing behind it. A re-sent release answered ``not_held`` is
+judged as the Go SDK judges it (client/client.go): a success if the lease
+was alive by the holder's clock when the answered copy went out, else an
+``UnavailableError`` saying the outcome is unknown.
+
+Deadlines: a lease's deadline is ``sent + ttl − (ttl/100 + 2 ms)`` on the
+monotonic clock, where ``sent`` is when the first copy of its acquire (or
+its latest successful renew) was sent. A grant that arrives with less than
+half its TTL left is renewed at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import ssl as _ssl
+import time
+from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union
+
+from . import _conn
+from ._conn import CLOSING, DROPPED, Conn, ConnectError
+from ._wire import (
+    CMD_ACQUIRE, CMD_CANCEL, CMD_INSPECT, CMD_RELEASE, CMD_RENEW, CMD_TRY_ACQUIRE,
+    DEFAULT_TTL, backoff, ms, new_handle, parse_token, validate_key, validate_ttl, validate_value, ws_url,
+)
+from .errors import (
+    ClosedError, LockgateError, LockTimeoutError, NotHeldError, NotLeaderError, UnauthorizedError,
+    UnavailableError, error_from_reply,
+)
+from .lease import Lease, LockInfo
+
+__all__ = ["Client"]
+
+log = logging.getLogger("lockgate")
+
+DEFAULT_REQUEST_TIMEOUT = 10.0
+DEFAULT_DIAL_TIMEOUT = 5.0
+DEFAULT_MAX_HOPS = 5
+DEAD_FOR = 1.0  #: seconds a redirect to an address that just failed a dial is not followed
+MAX_EARLY_WANTED = 1024
+
+
+class _Call:
+    """One logical request, sent once per connection attempt (each copy with
+    a fresh id) until it is answered."""
+
+    __slots__ = ("op", "req", "wait", "grantable", "sends", "first", "last", "prior", "last_error", "on_send")
+
+    def __init__(self, op: str, req: Dict[str, Any], wait: bool = False, grantable: bool = False) -> None:
+        self.op = op
+        self.req = req
+        self.wait = wait  # a waiting acquire: cancelled on the gateway when given up
+        self.grantable = grantable  # the answer may be a grant that must be released if nobody takes it
+        self.sends = 0
+        self.first = 0.0  # monotonic send time of the first copy
+        self.last = 0.0  # of the answered copy
+        # Whether an earlier copy than the answered one may have taken
+        # effect: its connection failed before the answer, or it was
+        # answered unavailable. Copies answered not_leader or closed did nothing.
+        self.prior = False
+        self.last_error: Optional[BaseException] = None
+        self.on_send: Any = None
+
+    def what(self) -> str:
+        return f"{self.op} {self.req.get('key')!r}"
+
+
+class Client:
+    """A client of lockgate gateways.
+
+    ``endpoints``: ``"host:port"`` strings (or ws/wss/http/https URLs), or
+    one comma-separated string. ``client_id`` is the owner recorded with
+    locks (default ``"py-"`` + 12 random hex digits). ``token`` is the bearer
+    token, sent as ``Authorization: Bearer`` and as the
+    ``lockgate.bearer.<base64url>`` subprotocol. ``request_timeout`` bounds
+    try-acquire, renew, release and inspect (with their re-sends), in
+    seconds. ``ssl`` makes the client speak TLS (wss://) to bare host:port
+    endpoints and to redirect targets.
+
+    Use it as an async context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, endpoints: Union[str, Sequence[str]], client_id: Optional[str] = None,
+                 token: Optional[str] = None, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, *,
+                 dial_timeout: float = DEFAULT_DIAL_TIMEOUT, max_hops: int = DEFAULT_MAX_HOPS,
+                 ssl: Optional[_ssl.SSLContext] = None) -> None:
+        if isinstance(endpoints, str):
+            endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
+        self.endpoints: List[str] = list(endpoints)
+        if not self.endpoints:
+            raise ValueError("lockgate: no endpoints")
+        secure = ssl is not None
+        for e in self.endpoints:
+            secure = secure or ws_url(e, False).startswith("wss:")
+        for e in self.endpoints:
+            if secure and not ws_url(e, True).startswith("wss:"):
+                raise ValueError(f"lockgate: endpoint {e!r} is plaintext while the client speaks TLS")
+        self._secure = secure
+        self._ssl = ssl if ssl is not None else (_ssl.create_default_context() if secure else None)
+        self.client_id = client_id or "py-" + new_handle()[:12]
+        self._token = token
+        self.request_timeout = float(request_timeout)
+        self.dial_timeout = float(dial_timeout)
+        self.max_hops = max_hops
+
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._run_task: Optional[asyncio.Task] = None
+        self._cur: Optional[Conn] = None
+        self._ready: Optional[asyncio.Event] = None
+        self._dead: Dict[str, float] = {}
+        self._dial_error: Optional[BaseException] = None
+        self._held: Dict[str, Lease] = {}  # live leases by lock token, for "wanted" pushes
+        self._early_wanted: Dict[str, None] = {}  # lock tokens wanted before their grant was handled
+        self._waits: set = set()  # reply queues of waiting acquires, told CLOSING at close
+        self._calls = 0
+        self._idle: Optional[asyncio.Event] = None
+        self.signals_wanted = False  #: the gateway announced "wanted" pushes (Lockgate-Features)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def __aenter__(self) -> "Client":
+        self._start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _start(self) -> None:
+        if self._run_task is None and not self._closed:
+            self._ready = asyncio.Event()
+            self._idle = asyncio.Event()
+            self._idle.set()
+            self._run_task = asyncio.get_running_loop().create_task(self._run())
+
+    @property
+    def endpoint(self) -> str:
+        """The gateway the client is connected to (after redirects), or ""."""
+        return self._cur.addr if self._cur is not None and not self._cur.closed else ""
+
+    async def close(self) -> None:
+        """Close the client: waiting acquires cancel their waits on the
+        gateway (releasing a grant that raced in) and raise ClosedError,
+        auto-renewals stop, later calls raise ClosedError. Held leases stay
+        held on the server until their TTL unless released first."""
+        if self._closed:
+            return
+        self._closed = True
+        for q in list(self._waits):
+            q.put_nowait(CLOSING)
+        if self._idle is not None and not self._idle.is_set():
+            try:
+                await asyncio.wait_for(self._idle.wait(), self.request_timeout)
+            except asyncio.TimeoutError:
+                log.warning("lockgate: close: calls still in flight; closing the connection under them")
+        for lease in list(self._held.values()):
+            if lease._keepalive is not None:
+                lease._keepalive.cancel()
+                lease._keepalive = None
+        if self._run_task is not None:
+            self._run_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._run_task
+        if self._cur is not None:
+            await self._cur.go_away()
+            self._cur = None
+        if self._ready is not None:
+            self._ready.set()
+
+    @contextlib.contextmanager
+    def _enter(self):  # type: ignore[no-untyped-def]
+        if self._closed:
+            raise ClosedError()
+        self._start()
+        self._calls += 1
+        assert self._idle is not None
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._calls -= 1
+            if self._calls == 0:
+                self._idle.set()
+
+    # -- the connection ----------------------------------------------------------
+
+    async def _run(self) -> None:
+        attempt = 0
+        nxt = ""
+        avoid = ""
+        while not self._closed:
+            addr = nxt or self._pick(avoid)
+            nxt = ""
+            try:
+                wc = await _conn.dial(addr, secure=self._secure, token=self._token, ssl=self._ssl,
+                                      timeout=self.dial_timeout, max_hops=self.max_hops, on_push=self._on_push)
+            except (ConnectError, UnauthorizedError, ValueError) as e:
+                self._dial_error = e
+                self._dead[addr] = time.monotonic()
+                attempt += 1
+                avoid = addr
+                log.info("lockgate: connect to %s failed (attempt %d): %s", addr, attempt, e)
+                await asyncio.sleep(backoff(attempt))
+                continue
+            self._dial_error = None
+            self._dead.pop(addr, None)
+            self.signals_wanted = wc.wanted
+            self._cur = wc
+            assert self._ready is not None
+            self._ready.set()
+            log.debug("lockgate: connected to %s", wc.addr)
+            await wc.done.wait()
+            self._cur = None
+            self._ready = asyncio.Event()
+            avoid = wc.addr if wc.avoid else ""
+            if wc.redirect:
+                nxt = wc.redirect
+                continue
+            log.info("lockgate: connection to %s lost: %r", wc.addr, wc.cause)
+            if wc.useful or time.monotonic() - wc.born > 10.0:
+                attempt = 0  # a connection that worked: reconnect at once
+                avoid = wc.addr  # prefer another gateway
+                continue
+            attempt += 1
+            avoid = wc.addr
+            await asyncio.sleep(backoff(attempt))
+
+    def _pick(self, avoid: str) -> str:
+        n = len(self.endpoints)
+        i = random.randrange(n)
+        if n > 1 and self.endpoints[i] == avoid:
+            i = (i + 1 + random.randrange(n - 1)) % n
+        return self.endpoints[i]
+
+    def _is_dead(self, addr: str) -> bool:
+        at = self._dead.get(addr)
+        return at is not None and time.monotonic() - at < DEAD_FOR
+
+    async def _conn(self) -> Conn:
+        while True:
+            if self._closed:
+                raise ClosedError()
+            wc = self._cur
+            if wc is not None and not wc.done.is_set():
+                return wc
+            assert self._ready is not None
+            ready = self._ready
+            if ready.is_set() and (self._cur is None or self._cur.done.is_set()):
+                await asyncio.sleep(0)  # _run has not noticed the failure yet
+                continue
+            await ready.wait()
+
+    def _on_push(self, r: Dict[str, Any]) -> None:
+        tok = r.get("lockToken")
+        if not isinstance(tok, str):
+            return
+        lease = self._held.get(tok)
+        if lease is not None:
+            lease._mark_wanted()
+            return
+        # The push can beat the grant's handling (it follows the grant on the
+        # wire, but the acquirer runs later): remember it, bounded.
+        self._early_wanted[tok] = None
+        while len(self._early_wanted) > MAX_EARLY_WANTED:
+            self._early_wanted.pop(next(iter(self._early_wanted)))
+
+    def _track(self, lease: Lease) -> None:
+        self._held[lease.lock_token] = lease
+        if self._early_wanted.pop(lease.lock_token, 0) is None:
+            lease._mark_wanted()
+
+    def _untrack(self, lease: Lease) -> None:
+        if self._held.get(lease.lock_token) is lease:
+            del self._held[lease.lock_token]
+
+    # -- the request loop ------------------------------------------------------
+
+    async def _do(self, k: _Call) -> Dict[str, Any]:
+        """Send ``k`` until it gets an answer that is not a transient failure.
+        Dropped connections, not_leader, closed and unavailable answers are
+        retried (redirects at once, the rest with backoff). The caller bounds
+        it (asyncio.timeout, cancellation)."""
+        hops = 0
+        retry = 0
+        while True:
+            wc = await self._conn()
+            rid = format(next(self._ids), "x")
+            q = wc.register(rid)
+            if q is None:
+                await wc.done.wait()
+                continue
+            now = time.monotonic()
+            if k.sends == 0:
+                k.first = now
+            k.sends += 1
+            k.last = now
+            k.req["id"] = rid
+            if k.on_send is not None:
+                k.on_send(now)
+            if k.wait:
+                self._waits.add(q)
+            try:
+                try:
+                    await wc.send(k.req)
+                except Exception as e:
+                    wc.unregister(rid)
+                    k.last_error = e
+                    k.prior = True  # part of the frame may have gone out
+                    continue
+                r = await self._await(wc, rid, q, k)
+            finally:
+                self._waits.discard(q)
+            if r is None:
+                k.last_error = ConnectionError("connection to the gateway lost")
+                k.prior = True
+                log.debug("lockgate: re-sending %s after a dropped connection", k.what())
+                continue
+            code = r.get("error", {}).get("code") if r.get("type") == "error" and isinstance(r.get("error"), dict) else (
+                "internal" if r.get("type") == "error" else None)
+            if code == "not_leader":
+                err = error_from_reply(r.get("error"), k.req.get("key"))
+                k.last_error = err
+                addr = err.leader_addr if isinstance(err, NotLeaderError) else ""
+                if addr and self._is_dead(addr):
+                    addr = ""  # the named leader just failed a dial: as if unknown
+                if addr:
+                    if hops < self.max_hops:
+                        hops += 1
+                        if addr != wc.addr:
+                            # Every request on this connection would be redirected too: move it.
+                            log.debug("lockgate: redirected from %s to the leader %s", wc.addr, addr)
+                            wc.close_for(addr, False, err)
+                            continue
+                    elif not k.wait:
+                        raise err
+                    else:
+                        hops = 0  # a waiting acquire keeps looking, after a pause
+                retry += 1
+                await asyncio.sleep(backoff(retry))
+            elif code == "closed":
+                k.last_error = error_from_reply(r.get("error"), k.req.get("key"))
+                wc.close_for("", True, k.last_error)
+            elif code in ("unavailable", "too_many_waiters"):
+                k.last_error = error_from_reply(r.get("error"), k.req.get("key"))
+                if code == "unavailable":
+                    k.prior = True  # "outcome unknown for writes"
+                    wc.strike()
+                retry += 1
+                await asyncio.sleep(backoff(retry))
+            elif code == "cancelled" and k.wait:
+                # We cancel only when giving up: the gateway dropped the wait. Queue again.
+                k.last_error = error_from_reply(r.get("error"), k.req.get("key"))
+                retry += 1
+                await asyncio.sleep(backoff(retry))
+            else:
+                wc.good()
+                return r
+
+    async def _await(self, wc: Conn, rid: str, q: asyncio.Queue, k: _Call) -> Optional[Dict[str, Any]]:
+        """The answer to the copy of ``k`` sent as ``rid``; None when the
+        connection failed first. Cancelled (or, for a waiting acquire, the
+        client closing), it gives the request up: see _abandon."""
+        while True:
+            try:
+                r = await q.get()
+            except asyncio.CancelledError:
+                # Give the request up before the cancellation goes on: the
+                # cancel (6) must reach the gateway and a grant that raced
+                # in must be released, even if we are cancelled again.
+                t = asyncio.ensure_future(self._abandon(wc, rid, q, k))
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(t)
+                raise
+            if r is DROPPED:
+                return None
+            if r is CLOSING:
+                await self._abandon(wc, rid, q, k)
+                raise ClosedError(f"{k.what()}: the client closed", k.req.get("key"))
+            if r.get("type") == "queued":
+                wc.good()
+                continue
+            wc.unregister(rid)
+            return r
+
+    async def _abandon(self, wc: Conn, rid: str, q: asyncio.Queue, k: _Call) -> None:
+        """Give up the copy ``rid`` of ``k``. A waiting acquire is cancelled on
+        the gateway (command 6) and its final answer awaited: a grant that
+        raced with the cancel is released, so the caller never holds a lock
+        it did not get. A try-acquire's answer is settled in the background
+        for the same reason. Other requests are forgotten."""
+        if not k.grantable:
+            wc.unregister(rid)
+            return
+
+        async def settle() -> None:
+            try:
+                async with asyncio.timeout(self.request_timeout):
+                    while True:
+                        r = await q.get()
+                        if r is DROPPED:
+                            log.warning("lockgate: connection lost while giving up %s; a grant that raced in "
+                                        "stays held until its TTL", k.what())
+                            return
+                        if r is CLOSING or r.get("type") == "queued":
+                            continue
+                        if r.get("type") == "grant":
+                            await self._release_raced(r)
+                        return
+            except TimeoutError:
+                log.warning("lockgate: no answer to a cancelled %s; closing the connection so that the "
+                            "gateway drops the wait", k.what())
+                wc.close_for("", False, ConnectionError("cancelled acquire never answered"))
+            finally:
+                wc.unregister(rid)
+
+        if not k.wait:
+            asyncio.ensure_future(settle())
+            return
+        try:
+            await wc.send({"id": format(next(self._ids), "x"), "commandType": CMD_CANCEL, "target": rid})
+        except Exception as e:
+            log.warning("lockgate: could not send the cancel of %s: %r", k.what(), e)
+        await settle()
+
+    async def _release_raced(self, r: Dict[str, Any]) -> None:
+        key = r.get("key")
+        tok = parse_token(r.get("fencingToken"))
+        log.debug("lockgate: releasing a grant of %r (token %s) that raced with giving up", key, tok)
+        k = _Call("release", {"commandType": CMD_RELEASE, "key": key, "lockToken": r.get("lockToken"),
+                              "fencingToken": {"key": key, "value": tok}, "ack": True})
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                a = await self._do(k)
+            if a.get("type") == "error" and (a.get("error") or {}).get("code") != "not_held":
+                raise error_from_reply(a.get("error"), key)
+        except Exception as e:
+            log.warning("lockgate: could not release a grant of %r that raced with giving up; it stays held "
+                        "until its TTL: %r", key, e)
+
+    async def _timed(self, k: _Call, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """_do bounded by ``timeout`` (default request_timeout): running out
+        is an UnavailableError naming the last failure."""
+        t = self.request_timeout if timeout is None else timeout
+        try:
+            async with asyncio.timeout(t):
+                return await self._do(k)
+        except TimeoutError:
+            last = k.last_error or self._dial_error
+            if isinstance(last, (NotLeaderError, UnauthorizedError)):
+                raise last from None
+            raise UnavailableError("unavailable", f"{k.what()}: no answer within {t:g} s"
+                                   + (f" (last failure: {last})" if last else ""), k.req.get("key")) from None
+
+    # -- operations --------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lock(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
+                   auto_renew: Optional[bool] = None, wait: Optional[float] = None) -> AsyncIterator[Lease]:
+        """``async with client.lock(key) as lease:`` — acquire (waiting), run
+        the block, release. Act only while ``lease.held``; ``lease.lost`` is
+        set if the lease ends early."""
+        lease = await self.acquire(key, ttl=ttl, value=value, auto_renew=auto_renew, wait=wait)
+        try:
+            yield lease
+        finally:
+            await self._release_on_exit(lease)
+
+    async def _release_on_exit(self, lease: Lease) -> None:
+        if lease.lost.is_set():
+            return  # released, or lost: the block had lease.lost to tell it
+        try:
+            await self.release(lease)
+        except NotHeldError:
+            pass
+
+    async def acquire(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
+                      auto_renew: Optional[bool] = None, wait: Optional[float] = None,
+                      lock_token: Optional[str] = None) -> Lease:
+        """Wait until ``key`` is granted, across reconnects and leader changes.
+
+        ``ttl`` in seconds (None: 20 s, renewed automatically); ``auto_renew``
+        renews at ttl/3 (default: only for the default TTL); ``wait`` bounds
+        the wait in seconds (sent as waitMs; running out raises
+        LockTimeoutError). Cancelling the awaiting task cancels the wait on the
+        gateway and releases a grant that raced in."""
+        return await self._acquire(key, ttl, value, auto_renew, wait, lock_token, True)
+
+    async def try_acquire(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
+                          auto_renew: Optional[bool] = None, lock_token: Optional[str] = None) -> Lease:
+        """One attempt: a held key raises HeldError naming the holder."""
+        return await self._acquire(key, ttl, value, auto_renew, None, lock_token, False)
+
+    async def _acquire(self, key: str, ttl: Optional[float], value: Optional[str], auto_renew: Optional[bool],
+                       wait: Optional[float], handle: Optional[str], waiting: bool) -> Lease:
+        validate_key(key)
+        ttl = validate_ttl(ttl)
+        validate_value(value)
+        if auto_renew is None:
+            auto_renew = ttl is None
+        if ttl is None:
+            ttl = DEFAULT_TTL
+        if wait is not None and wait < 0:
+            raise ValueError("lockgate: wait must be ≥ 0 seconds")
+        with self._enter():
+            user_handle = handle
+            wait_until = time.monotonic() + wait if wait is not None else None
+            while True:
+                h = handle or new_handle()
+                req: Dict[str, Any] = {"commandType": CMD_ACQUIRE if waiting else CMD_TRY_ACQUIRE, "key": key,
+                                       "clientId": self.client_id, "ttl": ms(ttl), "lockToken": h}
+                if value is not None:
+                    req["value"] = value
+                k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True)
+                if wait_until is not None:
+                    def on_send(now: float, req: Dict[str, Any] = req) -> None:
+                        # A re-sent copy asks only for what is left of the wait.
+                        req["waitMs"] = max(1, ms(wait_until - now))
+                    k.on_send = on_send
+                if waiting and wait_until is None:
+                    r = await self._do(k)
+                elif waiting:
+                    assert wait is not None
+                    # The gateway answers timeout at waitMs; our own bound, a
+                    # little later, holds if it does not (an older server).
+                    try:
+                        async with asyncio.timeout(max(0.0, wait_until - time.monotonic()) + min(1.0, self.request_timeout)):
+                            r = await self._do(k)
+                    except TimeoutError:
+                        raise LockTimeoutError(f"not granted within {wait:g} s", key) from None
+                else:
+                    r = await self._timed(k)
+                if r.get("type") != "grant":
+                    raise self._unexpected(r, key, "grant")
+                lease = await self._lease(r, key, ttl, value, auto_renew, k.first)
+                if lease is None:
+                    if waiting and user_handle is None:
+                        log.info("lockgate: grant of %r expired on arrival; queueing again", key)
+                        continue
+                    raise NotHeldError("the grant expired before it could be renewed", key)
+                return lease
+
+    async def _lease(self, r: Dict[str, Any], key: str, ttl: float, value: Optional[str], auto_renew: bool,
+                     sent: float) -> Optional[Lease]:
+        """A Lease from a grant; None if it arrived too late and its
+        immediate renewal was refused."""
+        tok = parse_token(r.get("fencingToken"))
+        handle = r.get("lockToken")
+        if tok is None or not isinstance(handle, str) or not handle:
+            raise UnavailableError("unavailable", "grant without lockToken or fencingToken", key)
+        got = r.get("ttl")
+        if isinstance(got, (int, float)) and 0 < got / 1000.0 < ttl:
+            ttl = got / 1000.0
+        lease = Lease(self, key, str(r.get("owner") or self.client_id), tok, handle, ttl, sent, value)
+        if r.get("wanted"):
+            lease._mark_wanted()
+        self._track(lease)
+        if sent + ttl - time.monotonic() < ttl / 2:
+            # A long wait: renew at once. Not under the caller's
+            # cancellation: the grant is ours now and must not be left behind.
+            t = asyncio.ensure_future(self._renew_once(lease, ttl))
+            try:
+                await asyncio.shield(t)
+            except NotHeldError:
+                return None
+            except asyncio.CancelledError:
+                t.add_done_callback(lambda _t: asyncio.ensure_future(self._release_quietly(lease)))
+                raise
+            except LockgateError as e:
+                log.warning("lockgate: renewing a late grant of %r failed; its deadline stays short: %s", key, e)
+        if auto_renew:
+            lease._keepalive = asyncio.ensure_future(self._keep_alive(lease))
+        return lease
+
+    async def _release_quietly(self, lease: Lease) -> None:
+        with contextlib.suppress(Exception):
+            await self.release(lease)
+
+    async def renew(self, lease: Lease, ttl: Optional[float] = None) -> None:
+        """Extend ``lease`` to ``ttl`` seconds from now (default: its TTL).
+        NotHeldError (and the lease ends, ``lost_reason`` "not_held") if the
+        gateway no longer holds it."""
+        ttl = validate_ttl(ttl)
+        if lease.lost.is_set():
+            raise NotHeldError(f"the lease ended ({lease.lost_reason})", lease.key)
+        with self._enter():
+            await self._renew_once(lease, ttl if ttl is not None else lease.ttl)
+
+    async def _renew_once(self, lease: Lease, ttl: float, timeout: Optional[float] = None) -> None:
+        k = _Call("renew", {"commandType": CMD_RENEW, "key": lease.key, "lockToken": lease.lock_token,
+                            "fencingToken": {"key": lease.key, "value": lease.fencing_token}, "ttl": ms(ttl)})
+        r = await self._timed(k, timeout)
+        if r.get("type") == "renewed":
+            got = r.get("ttl")
+            if isinstance(got, (int, float)) and 0 < got / 1000.0 < ttl:
+                ttl = got / 1000.0
+            if not lease._extend(k.last, ttl):
+                raise NotHeldError(f"the lease ended ({lease.lost_reason})", lease.key)
+            self._track(lease)
+            return
+        if r.get("type") == "error" and (r.get("error") or {}).get("code") == "not_held":
+            lease._end("not_held")
+        raise self._unexpected(r, lease.key, "renewed")
+
+    async def _keep_alive(self, lease: Lease) -> None:
+        """Renew every ttl/3 until the lease ends. not_held ends it at once;
+        transient failures are retried with jittered backoff while the
+        deadline allows; past it the lease's timer ends it as expired."""
+        try:
+            while not lease.lost.is_set() and not self._closed:
+                await asyncio.sleep(lease.ttl / 3)
+                attempt = 0
+                while not lease.lost.is_set() and not self._closed:
+                    left = lease.deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    try:
+                        await self._renew_once(lease, lease.ttl, timeout=left)
+                        break
+                    except NotHeldError:
+                        return
+                    except ClosedError:
+                        return
+                    except LockgateError as e:
+                        attempt += 1
+                        log.info("lockgate: renewing %r failed (attempt %d): %s", lease.key, attempt, e)
+                        await asyncio.sleep(backoff(attempt, cap=max(0.01, lease.ttl / 10)))
+        except asyncio.CancelledError:
+            pass
+
+    async def release(self, lease: Lease) -> None:
+        """Release ``lease``; it ends with ``lost_reason`` "released".
+        NotHeldError if the gateway no longer held it (it expired or went to
+        someone else; the lease ends as "not_held")."""
+        with self._enter():
+            alive = [False]  # the lease was alive by our clock when the answered copy went out
+            k = _Call("release", {"commandType": CMD_RELEASE, "key": lease.key, "lockToken": lease.lock_token,
+                                  "fencingToken": {"key": lease.key, "value": lease.fencing_token}, "ack": True})
+
+            def on_send(now: float) -> None:
+                alive[0] = not lease.lost.is_set() and now < lease.deadline
+            k.on_send = on_send
+            r = await self._timed(k)
+            if r.get("type") == "released":
+                lease._end("released")
+                return
+            if r.get("type") == "error" and (r.get("error") or {}).get("code") == "not_held":
+                if k.prior and alive[0]:
+                    # An earlier copy may have reached the gateway before its
+                    # connection failed, and nothing else can have ended a
+                    # lease alive by our clock: that copy freed it.
+                    lease._end("released")
+                    return
+                lease._end("not_held")
+                if k.prior:
+                    raise UnavailableError("unavailable", "release: outcome unknown: the re-sent copy was answered "
+                                           "not_held after the lease's deadline, so an earlier copy may have freed it "
+                                           "or it may have expired first", lease.key)
+            raise self._unexpected(r, lease.key, "released")
+
+    async def inspect(self, key: str) -> LockInfo:
+        """Who holds ``key``; NotFoundError if nobody does."""
+        validate_key(key)
+        with self._enter():
+            r = await self._timed(_Call("inspect", {"commandType": CMD_INSPECT, "key": key}))
+            if r.get("type") != "info":
+                raise self._unexpected(r, key, "info")
+            exp = r.get("expiresIn")
+            w = r.get("waiters")
+            return LockInfo(key=key, owner=str(r.get("owner") or ""), fencing_token=parse_token(r.get("fencingToken")),
+                            value=r.get("value"), expires_in=exp / 1000.0 if isinstance(exp, (int, float)) else None,
+                            waiters=w if isinstance(w, int) else -1)
+
+    @staticmethod
+    def _unexpected(r: Dict[str, Any], key: str, want: str) -> LockgateError:
+        if r.get("type") == "error":
+            return error_from_reply(r.get("error"), key)
+        return LockgateError("internal", f"answered {r.get('type')!r} where {want!r} was expected", key)

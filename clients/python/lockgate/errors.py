@@ -1,0 +1,151 @@
+"""The errors of the lockgate client.
+
+Every error the gateway answers is a :class:`LockgateError` whose ``code`` is
+the protocol's error code (docs/protocol.md, "Error codes"); the codes that a
+caller handles differently have their own subclass. Cancellation is
+``asyncio.CancelledError`` (the client cancels a queued acquire on the
+gateway first), never an error of this module.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Optional
+
+__all__ = [
+    "LockgateError",
+    "HeldError",
+    "NotHeldError",
+    "NotFoundError",
+    "NotLeaderError",
+    "UnavailableError",
+    "ClosedError",
+    "LockTimeoutError",
+    "ValidationError",
+    "UnauthorizedError",
+    "error_from_reply",
+]
+
+
+class LockgateError(Exception):
+    """An error of a lockgate call. ``code`` is the protocol's error code."""
+
+    def __init__(self, code: str, message: str = "", key: Optional[str] = None) -> None:
+        self.code = code
+        self.message = message
+        self.key = key
+        text = f"lockgate: {code}"
+        if key is not None:
+            text += f" ({key!r})"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+
+class HeldError(LockgateError):
+    """A try-acquire found the key held. ``owner``, ``fencing_token`` and
+    ``expires_in`` (seconds) name the holder where the gateway knows it."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None, owner: Optional[str] = None,
+                 fencing_token: Optional[int] = None, expires_in: Optional[float] = None) -> None:
+        super().__init__("held", message, key)
+        self.owner = owner
+        self.fencing_token = fencing_token
+        self.expires_in = expires_in
+
+
+class NotHeldError(LockgateError):
+    """Renew or release of a lease that expired, was released or was granted
+    to someone else: stop acting as the holder."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("not_held", message, key)
+
+
+class NotFoundError(LockgateError):
+    """Inspect of a key nobody holds."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("not_found", message, key)
+
+
+class NotLeaderError(LockgateError):
+    """The gateway is not the leader and the client gave up following it."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None, leader_id: str = "",
+                 leader_addr: str = "") -> None:
+        super().__init__("not_leader", message, key)
+        self.leader_id = leader_id
+        self.leader_addr = leader_addr
+
+
+class UnavailableError(LockgateError):
+    """No gateway could serve the request in time (``unavailable``,
+    ``closed``, ``too_many_waiters``, or no answer): the outcome of a write is
+    unknown."""
+
+
+class ClosedError(LockgateError):
+    """The client was closed."""
+
+    def __init__(self, message: str = "the client is closed", key: Optional[str] = None) -> None:
+        super().__init__("client_closed", message, key)
+
+
+class LockTimeoutError(LockgateError, builtins.TimeoutError):
+    """An acquire's ``wait`` ran out before the key was granted (code
+    ``timeout``). It is also a builtin ``TimeoutError``."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("timeout", message, key)
+
+
+class ValidationError(LockgateError, ValueError):
+    """Bad input, found by the client or the gateway: ``code`` is
+    ``invalid_key``, ``invalid_ttl``, ``invalid_value``, ``invalid_owner``,
+    ``invalid_handle``, ``missing_field``, ``bad_json``, ``too_large``, …"""
+
+
+class UnauthorizedError(LockgateError):
+    """The gateway refused the bearer token (or its absence)."""
+
+    def __init__(self, message: str = "the gateway refused the bearer token (HTTP 401)", key: Optional[str] = None) -> None:
+        super().__init__("unauthorized", message, key)
+
+
+_VALIDATION = {
+    "bad_json", "unknown_command", "missing_field", "invalid_key", "invalid_ttl", "invalid_value",
+    "invalid_owner", "invalid_handle", "invalid_wait", "too_large",
+}
+_UNAVAILABLE = {"unavailable", "closed", "too_many_waiters", "too_many_locks"}
+
+
+def error_from_reply(err: Any, key: Optional[str] = None) -> LockgateError:
+    """The exception for the ``error`` object of an error reply."""
+    from ._wire import parse_token  # a cycle otherwise: _wire raises ValidationError
+
+    if not isinstance(err, dict):
+        return LockgateError("internal", "error reply without an error object", key)
+    code = str(err.get("code") or "internal")
+    msg = str(err.get("message") or "")
+    if code == "held":
+        h = err.get("holder") if isinstance(err.get("holder"), dict) else {}
+        exp = h.get("expiresIn")
+        return HeldError(msg, key, owner=h.get("owner"), fencing_token=parse_token(h.get("fencingToken")),
+                         expires_in=exp / 1000.0 if isinstance(exp, (int, float)) else None)
+    if code == "not_held":
+        return NotHeldError(msg, key)
+    if code == "not_found":
+        return NotFoundError(msg, key)
+    if code == "not_leader":
+        ld = err.get("leader") if isinstance(err.get("leader"), dict) else {}
+        return NotLeaderError(msg, key, str(ld.get("id") or ""), str(ld.get("addr") or ""))
+    if code == "timeout":
+        return LockTimeoutError(msg, key)
+    if code == "unauthorized":
+        return UnauthorizedError(msg, key)
+    if code in _VALIDATION:
+        return ValidationError(code, msg, key)
+    if code in _UNAVAILABLE:
+        return UnavailableError(code, msg, key)
+    return LockgateError(code, msg, key)

@@ -1,0 +1,140 @@
+"""Leases: what a grant gives its holder, and how the holder learns it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from ._wire import deadline as _deadline
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client
+
+__all__ = ["Lease", "LockInfo"]
+
+
+class Lease:
+    """A granted lock. Act as the holder only while ``held`` is true (before
+    ``deadline``, and ``lost`` not set), and send ``fencing_token`` with every
+    write to a fenced resource.
+
+    ``lost`` (an ``asyncio.Event``) is set the moment the lease ends, the
+    counterpart of the Go SDK's ``Lease.Done()``; ``lost_reason`` then says
+    why: ``"released"`` (by its holder), ``"expired"`` (its deadline passed
+    without a successful renewal), or ``"not_held"`` (the gateway refused a
+    renewal or release: it expired or was granted to someone else).
+
+    ``wanted`` (an ``asyncio.Event``) is set when the gateway says another
+    caller waits for the key (the ``wanted`` push, or a grant made while
+    others already waited). It is a hint, never a revocation.
+    """
+
+    def __init__(self, client: "Client", key: str, owner: str, fencing_token: int, lock_token: str,
+                 ttl: float, sent: float, value: Optional[str] = None) -> None:
+        self._client = client
+        self.key = key
+        self.owner = owner
+        self.fencing_token = fencing_token
+        self.lock_token = lock_token
+        self.value = value
+        self.ttl = ttl  #: seconds, as granted (or last renewed)
+        self.sent = sent  #: time.monotonic() when the request that started the current TTL was sent
+        self.deadline = _deadline(sent, ttl)  #: time.monotonic() after which the holder must stop acting
+        self.lost = asyncio.Event()
+        self.lost_reason: Optional[str] = None
+        self.wanted = asyncio.Event()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._keepalive: Optional["asyncio.Task[None]"] = None
+        self._arm()
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def held(self) -> bool:
+        """Whether the holder may still act: not ended, deadline not passed."""
+        return not self.lost.is_set() and time.monotonic() < self.deadline
+
+    def remaining(self) -> float:
+        """Seconds left until the deadline (≤ 0 once it passed or the lease ended)."""
+        if self.lost.is_set():
+            return 0.0
+        return self.deadline - time.monotonic()
+
+    def __repr__(self) -> str:
+        state = self.lost_reason or ("held" if self.held else "expiring")
+        return f"<Lease {self.key!r} token={self.fencing_token} {state} {self.remaining():.3f}s left>"
+
+    # -- operations ----------------------------------------------------------
+
+    async def release(self) -> None:
+        """Release the lease (see :meth:`Client.release`)."""
+        await self._client.release(self)
+
+    async def renew(self, ttl: Optional[float] = None) -> None:
+        """Renew the lease to ``ttl`` seconds (default: its current TTL)."""
+        await self._client.renew(self, ttl)
+
+    async def __aenter__(self) -> "Lease":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client._release_on_exit(self)
+
+    # -- bookkeeping (the client's) --------------------------------------------
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        # loop.time() is time.monotonic() on the default loops.
+        self._timer = loop.call_later(max(0.0, self.deadline - time.monotonic()), self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if time.monotonic() >= self.deadline:
+            self._end("expired")
+        else:  # extended meanwhile by a renewal whose timer was set late
+            self._arm()
+
+    def _extend(self, sent: float, ttl: float) -> bool:
+        """Record a successful renewal sent at ``sent``; False if the lease
+        already ended (a renewal cannot bring it back)."""
+        if self.lost.is_set():
+            return False
+        self.ttl = ttl
+        new = _deadline(sent, ttl)
+        if new > self.deadline:
+            self.sent, self.deadline = sent, new
+        self._arm()
+        return True
+
+    def _mark_wanted(self) -> None:
+        self.wanted.set()
+
+    def _end(self, reason: str) -> None:
+        if self.lost.is_set():
+            return
+        self.lost_reason = reason
+        self.lost.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        ka = self._keepalive
+        self._keepalive = None
+        if ka is not None and ka is not asyncio.current_task():
+            ka.cancel()
+        self._client._untrack(self)
+
+
+@dataclass
+class LockInfo:
+    """What inspect reports of a held key."""
+
+    key: str
+    owner: str
+    fencing_token: Optional[int]
+    value: Optional[str]
+    expires_in: Optional[float]  #: seconds, as the gateway counted when it answered
+    waiters: int  #: callers queued for the key (-1: the gateway did not say)
