@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,15 +60,25 @@ func TestClients(t *testing.T) {
 		}
 		testenv.RequireBinary(t, "node", "nodejs")
 		npm := testenv.RequireBinary(t, "npm", "npm")
+		// npm ci replaces node_modules and the build writes dist/: do both
+		// in a copy, so that the harness leaves the working tree alone and
+		// two runs of it cannot trample each other.
+		work := filepath.Join(t.TempDir(), "js")
+		if err := copySource(dir, work, "node_modules", "dist"); err != nil {
+			t.Fatal(err)
+		}
 		h.restoreT(t)
 		ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout)
 		defer cancel()
 		env := h.env(scenariosPath)
-		for _, args := range [][]string{{"ci", "--no-audit", "--no-fund"}, {"run", "build"}, {"test"}} {
-			if err := runLogged(ctx, t, dir, env, npm, args...); err != nil {
+		var out []string
+		for _, args := range [][]string{{"ci", "--no-audit", "--no-fund", "--prefer-offline"}, {"run", "build"}, {"test"}} {
+			var err error
+			if out, err = runLogged(ctx, t, work, env, npm, args...); err != nil {
 				t.Fatalf("npm %s: %v", strings.Join(args, " "), err)
 			}
 		}
+		checkReported(t, set, out)
 	})
 	t.Run("python", func(t *testing.T) {
 		dir := filepath.Join("python")
@@ -83,9 +96,12 @@ func TestClients(t *testing.T) {
 		h.restoreT(t)
 		ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout)
 		defer cancel()
-		if err := runLogged(ctx, t, dir, h.env(scenariosPath), python, "-m", "unittest", "discover", "-s", "tests", "-v"); err != nil {
+		env := append(h.env(scenariosPath), "PYTHONDONTWRITEBYTECODE=1") // no __pycache__ in the tree
+		out, err := runLogged(ctx, t, dir, env, python, "-m", "unittest", "discover", "-s", "tests", "-v")
+		if err != nil {
 			t.Fatalf("python unittest: %v", err)
 		}
+		checkReported(t, set, out)
 	})
 }
 
@@ -98,6 +114,45 @@ func skipOrFail(t *testing.T, msg string) {
 		t.Fatalf("%s [CI=true: failing instead of skipping]", msg)
 	}
 	t.Skip(msg)
+}
+
+// copySource copies the tree at src to dst, leaving out the top-level
+// entries named in skip. Symbolic links are copied as links.
+func copySource(src, dst string, skip ...string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && slices.Contains(skip, rel) {
+			return filepath.SkipDir
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, to)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, info.Mode().Perm())
+		}
+		return nil
+	})
 }
 
 func exists(path string) bool {
@@ -136,9 +191,33 @@ func loadScenarios(t *testing.T, path string) scenarioSet {
 	return s
 }
 
+// checkReported fails t unless a runner's output has the line "ok NAME
+// <n>ms" for every scenario of the set: a runner that exits 0 without
+// running a scenario (or the whole set) must not pass.
+func checkReported(t *testing.T, set scenarioSet, out []string) {
+	t.Helper()
+	for _, name := range unreported(set, out) {
+		t.Errorf("the runner printed no \"ok %s <n>ms\" line: scenario %s not run, or not passed", name, name)
+	}
+}
+
+// unreported are the scenarios of set without an "ok NAME <n>ms" line in
+// out (anywhere in a line: test runners prefix their children's output).
+func unreported(set scenarioSet, out []string) []string {
+	var missing []string
+	for _, s := range set.Scenarios {
+		re := regexp.MustCompile(`(^|[^\w-])ok ` + regexp.QuoteMeta(s.Name) + ` \d+ms\b`)
+		if !slices.ContainsFunc(out, re.MatchString) {
+			missing = append(missing, s.Name)
+		}
+	}
+	return missing
+}
+
 // runLogged runs name args in dir with env added, streaming its output
 // line by line into t.Log, and kills its whole process group when ctx ends.
-func runLogged(ctx context.Context, t *testing.T, dir string, env []string, name string, args ...string) error {
+// It returns the output's lines.
+func runLogged(ctx context.Context, t *testing.T, dir string, env []string, name string, args ...string) ([]string, error) {
 	t.Helper()
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -149,6 +228,7 @@ func runLogged(ctx context.Context, t *testing.T, dir string, env []string, name
 	cmd.WaitDelay = 5 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	var lines []string // written by the reader goroutine until wg.Wait
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -157,6 +237,7 @@ func runLogged(ctx context.Context, t *testing.T, dir string, env []string, name
 		sc.Buffer(make([]byte, 64*1024), 1024*1024)
 		for sc.Scan() {
 			t.Log(sc.Text())
+			lines = append(lines, sc.Text())
 		}
 		io.Copy(io.Discard, pr) // a line too long for the scanner: drain
 	}()
@@ -165,9 +246,9 @@ func runLogged(ctx context.Context, t *testing.T, dir string, env []string, name
 	wg.Wait()
 	t.Logf("%s %s: %v after %v", name, strings.Join(args, " "), errOrOK(err), time.Since(start).Round(time.Millisecond))
 	if ctx.Err() != nil {
-		return fmt.Errorf("%w (bound %v)", ctx.Err(), runnerTimeout)
+		return lines, fmt.Errorf("%w (bound %v)", ctx.Err(), runnerTimeout)
 	}
-	return err
+	return lines, err
 }
 
 func errOrOK(err error) any {
