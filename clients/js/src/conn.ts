@@ -1,0 +1,186 @@
+/**
+ * One connection to a gateway: requests multiplexed by id, replies handed
+ * to the request that waits for them, liveness by ping.
+ */
+import { decodeReply, encodeRequest, type Reply, type Request } from "./wire.js";
+import type { Sock } from "./socket.js";
+
+/**
+ * Liveness: the client pings every PingIntervalMs and drops a connection
+ * on which nothing (a message, a pong, a ping) arrived for IdleTimeoutMs, so
+ * that a gateway that vanished without closing TCP is noticed and its
+ * requests re-sent elsewhere. Only where the platform can ping (Node's
+ * `ws`); a browser relies on the server's pings and its TCP stack.
+ */
+export const PingIntervalMs = 5_000;
+export const IdleTimeoutMs = 15_000;
+/** MaxStrikes: consecutive unavailable answers before the client tries another gateway. */
+export const MaxStrikes = 3;
+
+/** Pending collects the replies to one request id. next() yields them in order; null once the connection ended. */
+export class Pending {
+  #queue: Reply[] = [];
+  #waiter: { promise: Promise<Reply | null>; resolve: (r: Reply | null) => void } | undefined;
+  #ended = false;
+
+  push(r: Reply): void {
+    if (this.#waiter) {
+      const w = this.#waiter;
+      this.#waiter = undefined;
+      w.resolve(r);
+    } else {
+      this.#queue.push(r);
+    }
+  }
+
+  end(): void {
+    this.#ended = true;
+    if (this.#waiter) {
+      const w = this.#waiter;
+      this.#waiter = undefined;
+      w.resolve(null);
+    }
+  }
+
+  /** next is the next reply, or null when the connection ended first. Calling it again before it settles returns the same promise. */
+  next(): Promise<Reply | null> {
+    const r = this.#queue.shift();
+    if (r) return Promise.resolve(r);
+    if (this.#ended) return Promise.resolve(null);
+    if (!this.#waiter) {
+      let resolve!: (r: Reply | null) => void;
+      const promise = new Promise<Reply | null>((res) => (resolve = res));
+      this.#waiter = { promise, resolve };
+    }
+    return this.#waiter.promise;
+  }
+}
+
+export class Conn {
+  readonly addr: string;
+  readonly born = performance.now();
+  readonly wantedFeature: boolean;
+  /** Resolves when the connection has ended. */
+  readonly done: Promise<void>;
+  closed = false;
+  cause: Error | undefined;
+  /** Set by closeFor: dial this address next (a not_leader redirect). */
+  redirect = "";
+  /** Set by closeFor: prefer another gateway next. */
+  avoid = false;
+  /** It answered a request normally. */
+  useful = false;
+
+  #sock: Sock;
+  #pending = new Map<string, Pending>();
+  #strikes = 0;
+  #lastActivity = performance.now();
+  #pinger: ReturnType<typeof setInterval> | undefined;
+  #resolveDone!: () => void;
+
+  constructor(
+    sock: Sock,
+    addr: string,
+    private readonly onPush: (r: Reply) => void,
+    private readonly onWarn: (msg: string) => void,
+  ) {
+    this.#sock = sock;
+    this.addr = addr;
+    this.wantedFeature = sock.features.includes("wanted");
+    this.done = new Promise((res) => (this.#resolveDone = res));
+    sock.onactivity = () => (this.#lastActivity = performance.now());
+    sock.onmessage = (text) => this.#dispatch(text);
+    sock.onclose = (cause) => this.#ended(cause);
+    if (sock.ping()) {
+      this.#pinger = setInterval(() => {
+        if (performance.now() - this.#lastActivity > IdleTimeoutMs) {
+          this.close(new Error(`nothing received for ${IdleTimeoutMs} ms`));
+          return;
+        }
+        sock.ping();
+      }, PingIntervalMs);
+      (this.#pinger as { unref?: () => void }).unref?.();
+    }
+  }
+
+  #dispatch(text: string): void {
+    let r: Reply;
+    try {
+      r = decodeReply(text);
+    } catch (e) {
+      this.onWarn(`undecodable message from ${this.addr}: ${(e as Error).message}`);
+      return;
+    }
+    if (!r.id) {
+      if (r.type === "wanted") this.onPush(r);
+      else if (r.type === "error") this.onWarn(`gateway error without request id: ${r.error?.code}: ${r.error?.message}`);
+      return;
+    }
+    this.#pending.get(r.id)?.push(r); // none: a request that gave up (e.g. the reply to a cancel)
+  }
+
+  #ended(cause: Error): void {
+    if (!this.cause) this.cause = cause;
+    this.closed = true;
+    if (this.#pinger) clearInterval(this.#pinger);
+    for (const p of this.#pending.values()) p.end();
+    this.#pending.clear();
+    this.#resolveDone();
+  }
+
+  /** register makes a Pending receive the replies with id; undefined once the connection has ended. */
+  register(id: string): Pending | undefined {
+    if (this.closed) return undefined;
+    const p = new Pending();
+    this.#pending.set(id, p);
+    return p;
+  }
+
+  unregister(id: string): void {
+    this.#pending.delete(id);
+  }
+
+  /** send writes one request; it throws (and ends the connection) if it cannot. */
+  send(req: Request): void {
+    if (this.closed) throw new Error("connection closed");
+    try {
+      this.#sock.send(encodeRequest(req));
+    } catch (e) {
+      this.close(e as Error);
+      throw e;
+    }
+  }
+
+  /** close ends the connection at once. */
+  close(cause: Error, code?: number): void {
+    if (this.closed) return;
+    this.cause = cause;
+    try {
+      this.#sock.close(code, code ? cause.message.slice(0, 120) : undefined);
+    } catch {
+      // already closing
+    }
+    // ws's terminate reports close asynchronously; mark it ended now so
+    // that no request is written to a connection on its way out.
+    this.#ended(cause);
+  }
+
+  /** closeFor ends the connection so that the client dials redirect next, or with avoid some other gateway. */
+  closeFor(redirect: string, avoid: boolean, cause: Error): void {
+    if (!this.closed) {
+      this.redirect = redirect;
+      this.avoid = avoid;
+    }
+    this.close(cause);
+  }
+
+  /** strike counts an unavailable answer; after MaxStrikes in a row another gateway is tried. */
+  strike(): void {
+    if (++this.#strikes >= MaxStrikes) this.closeFor("", true, new Error("gateway keeps answering unavailable"));
+  }
+
+  good(): void {
+    this.#strikes = 0;
+    this.useful = true;
+  }
+}

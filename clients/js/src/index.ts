@@ -1,0 +1,24 @@
+/**
+ * @lockgate/client: the TypeScript client of lockgate's WebSocket lock
+ * protocol (v1, docs/protocol.md), for Node ≥ 20 and browsers.
+ *
+ *     const client = new Client(["10.0.0.1:50051", "10.0.0.2:50052"]);
+ *     await using lease = await client.acquire("orders/42"); // 20 s TTL, auto-renewed
+ *     // act while !lease.signal.aborted; send lease.fencingToken with every write
+ */
+export { Client, DefaultDialTimeoutMs, DefaultMaxHops, DefaultRequestTimeoutMs } from "./client.js";
+export type { AcquireOptions, ClientOptions, LockInfo } from "./client.js";
+export { Lease, LeaseLostError } from "./lease.js";
+export type { LostReason } from "./lease.js";
+export {
+  CancelledError,
+  ErrorCodes,
+  HeldError,
+  LockgateError,
+  NotHeldError,
+  TimeoutError,
+} from "./errors.js";
+export type { ErrorCode, HolderInfo, LeaderInfo } from "./errors.js";
+export type { TlsOptions } from "./socket.js";
+export { backoffMs, deadlineOf, needsEarlyRenew } from "./timing.js";
+export { parseToken, DefaultTtlMs, MaxKeyLen, MinTtlMs, MaxTtlMs } from "./wire.js";

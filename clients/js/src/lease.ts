@@ -1,0 +1,265 @@
+/**
+ * A held lock: its tokens, its deadline, and the signals of its end.
+ */
+import { LockgateError, NotHeldError } from "./errors.js";
+import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
+
+/** Why a lease ended. */
+export type LostReason = "expired" | "not_held" | "released";
+
+/** LeaseLostError is the reason of a lease's `signal` once it ends. */
+export class LeaseLostError extends LockgateError {
+  override name = "LeaseLostError";
+  readonly reason: LostReason;
+  constructor(key: string, reason: LostReason) {
+    super("not_held", `lockgate: lease of ${JSON.stringify(key)} ended: ${reason}`);
+    this.reason = reason;
+  }
+}
+
+/** What a Lease needs from its Client. @internal */
+export interface LeaseOps {
+  /** Renews; resolves with the send time of the answered copy; throws NotHeldError when the server says so. */
+  renew(lease: Lease, ttlMs: number, signal?: AbortSignal): Promise<number>;
+  release(lease: Lease): Promise<void>;
+  untrack(lease: Lease): void;
+}
+
+/** @internal */
+export interface LeaseInit {
+  key: string;
+  owner: string;
+  lockToken: string;
+  fencingToken: bigint;
+  ttlMs: number;
+  sent: number;
+  value?: string;
+  autoRenew: boolean;
+  wanted: boolean;
+}
+
+function unref(t: ReturnType<typeof setTimeout>): void {
+  (t as { unref?: () => void }).unref?.();
+}
+
+/**
+ * Lease is a granted lock. Act as the holder only while `signal` is not
+ * aborted (equivalently, before `deadline` by performance.now()), and send
+ * `fencingToken` with every write to a fenced resource.
+ */
+export class Lease {
+  /** The lock's key. */
+  readonly key: string;
+  /** The owner (client id) recorded with the lock. */
+  readonly owner: string;
+  /** The lease's secret handle; renew and release send it. */
+  readonly lockToken: string;
+  /**
+   * The fencing token: strictly increasing across successive grants of the
+   * key. A bigint, so that every 64-bit value is exact.
+   */
+  readonly fencingToken: bigint;
+  /** The value stored with the lock, if any. */
+  readonly value: string | undefined;
+  /** Resolves with the reason once the lease ends (it never rejects). */
+  readonly lost: Promise<LostReason>;
+  /** Aborted once the lease ends (reason: a LeaseLostError): the counterpart of Go's Lease.Done. */
+  readonly signal: AbortSignal;
+  /** Resolves when another caller waits for this key (the gateway's "wanted" push). A hint, never a revocation. */
+  readonly wanted: Promise<void>;
+
+  #ops: LeaseOps;
+  #ttlMs: number;
+  #sent: number;
+  #deadline: number;
+  #autoRenew: boolean;
+  #reason: LostReason | undefined;
+  #isWanted = false;
+  #resolveLost!: (r: LostReason) => void;
+  #resolveWanted!: () => void;
+  #abort = new AbortController();
+  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  #renewTimer: ReturnType<typeof setTimeout> | undefined;
+  #renewing: AbortController | undefined;
+
+  /** @internal */
+  constructor(ops: LeaseOps, g: LeaseInit) {
+    this.#ops = ops;
+    this.key = g.key;
+    this.owner = g.owner;
+    this.lockToken = g.lockToken;
+    this.fencingToken = g.fencingToken;
+    this.value = g.value;
+    this.#ttlMs = g.ttlMs;
+    this.#sent = g.sent;
+    this.#deadline = deadlineOf(g.sent, g.ttlMs);
+    this.#autoRenew = g.autoRenew;
+    this.lost = new Promise((res) => (this.#resolveLost = res));
+    this.wanted = new Promise((res) => (this.#resolveWanted = res));
+    this.signal = this.#abort.signal;
+    if (g.wanted) this._markWanted();
+    this.#armDeadline();
+    this.#scheduleRenew();
+  }
+
+  /** The TTL of the last grant or renewal, ms. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /** When the request that started the current TTL was sent (performance.now() ms). */
+  get sent(): number {
+    return this.#sent;
+  }
+
+  /** The last instant, on performance.now()'s clock, the holder may act: sent + ttl − (ttl·0.01 + 2 ms). */
+  get deadline(): number {
+    return this.#deadline;
+  }
+
+  /** Why the lease ended; undefined while it is held. */
+  get reason(): LostReason | undefined {
+    return this.#reason;
+  }
+
+  /** Whether another caller was reported waiting for the key. */
+  get isWanted(): boolean {
+    return this.#isWanted;
+  }
+
+  /** Whether the lease is still held by this client's clock. */
+  get held(): boolean {
+    return this.#reason === undefined && now() < this.#deadline;
+  }
+
+  /** Whether auto-renew runs. */
+  get autoRenew(): boolean {
+    return this.#autoRenew;
+  }
+
+  /** release frees the lock; a lease that is no longer held on the server gives NotHeldError. */
+  release(): Promise<void> {
+    return this.#ops.release(this);
+  }
+
+  /** renew extends the lease to ttlMs (default: its current TTL); NotHeldError ends it. */
+  async renew(ttlMs?: number): Promise<void> {
+    if (this.#reason !== undefined) throw new NotHeldError(`lockgate: renew ${JSON.stringify(this.key)}: the lease ended (${this.#reason})`);
+    const ttl = ttlMs ?? this.#ttlMs;
+    try {
+      const sent = await this.#ops.renew(this, ttl, this.signal);
+      this._renewed(sent, ttl);
+    } catch (e) {
+      if (e instanceof NotHeldError) this._end("not_held");
+      throw e;
+    }
+  }
+
+  /** `await using lease = await client.acquire(k)` releases it at the end of the block (errors of an ended lease are ignored). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.#reason !== undefined) return;
+    try {
+      await this.release();
+    } catch (e) {
+      if (!(e instanceof NotHeldError)) throw e;
+    }
+  }
+
+  /** @internal A renewal sent at `sent` succeeded with ttlMs. */
+  _renewed(sent: number, ttlMs: number): void {
+    if (this.#reason !== undefined) return;
+    this.#ttlMs = ttlMs;
+    // A later answer for an older copy must not move the deadline back.
+    if (deadlineOf(sent, ttlMs) > this.#deadline || sent > this.#sent) {
+      this.#sent = sent;
+      this.#deadline = deadlineOf(sent, ttlMs);
+    }
+    this.#armDeadline();
+    this.#scheduleRenew();
+  }
+
+  /** @internal The gateway reported a waiter for the key. */
+  _markWanted(): void {
+    if (this.#isWanted) return;
+    this.#isWanted = true;
+    this.#resolveWanted();
+  }
+
+  /** @internal Ends the lease (once). */
+  _end(reason: LostReason): void {
+    if (this.#reason !== undefined) return;
+    this.#reason = reason;
+    this._stopRenewing();
+    if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
+    this.#ops.untrack(this);
+    this.#abort.abort(new LeaseLostError(this.key, reason));
+    this.#resolveLost(reason);
+  }
+
+  /** @internal Stops auto-renew (the client closed); the deadline still ends the lease. */
+  _stopRenewing(): void {
+    this.#autoRenew = false;
+    if (this.#renewTimer) clearTimeout(this.#renewTimer);
+    this.#renewTimer = undefined;
+    this.#renewing?.abort();
+  }
+
+  #armDeadline(): void {
+    if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
+    const fire = () => {
+      const left = this.#deadline - now();
+      if (left > 0) {
+        this.#deadlineTimer = setTimeout(fire, left + 1);
+        unref(this.#deadlineTimer);
+        return;
+      }
+      this._end("expired");
+    };
+    this.#deadlineTimer = setTimeout(fire, Math.max(0, this.#deadline - now()));
+    unref(this.#deadlineTimer);
+  }
+
+  #scheduleRenew(): void {
+    if (!this.#autoRenew || this.#reason !== undefined) return;
+    if (this.#renewTimer) clearTimeout(this.#renewTimer);
+    const at = this.#sent + renewDelayMs(this.#ttlMs);
+    this.#renewTimer = setTimeout(() => void this.#autoRenewOnce(), Math.max(0, at - now()));
+    unref(this.#renewTimer);
+  }
+
+  /**
+   * One round of auto-renew: renew until it succeeds, the server says
+   * not_held (the lease ends), or the deadline passes (it ends as expired).
+   * Each attempt is bounded by the deadline: past it, a renewal could not
+   * make the holder safe again.
+   */
+  async #autoRenewOnce(): Promise<void> {
+    this.#renewTimer = undefined;
+    for (let attempt = 1; this.#autoRenew && this.#reason === undefined; attempt++) {
+      const left = this.#deadline - now();
+      if (left <= 0) return; // the deadline timer ends it
+      const ctl = new AbortController();
+      this.#renewing = ctl;
+      const t = setTimeout(() => ctl.abort(new LockgateError("timeout", "renewal outlived the lease's deadline")), left);
+      unref(t);
+      try {
+        const sent = await this.#ops.renew(this, this.#ttlMs, ctl.signal);
+        this._renewed(sent, this.#ttlMs);
+        return;
+      } catch (e) {
+        if (e instanceof NotHeldError) {
+          this._end("not_held");
+          return;
+        }
+        if (e instanceof LockgateError && e.code === "closed") return;
+      } finally {
+        clearTimeout(t);
+        if (this.#renewing === ctl) this.#renewing = undefined;
+      }
+      await new Promise<void>((res) => {
+        const p = setTimeout(res, backoffMs(attempt, 50, Math.max(50, this.#ttlMs / 10)));
+        unref(p);
+      });
+    }
+  }
+}
