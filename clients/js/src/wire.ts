@@ -91,12 +91,17 @@ export function decodeReply(text: string): Reply {
   return out;
 }
 
-/** encodeRequest writes a request as JSON with the fencing token's value as an exact number. */
+/**
+ * encodeRequest writes a request as JSON with the fencing token's value as
+ * an exact number (JSON.stringify cannot write a bigint): the token is
+ * spliced in as the last field.
+ */
 export function encodeRequest(req: Request): string {
-  return JSON.stringify(req, (_k, v: unknown) => (typeof v === "bigint" ? `\u0000big:${v}` : v)).replace(
-    /"\\u0000big:(\d+)"/g,
-    "$1",
-  );
+  const { fencingToken, ...rest } = req;
+  const s = JSON.stringify(rest);
+  if (!fencingToken) return s;
+  const tok = `"fencingToken":{"key":${JSON.stringify(fencingToken.key)},"value":${BigInt(fencingToken.value).toString()}}`;
+  return s.length > 2 ? `${s.slice(0, -1)},${tok}}` : `{${tok}}`;
 }
 
 /** checkKey throws invalid_key as the server would: 1–256 bytes, no control characters. */
