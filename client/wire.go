@@ -76,7 +76,10 @@ func replyError(r *reply, key string) error {
 	case c.Name == wire.CodeHeld:
 		he := &lock.HeldError{Key: key}
 		if h := e.Holder; h != nil {
-			he.Owner, he.Token = h.Owner, lock.Token(h.FencingToken)
+			he.Owner = h.Owner
+			if h.FencingToken != nil {
+				he.Token = lock.Token(h.FencingToken.Value)
+			}
 			if h.ExpiresIn > 0 {
 				he.Expires = r.arrived.Add(time.Duration(h.ExpiresIn) * time.Millisecond)
 			}

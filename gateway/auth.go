@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gorilla/websocket"
 	"github.com/lockgate/lockgate/internal/wire"
 )
 
@@ -130,9 +132,32 @@ func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	const scheme = "bearer "
 	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-		return "", false
+		return bearerSubprotocol(r)
 	}
 	return strings.TrimSpace(h[len(scheme):]), true
+}
+
+// BearerSubprotocolPrefix starts the WebSocket subprotocol that carries a
+// bearer token, for browsers, whose WebSocket cannot set Authorization:
+// "lockgate.bearer." + the token in unpadded base64url (subprotocols are
+// tokens in the HTTP sense; the encoding keeps any token one). Kubernetes
+// passes tokens to browser exec sessions the same way. Offer Subprotocol
+// beside it, which the gateway selects.
+const BearerSubprotocolPrefix = "lockgate.bearer."
+
+// bearerSubprotocol reads the token of a WebSocket upgrade from its
+// offered subprotocols (BearerSubprotocolPrefix).
+func bearerSubprotocol(r *http.Request) (string, bool) {
+	for _, p := range websocket.Subprotocols(r) {
+		if enc, ok := strings.CutPrefix(p, BearerSubprotocolPrefix); ok {
+			tok, err := base64.RawURLEncoding.DecodeString(enc)
+			if err != nil || len(tok) == 0 {
+				return "", false
+			}
+			return string(tok), true
+		}
+	}
+	return "", false
 }
 
 // ErrUnauthorized is the message of a refused request. It is the same

@@ -27,6 +27,9 @@ func newError(code, msg string) *apiError {
 // toAPIError maps the lock contract's errors onto the protocol's codes
 // (wire.CodeOf), with the leader or holder a structured error names.
 func toAPIError(err error) *apiError {
+	if errors.Is(err, errWaitTimedOut) {
+		return newError(wire.CodeTimeout, err.Error())
+	}
 	e := newError(wire.CodeOf(err), err.Error())
 	var nl *lock.NotLeaderError
 	var he *lock.HeldError
@@ -34,7 +37,10 @@ func toAPIError(err error) *apiError {
 	case e.Code == wire.CodeNotLeader && errors.As(err, &nl):
 		e.Leader = &wire.Leader{ID: nl.LeaderID, Addr: nl.LeaderAddr}
 	case e.Code == wire.CodeHeld && errors.As(err, &he):
-		e.Holder = &wire.Holder{Owner: he.Owner, FencingToken: uint64(he.Token)}
+		e.Holder = &wire.Holder{Owner: he.Owner}
+		if he.Token != 0 {
+			e.Holder.FencingToken = &wire.FencingToken{Key: he.Key, Value: uint64(he.Token)}
+		}
 		if !he.Expires.IsZero() {
 			e.Holder.ExpiresIn = max(durationMS(time.Until(he.Expires)), 0)
 		}

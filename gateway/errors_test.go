@@ -27,7 +27,7 @@ func TestToAPIError(t *testing.T) {
 		t.Errorf("not leader: %+v, status %d", e.Error, e.status)
 	}
 	e = toAPIError(&lock.HeldError{Key: "k", Owner: "o", Token: 5, Expires: time.Now().Add(time.Hour)})
-	if e.Code != wire.CodeHeld || e.status != 409 || e.Holder == nil || e.Holder.Owner != "o" || e.Holder.FencingToken != 5 || e.Holder.ExpiresIn <= 0 {
+	if e.Code != wire.CodeHeld || e.status != 409 || e.Holder == nil || e.Holder.Owner != "o" || e.Holder.FencingToken == nil || *e.Holder.FencingToken != (wire.FencingToken{Key: "k", Value: 5}) || e.Holder.ExpiresIn <= 0 {
 		t.Errorf("held: %+v, status %d", e.Error, e.status)
 	}
 	if e := toAPIError(lock.ErrNotAcquired); e.Code != wire.CodeHeld || e.Holder != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -71,6 +72,13 @@ type Options struct {
 	// (Authorization: Bearer <token>; for WebSocket, on the upgrade
 	// request), except /healthz and /readyz. /metrics needs one too.
 	Tokens *Tokens
+	// AllowedOrigins are the Origins whose browser pages may open a
+	// WebSocket ("*": any). A request without Origin (a program, not a
+	// page) and a same-origin page always may. Empty: cross-origin pages
+	// may when the gateway checks tokens (the token is the credential) or
+	// when the connection came to a loopback address; otherwise they are
+	// refused with 403 (docs/security.md).
+	AllowedOrigins []string
 }
 
 func (o *Options) fill() {
@@ -118,6 +126,7 @@ type Gateway struct {
 	// and connections push it (wanted.go). upgradeHeader announces it.
 	wanted        bool
 	upgradeHeader http.Header
+	upgrader      *websocket.Upgrader
 	// slotWait, if not nil, is called when a connection's reader starts
 	// waiting for an in-flight slot (tests await it).
 	slotWait func()
@@ -138,6 +147,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	if g.wanted {
 		g.upgradeHeader = http.Header{wire.FeaturesHeader: {wire.FeatureWanted}}
 	}
+	g.upgrader = g.newUpgrader()
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
 	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)

@@ -119,3 +119,21 @@ func errCode(m map[string]any) string {
 	s, _ := e["code"].(string)
 	return s
 }
+
+// tokenValue is the value of a REST fencing_token, {"key", "value"}
+// (protocol v1), as a number; 0 when it has another shape.
+func tokenValue(v any) float64 {
+	m, _ := v.(map[string]any)
+	f, _ := m["value"].(float64)
+	return f
+}
+
+// jsonOf encodes v as JSON.
+func jsonOf(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

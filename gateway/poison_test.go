@@ -73,7 +73,7 @@ func TestPoisonRenewRelease(t *testing.T) {
 					fail("acquire", code, m, err)
 					continue
 				}
-				body := fmt.Sprintf(`{"lock_token":%q,"fencing_token":%v}`, m["lock_token"], m["fencing_token"])
+				body := fmt.Sprintf(`{"lock_token":%q,"fencing_token":%v}`, m["lock_token"], tokenValue(m["fencing_token"]))
 				code, m, err = poisonDo(client, "DELETE", base+keys[i], body)
 				goodOps.Add(1)
 				if err != nil || code != http.StatusNoContent {

@@ -29,22 +29,26 @@ type acquireBody struct {
 	LockToken string  `json:"lock_token"`
 }
 
+// leaseBody names a lease. fencing_token is {"key", "value"}, the shape of
+// every message (protocol v1); a bare number, the shape REST took before
+// v1, is still read in this release.
 type leaseBody struct {
-	LockToken    string  `json:"lock_token"`
-	FencingToken *uint64 `json:"fencing_token"`
-	TTLMS        int64   `json:"ttl_ms"`
+	LockToken    string             `json:"lock_token"`
+	FencingToken *wire.FencingToken `json:"fencing_token"`
+	TTLMS        int64              `json:"ttl_ms"`
 }
 
 type grantBody struct {
-	Key          string `json:"key"`
-	Owner        string `json:"owner"`
-	LockToken    string `json:"lock_token"`
-	FencingToken uint64 `json:"fencing_token"`
-	TTLMS        int64  `json:"ttl_ms"`
+	Key          string            `json:"key"`
+	Owner        string            `json:"owner"`
+	LockToken    string            `json:"lock_token"`
+	FencingToken wire.FencingToken `json:"fencing_token"`
+	TTLMS        int64             `json:"ttl_ms"`
 }
 
 func grantOf(l *lock.Lease) grantBody {
-	return grantBody{Key: l.Key, Owner: l.Owner, LockToken: l.Handle, FencingToken: uint64(l.Token), TTLMS: durationMS(l.TTL())}
+	return grantBody{Key: l.Key, Owner: l.Owner, LockToken: l.Handle,
+		FencingToken: wire.FencingToken{Key: l.Key, Value: uint64(l.Token)}, TTLMS: durationMS(l.TTL())}
 }
 
 func (g *Gateway) serveLock(w http.ResponseWriter, r *http.Request) {
@@ -143,7 +147,7 @@ func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key stri
 				g.writeError(w, r, newError(wire.CodeBadJSON, "fencing_token must be an unsigned integer"))
 				return nil, 0, false
 			}
-			b.FencingToken = &v
+			b.FencingToken = &wire.FencingToken{Key: key, Value: v}
 		}
 	} else if !g.readBody(w, r, &b, true) {
 		return nil, 0, false
@@ -160,8 +164,12 @@ func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key stri
 		g.writeError(w, r, aerr)
 		return nil, 0, false
 	}
+	if k := b.FencingToken.Key; k != "" && k != key {
+		g.writeError(w, r, newError(wire.CodeBadJSON, fmt.Sprintf("fencing_token.key %q is not the lock's key %q", k, key)))
+		return nil, 0, false
+	}
 	ttl := ttlOption(b.TTLMS)
-	return rebuild(key, b.LockToken, *b.FencingToken, ttl), ttl, true
+	return rebuild(key, b.LockToken, b.FencingToken.Value, ttl), ttl, true
 }
 
 func (g *Gateway) restRenew(w http.ResponseWriter, r *http.Request, key string) {
@@ -198,7 +206,7 @@ func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
-	body := map[string]any{"key": info.Key, "owner": info.Owner, "fencing_token": info.Token, "waiters": info.Waiters}
+	body := map[string]any{"key": info.Key, "owner": info.Owner, "fencing_token": wire.FencingToken{Key: info.Key, Value: uint64(info.Token)}, "waiters": info.Waiters}
 	if info.Value != nil {
 		body["value"] = string(info.Value)
 	}

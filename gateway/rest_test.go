@@ -21,14 +21,14 @@ func TestRESTLifecycle(t *testing.T) {
 	if code != 409 || errCode(m) != "held" {
 		t.Fatalf("second POST = %d %v, want 409 held", code, m)
 	}
-	if h := m["error"].(map[string]any)["holder"].(map[string]any); h["owner"] != "a" || h["fencing_token"] != a["fencing_token"] || h["expires_in_ms"] == nil {
+	if h := m["error"].(map[string]any)["holder"].(map[string]any); h["owner"] != "a" || jsonOf(t, h["fencing_token"]) != jsonOf(t, a["fencing_token"]) || h["expires_in_ms"] == nil {
 		t.Errorf("409 names holder %v, want a with token %v", h, a["fencing_token"])
 	}
 	code, m, _ = do(t, "GET", u, "", "")
-	if code != 200 || m["owner"] != "a" || m["fencing_token"] != a["fencing_token"] {
+	if code != 200 || m["owner"] != "a" || jsonOf(t, m["fencing_token"]) != jsonOf(t, a["fencing_token"]) {
 		t.Errorf("GET = %d %v", code, m)
 	}
-	lease := fmt.Sprintf(`{"lock_token":%q,"fencing_token":%v}`, a["lock_token"], a["fencing_token"])
+	lease := fmt.Sprintf(`{"lock_token":%q,"fencing_token":%s}`, a["lock_token"], jsonOf(t, a["fencing_token"]))
 	code, m, _ = do(t, "PUT", u, "application/json", strings.TrimSuffix(lease, "}")+`,"ttl_ms":9000}`)
 	if code != 200 || m["ttl_ms"] != float64(9000) {
 		t.Errorf("PUT = %d %v", code, m)
@@ -51,7 +51,7 @@ func TestRESTLifecycle(t *testing.T) {
 	}
 	// DELETE with query parameters.
 	_, a, _ = do(t, "POST", u, "", `{"ttl_ms":5000}`)
-	code, _, _ = do(t, "DELETE", fmt.Sprintf("%s?lock_token=%s&fencing_token=%v", u, a["lock_token"], a["fencing_token"]), "", "")
+	code, _, _ = do(t, "DELETE", fmt.Sprintf("%s?lock_token=%s&fencing_token=%v", u, a["lock_token"], tokenValue(a["fencing_token"])), "", "")
 	if code != 204 {
 		t.Errorf("DELETE with query = %d", code)
 	}
@@ -69,7 +69,7 @@ func TestRESTTicket(t *testing.T) {
 	if code, m, _ := do(t, "GET", poll, "", ""); code != 202 || m["status"] != "waiting" {
 		t.Fatalf("poll while held = %d %v", code, m)
 	}
-	do(t, "DELETE", u, "", fmt.Sprintf(`{"lock_token":%q,"fencing_token":%v}`, a["lock_token"], a["fencing_token"]))
+	do(t, "DELETE", u, "", fmt.Sprintf(`{"lock_token":%q,"fencing_token":%v}`, a["lock_token"], tokenValue(a["fencing_token"])))
 	var g map[string]any
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -82,7 +82,7 @@ func TestRESTTicket(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if g["fencing_token"].(float64) <= a["fencing_token"].(float64) {
+	if tokenValue(g["fencing_token"]) <= tokenValue(a["fencing_token"]) {
 		t.Errorf("ticket grant token %v after %v", g["fencing_token"], a["fencing_token"])
 	}
 	if code, m, _ := do(t, "GET", poll, "", ""); code != 404 || errCode(m) != "not_found" {

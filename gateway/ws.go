@@ -15,13 +15,21 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-var upgrader = websocket.Upgrader{
-	ReadBufferSize:  1024,
-	WriteBufferSize: 1024,
-	WriteBufferPool: &sync.Pool{},
-	// Lock clients are programs, not pages; cross-origin browser use is
-	// the deployer's call (put the gateway behind a proxy that checks).
-	CheckOrigin: func(*http.Request) bool { return true },
+// Subprotocol is protocol v1's WebSocket subprotocol: a client that
+// offers it (browsers must offer one the server selects, when they offer
+// any) gets it selected.
+const Subprotocol = "lockgate.v1"
+
+// newUpgrader is the gateway's upgrader: the v1 subprotocol and the
+// Origin policy of Options.AllowedOrigins.
+func (g *Gateway) newUpgrader() *websocket.Upgrader {
+	return &websocket.Upgrader{
+		ReadBufferSize:  1024,
+		WriteBufferSize: 1024,
+		WriteBufferPool: &sync.Pool{},
+		Subprotocols:    []string{Subprotocol},
+		CheckOrigin:     g.originAllowed,
+	}
 }
 
 // maxKeptWriteBuffer bounds the encoding buffer a connection keeps between
@@ -50,7 +58,7 @@ type conn struct {
 	slots chan struct{}
 
 	mu     sync.Mutex
-	waits  map[string]context.CancelFunc // by wire.Request id
+	waits  map[string]waitRef // by wire.Request id
 	nwaits int
 	// leases holds the connection's live leases by lock token. A lease
 	// leaves it when it ends (AfterEnd: released, expired, refused), so
@@ -68,7 +76,7 @@ type heldLease struct {
 }
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
-	ws, err := upgrader.Upgrade(w, r, g.upgradeHeader)
+	ws, err := g.upgrader.Upgrade(w, r, g.upgradeHeader)
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
 	}
@@ -93,7 +101,7 @@ func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel contex
 		g: g, ws: ws, ctx: ctx, cancel: cancel,
 		clientID: "ws-" + lock.NewHandle()[:12],
 		slots:    make(chan struct{}, g.opts.MaxInFlightPerConn),
-		waits:    map[string]context.CancelFunc{},
+		waits:    map[string]waitRef{},
 		leases:   map[string]*heldLease{},
 	}
 }
@@ -101,14 +109,14 @@ func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel contex
 // reader handles frames until the connection fails or goes idle.
 func (c *conn) reader() {
 	o := c.g.opts
-	c.ws.SetReadLimit(o.MaxMessageBytes)
 	c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
 	c.ws.SetPongHandler(func(string) error {
 		return c.ws.SetReadDeadline(time.Now().Add(o.IdleTimeout))
 	})
 	for {
-		typ, data, err := c.ws.ReadMessage()
+		typ, data, err := c.readFrame()
 		if err != nil {
+			c.readFailed(err)
 			return
 		}
 		if typ != websocket.TextMessage {
@@ -136,16 +144,20 @@ func (c *conn) handle(data []byte) bool {
 		return false
 	}
 	if aerr := checkObject(data); aerr != nil {
-		c.fail("", aerr)
+		c.fail(idOf(data), aerr)
 		return true
 	}
 	var req wire.Request
-	if err := wire.DecodeRequest(data, &req); err != nil {
-		c.fail("", newError(wire.CodeBadJSON, "malformed JSON: "+err.Error()))
+	if err := wire.DecodeRequestStrict(data, &req); err != nil {
+		c.fail(idOf(data), newError(wire.CodeBadJSON, "malformed request: "+err.Error()))
 		return true
 	}
 	if len(req.ID) > wire.MaxIDLen {
-		c.fail("", newError(wire.CodeBadJSON, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
+		c.fail(req.ID, newError(wire.CodeBadJSON, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
+		return true
+	}
+	if req.Key == "" && req.CommandType >= wire.CmdAcquire && req.CommandType <= wire.CmdTryAcquire && !hasKey(data) {
+		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
 		return true
 	}
 	switch req.CommandType {
@@ -205,7 +217,7 @@ func (c *conn) reserveLock() *apiError {
 
 func (c *conn) acquire(req wire.Request) {
 	if req.Key == "" {
-		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
+		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
 	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
@@ -232,7 +244,17 @@ func (c *conn) acquire(req wire.Request) {
 		})
 		return
 	}
+	if maxMS := durationMS(c.g.opts.MaxWait); req.WaitMS < 0 || req.WaitMS > maxMS {
+		c.fail(req.ID, newError(wire.CodeInvalidWait, fmt.Sprintf("waitMs is %d; it must be 0 (no bound) to %d", req.WaitMS, maxMS)))
+		return
+	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
+	if req.WaitMS > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, time.Duration(req.WaitMS)*time.Millisecond, errWaitTimedOut)
+		cancelCause := cancel
+		cancel = func(cause error) { stop(); cancelCause(cause) }
+	}
 	c.mu.Lock()
 	if c.nwaits >= c.g.opts.MaxWaitersPerConn {
 		c.mu.Unlock()
@@ -251,7 +273,7 @@ func (c *conn) acquire(req wire.Request) {
 	c.acquiring++
 	c.nwaits++
 	if req.ID != "" {
-		c.waits[req.ID] = func() { cancel(errCancelledByClient) }
+		c.waits[req.ID] = waitRef{key: req.Key, cancel: func() { cancel(errCancelledByClient) }}
 	}
 	c.mu.Unlock()
 	c.g.metrics.waiters.Inc()
@@ -266,14 +288,28 @@ func (c *conn) acquire(req wire.Request) {
 		}
 		c.mu.Unlock()
 		c.g.metrics.waiters.Dec()
-		if err != nil && errors.Is(context.Cause(ctx), errCancelledByClient) {
+		switch cause := context.Cause(ctx); {
+		case err == nil:
+		case errors.Is(cause, errCancelledByClient):
 			err = fmt.Errorf("%w: %w", errCancelledByClient, context.Canceled)
+		case errors.Is(cause, errWaitTimedOut):
+			err = fmt.Errorf("%w: waited %d ms (waitMs) for %q", errWaitTimedOut, req.WaitMS, req.Key)
 		}
 		c.granted(req, start, lease, err)
 	})
 }
 
 var errCancelledByClient = errors.New("the client cancelled the wait")
+
+// errWaitTimedOut: an acquire's waitMs ran out (answered timeout).
+var errWaitTimedOut = errors.New("the wait timed out")
+
+// waitRef is a waiting acquire of the connection: its key, and how to
+// cancel it.
+type waitRef struct {
+	key    string
+	cancel func()
+}
 
 // granted reports an acquire's outcome (its reserveLock turns into a held
 // lease or ends); a grant that arrives after the connection ended is kept
@@ -321,7 +357,7 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	switch {
 	case req.Key == "":
-		return nil, newError(wire.CodeMissingField, "key is required")
+		return nil, newError(wire.CodeInvalidKey, "key is empty")
 	case req.LockToken == "":
 		return nil, newError(wire.CodeMissingField, "lockToken is required")
 	case req.FencingToken == nil:
@@ -329,6 +365,9 @@ func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	}
 	if aerr := validateLeaseRef(req.Key, req.LockToken); aerr != nil {
 		return nil, aerr
+	}
+	if k := req.FencingToken.Key; k != "" && k != req.Key {
+		return nil, newError(wire.CodeBadJSON, fmt.Sprintf("fencingToken.key %q is not the request's key %q", k, req.Key))
 	}
 	ttl := lock.DefaultTTL
 	c.mu.Lock()
@@ -421,7 +460,7 @@ func (c *conn) renew(req wire.Request) {
 
 func (c *conn) inspect(req wire.Request) {
 	if req.Key == "" {
-		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
+		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
 	if err := lock.ValidateKey(req.Key); err != nil {
@@ -464,14 +503,14 @@ func (c *conn) cancelWait(req wire.Request) {
 		return
 	}
 	c.mu.Lock()
-	cancel := c.waits[req.Target]
+	ref, ok := c.waits[req.Target]
 	c.mu.Unlock()
-	if cancel == nil {
+	if !ok {
 		c.fail(req.ID, newError(wire.CodeNotFound, fmt.Sprintf("no waiting acquire with id %q", req.Target)))
 		return
 	}
-	cancel()
-	c.send(wire.Reply{ID: req.ID, Type: wire.TypeCancelled, Success: true})
+	ref.cancel()
+	c.send(wire.Reply{ID: req.ID, Type: wire.TypeCancelled, Success: true, Key: ref.key})
 }
 
 // forget drops a lease from the connection's table.

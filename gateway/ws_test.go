@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 func TestWSAcquireQueueAndHandoff(t *testing.T) {
@@ -19,7 +22,7 @@ func TestWSAcquireQueueAndHandoff(t *testing.T) {
 	// Try-acquire by another client names the holder.
 	b.send(map[string]any{"id": "b1", "commandType": 5, "key": "k", "clientId": "bob"})
 	e := b.expect("b1", "error", "held")
-	if e.Error.Holder == nil || e.Error.Holder.Owner != "alice" || e.Error.Holder.FencingToken != g.FencingToken.Value {
+	if e.Error.Holder == nil || e.Error.Holder.Owner != "alice" || e.Error.Holder.FencingToken == nil || *e.Error.Holder.FencingToken != *g.FencingToken {
 		t.Errorf("held error names %+v, want alice with token %d", e.Error.Holder, g.FencingToken.Value)
 	}
 	// A waiting acquire is granted, pushed, when alice releases.
@@ -86,7 +89,7 @@ func TestWSBadInput(t *testing.T) {
 	for _, tc := range []struct{ frame, id, code string }{
 		{`{not json`, "", "bad_json"},
 		{`[1,2]`, "", "bad_json"},
-		{`{"id": "` + strings.Repeat("x", 65) + `", "commandType": 4, "key": "k"}`, "", "bad_json"},
+		{`{"id": "` + strings.Repeat("x", 65) + `", "commandType": 4, "key": "k"}`, strings.Repeat("x", 65), "bad_json"},
 		{`{"id": "u1"}`, "u1", "unknown_command"},
 		{`{"id": "u2", "commandType": 99}`, "u2", "unknown_command"},
 		{`{"id": "m1", "commandType": 1}`, "m1", "missing_field"},
@@ -120,13 +123,19 @@ func TestWSBadInput(t *testing.T) {
 	c.expect("ok", "grant", "")
 }
 
+// TestWSOversizeFrameClosesConnection: a frame over the limit is answered
+// too_large, then the connection closes with 1009 and a reason (protocol
+// v1: the client learns why its pending requests will get no answer).
 func TestWSOversizeFrameClosesConnection(t *testing.T) {
 	_, srv := startGateway(t, Options{MaxMessageBytes: 1024})
 	c := dial(t, srv)
 	c.sendRaw(`{"id": "x", "commandType": 4, "key": "` + strings.Repeat("k", 2000) + `"}`)
+	c.expect("", "error", "too_large")
 	c.ws.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, _, err := c.ws.ReadMessage(); err == nil {
-		t.Fatal("an oversize frame did not close the connection")
+	_, _, err := c.ws.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig || ce.Text == "" {
+		t.Fatalf("after an oversize frame: %v, want close 1009 with a reason", err)
 	}
 }
 

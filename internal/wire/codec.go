@@ -1,8 +1,12 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 )
 
 // Encoding and decoding without reflection. encoding/json costs a few µs
@@ -59,6 +63,10 @@ func (r *Request) AppendJSON(b []byte) []byte {
 	if r.Target != "" {
 		b = append(b, `,"target":`...)
 		b = appendString(b, r.Target)
+	}
+	if r.WaitMS != 0 {
+		b = append(b, `,"waitMs":`...)
+		b = strconv.AppendInt(b, r.WaitMS, 10)
 	}
 	return append(b, '}')
 }
@@ -159,6 +167,66 @@ func DecodeRequest(data []byte, r *Request) error {
 	}
 	*r = Request{}
 	return json.Unmarshal(data, r)
+}
+
+// DecodeRequestStrict decodes data into *r as DecodeRequest does, but
+// refuses what protocol v1 refuses: a field the Request does not have, a
+// field named in another case than its documented name ("TTL" for "ttl":
+// encoding/json would take it), and anything after the object. The fast
+// path accepts only exact documented names, so only the fallback checks.
+func DecodeRequestStrict(data []byte, r *Request) error {
+	if fastRequest(data, r) {
+		return nil
+	}
+	*r = Request{}
+	if err := checkFieldNames(data, requestFields); err != nil {
+		return err
+	}
+	return json.Unmarshal(data, r)
+}
+
+// requestFields are the JSON names of Request's fields.
+var requestFields = jsonNames(reflect.TypeOf(Request{}))
+
+// jsonNames lists the JSON names of a struct type's fields.
+func jsonNames(t reflect.Type) map[string]bool {
+	m := map[string]bool{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = true
+	}
+	return m
+}
+
+// UnknownFieldError names a field a v1 message does not have.
+type UnknownFieldError struct{ Name string }
+
+func (e *UnknownFieldError) Error() string {
+	return fmt.Sprintf("unknown field %q (field names are case-sensitive; see docs/protocol.md)", e.Name)
+}
+
+// checkFieldNames reports the first top-level field of the JSON object in
+// data that is not in names, exactly as spelled, or a syntax error.
+func checkFieldNames(data []byte, names map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return json.Unmarshal(data, new(Request)) // its own error
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := t.(string)
+		if !names[name] {
+			return &UnknownFieldError{Name: name}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DecodeReply decodes data into *r as json.Unmarshal(data, r) does; r must
@@ -376,6 +444,9 @@ func fastRequest(data []byte, r *Request) bool {
 			str, ok = s.str()
 			r.Target = string(str)
 			return 10, ok
+		case "waitMs":
+			r.WaitMS, ok = s.int(18)
+			return 11, ok
 		}
 		return 0, false
 	})

@@ -103,7 +103,7 @@ func FuzzAppendJSON(f *testing.F) {
 		}
 		if withErr {
 			reps = append(reps, Reply{ID: id, Type: "error", Error: &Error{Code: typ, Message: value,
-				Leader: &Leader{ID: owner, Addr: target}, Holder: &Holder{Owner: owner, FencingToken: token, ExpiresIn: n}}})
+				Leader: &Leader{ID: owner, Addr: target}, Holder: &Holder{Owner: owner, FencingToken: &FencingToken{Key: key, Value: token}, ExpiresIn: n}}})
 		}
 		for _, r := range reps {
 			want, _ := json.Marshal(&r)

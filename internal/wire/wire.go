@@ -104,6 +104,9 @@ type Request struct {
 	Ack                 bool          `json:"ack,omitempty"`
 	ReleaseOnDisconnect bool          `json:"releaseOnDisconnect,omitempty"`
 	Target              string        `json:"target,omitempty"`
+	// WaitMS bounds an acquire's wait on the server (ms); past it the
+	// acquire is answered with code timeout. 0: wait until cancelled.
+	WaitMS int64 `json:"waitMs,omitempty"`
 }
 
 // Reply is one server message: a reply to a request (same id) or a push.
@@ -140,9 +143,11 @@ type Leader struct {
 	Addr string `json:"addr,omitempty"`
 }
 
-// Holder names the current holder in a held error.
+// Holder names the current holder in a held error. Its fencingToken has
+// the one shape of every message, {"key", "value"} (protocol v1; a bare
+// number, what servers sent before, is still read).
 type Holder struct {
-	Owner        string `json:"owner,omitempty"`
-	FencingToken uint64 `json:"fencingToken,omitempty"`
-	ExpiresIn    int64  `json:"expiresIn,omitempty"` // ms
+	Owner        string        `json:"owner,omitempty"`
+	FencingToken *FencingToken `json:"fencingToken,omitempty"`
+	ExpiresIn    int64         `json:"expiresIn,omitempty"` // ms
 }
