@@ -138,7 +138,7 @@ loopback API without client tokens. See docs/security.md.`,
 			if err != nil {
 				return err
 			}
-			gw := raftgw.Serve(s, gateway.Options{Logger: slog.Default(), Tokens: toks})
+			gw := raftgw.Serve(s, sec.gatewayOptions(toks))
 			defer gw.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s\n", id, s.RaftAddr(), s.APIAddr())
 			<-ctx.Done()

@@ -25,6 +25,7 @@ type securityFlags struct {
 	ca, clientCA    string // node only
 	tokensFile      string
 	adminTokensFile string // node only
+	allowedOrigins  []string
 	node            bool
 }
 
@@ -39,6 +40,12 @@ func (f *securityFlags) register(cmd *cobra.Command, node bool) {
 		fl.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "file of admin bearer tokens, same format as --auth-tokens-file: they authorize join and remove (client tokens never do); the node presents the first to its peers; re-read on SIGHUP")
 	}
 	fl.StringVar(&f.tokensFile, "auth-tokens-file", "", "file of bearer tokens, one per line (# comments): every request but /healthz and /readyz needs one; re-read on SIGHUP")
+	fl.StringSliceVar(&f.allowedOrigins, "allowed-origins", nil, "Origins (scheme://host[:port], or *) whose browser pages may open WebSocket connections; default: cross-origin pages only with --auth-tokens-file or on a loopback address (docs/security.md)")
+}
+
+// gatewayOptions are the gateway's security options from the flags.
+func (f *securityFlags) gatewayOptions(toks *gateway.Tokens) gateway.Options {
+	return gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins}
 }
 
 // check validates the combination of flags before anything starts.

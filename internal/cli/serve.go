@@ -197,7 +197,7 @@ func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, sec *s
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
-	g := gateway.New(l, gateway.Options{Logger: slog.Default(), Tokens: toks})
+	g := gateway.New(l, sec.gatewayOptions(toks))
 	defer g.Close()
 	srv := netguard.NewServer(g, lim, slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug))
 	go func() {
