@@ -41,7 +41,7 @@ func TestClients(t *testing.T) {
 		t.Skip("the client conformance harness starts a cluster and runs three clients' tests")
 	}
 	bin := testenv.BuildLockgate(t)
-	rl := testenv.StartRaftlock(t, bin, 3)
+	rl := testenv.StartRaftlockWith(t, bin, 3, testenv.RaftlockOptions{DataDir: memDataDir(t)})
 	h := newHarness(t, rl)
 	scenariosPath, err := filepath.Abs(filepath.Join("scenarios", "scenarios.json"))
 	if err != nil {
@@ -103,6 +103,21 @@ func TestClients(t *testing.T) {
 		}
 		checkReported(t, set, out)
 	})
+}
+
+// memDataDir puts the nodes' data on tmpfs (/dev/shm) where there is one:
+// the harness tests the clients, and with 600 ms leases a Raft fsync held
+// up by the disk load of the tests running beside it (make test runs the
+// packages in parallel) can cost a renewal its deadline. Elsewhere the
+// default directory is used.
+func memDataDir(t *testing.T) func(int) string {
+	dir, err := os.MkdirTemp("/dev/shm", "lockgate-clients-")
+	if err != nil {
+		t.Logf("no tmpfs for the nodes' data (%v): using the default directory", err)
+		return nil
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return func(int) string { return dir }
 }
 
 // skipOrFail skips the test with msg, or fails it under CI=true, where

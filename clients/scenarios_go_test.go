@@ -154,14 +154,20 @@ func await(ch <-chan acquired, d time.Duration, what string) (acquired, error) {
 	}
 }
 
-// pollUntil calls cond every 10 ms until it reports true, fails, or ctx
-// ends (then the last reason is returned).
+// stop wraps a reason of pollUntil's cond that no further wait can change.
+type stop struct{ error }
+
+// pollUntil calls cond every 10 ms until it reports true, or ctx ends (then
+// the last reason is returned), or cond's reason is a stop.
 func pollUntil(ctx context.Context, what string, cond func() (bool, error)) error {
 	var last error
 	for {
 		ok, err := cond()
 		if ok {
 			return nil
+		}
+		if s, isStop := err.(stop); isStop {
+			return fmt.Errorf("waiting for %s: %w", what, s.error)
 		}
 		last = err
 		select {
@@ -524,7 +530,7 @@ func leaderKilledWhileHolding(ctx context.Context, r *goRun, s scenario) error {
 	err = pollUntil(fctx, "a renewal after the kill", func() (bool, error) {
 		select {
 		case <-la.Done():
-			return false, fmt.Errorf("lost: %v", la.Err())
+			return false, stop{fmt.Errorf("the lease was lost: %w", la.Err())}
 		default:
 		}
 		return la.Deadline().After(killedAt.Add(ttl)), fmt.Errorf("deadline %v after the kill", la.Deadline().Sub(killedAt))
