@@ -18,6 +18,11 @@ const file = process.env.LOCKGATE_SCENARIOS || fileURLToPath(new URL("../../../s
 const skip = endpoints.length === 0 || !control ? "LOCKGATE_ENDPOINTS and LOCKGATE_CONTROL are not set (the Go harness, go test ./clients -run TestClients, sets them)" : false;
 
 const set = skip ? { scenarios: [] as Scenario[] } : (JSON.parse(readFileSync(file, "utf8")) as { version: number; scenarios: Scenario[] });
+// LOCKGATE_JS_ONLY=a,b runs only those scenarios (for debugging one; the harness then reports the rest missing).
+const only = (process.env.LOCKGATE_JS_ONLY ?? "").split(",").filter(Boolean);
+if (only.length) set.scenarios = set.scenarios.filter((s) => only.includes(s.name));
+const repeat = Number(process.env.LOCKGATE_JS_REPEAT ?? 1);
+if (repeat > 1) set.scenarios = Array.from({ length: repeat }, () => set.scenarios).flat();
 const run = newHandle().slice(0, 8);
 
 test("scenarios", { skip }, async (t) => {

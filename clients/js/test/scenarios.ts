@@ -29,7 +29,9 @@ export class Run {
   }
 
   client(name: string, endpoints: string[] = this.env.endpoints): Client {
-    const c = new Client(endpoints, { clientId: `js-${name}-${this.env.run}` });
+    const t0 = performance.now();
+    const logger = process.env.LOCKGATE_JS_DEBUG ? (m: string) => console.log(`# ${Math.round(performance.now() - t0)}ms ${name}: ${m}`) : undefined;
+    const c = new Client(endpoints, { clientId: `js-${name}-${this.env.run}`, ...(logger ? { logger } : {}) });
     this.#clients.push(c);
     return c;
   }
