@@ -102,7 +102,7 @@ class Conn:
 
     def register(self, rid: str) -> Optional[asyncio.Queue]:
         """The queue that receives the replies to ``rid``; None once the connection ended."""
-        if self.pending is None:
+        if self.pending is None or self.closed:
             return None
         q: asyncio.Queue = asyncio.Queue()
         self.pending[rid] = q
@@ -175,7 +175,7 @@ async def dial(addr: str, *, secure: bool, token: Optional[str], ssl: Optional[_
             ws = await asyncio.wait_for(_Connect(
                 url, subprotocols=_subprotocols(token), extra_headers=headers,
                 open_timeout=timeout, ping_interval=PING_INTERVAL, ping_timeout=PING_TIMEOUT,
-                close_timeout=1.0, max_size=MAX_MESSAGE, ssl=ssl if url.startswith("wss:") else None,
+                close_timeout=1.0, max_size=MAX_MESSAGE, compression=None, ssl=ssl if url.startswith("wss:") else None,
             ), timeout)
         except InvalidStatusCode as e:
             if e.status_code == 401:

@@ -259,11 +259,11 @@ class Client:
             if self._closed:
                 raise ClosedError()
             wc = self._cur
-            if wc is not None and not wc.done.is_set():
+            if wc is not None and not wc.closed:
                 return wc
             assert self._ready is not None
             ready = self._ready
-            if ready.is_set() and (self._cur is None or self._cur.done.is_set()):
+            if ready.is_set() and (self._cur is None or self._cur.closed):
                 await asyncio.sleep(0)  # _run has not noticed the failure yet
                 continue
             await ready.wait()
@@ -568,23 +568,26 @@ class Client:
         got = r.get("ttl")
         if isinstance(got, (int, float)) and 0 < got / 1000.0 < ttl:
             ttl = got / 1000.0
+        if sent + ttl - time.monotonic() < ttl / 2:
+            # A long wait: renew at once, and count the deadline from the
+            # renewal. Not under the caller's cancellation: the grant is
+            # ours now and must not be left behind.
+            t = asyncio.ensure_future(self._renew_raw(key, handle, tok, ttl))
+            try:
+                rsent, rttl, held = await asyncio.shield(t)
+            except asyncio.CancelledError:
+                t.add_done_callback(lambda _t: asyncio.ensure_future(self._release_raced(r)))
+                raise
+            except LockgateError as e:
+                log.warning("lockgate: renewing a late grant of %r failed; its deadline stays short: %s", key, e)
+            else:
+                if not held:
+                    return None
+                sent, ttl = rsent, rttl
         lease = Lease(self, key, str(r.get("owner") or self.client_id), tok, handle, ttl, sent, value)
         if r.get("wanted"):
             lease._mark_wanted()
         self._track(lease)
-        if sent + ttl - time.monotonic() < ttl / 2:
-            # A long wait: renew at once. Not under the caller's
-            # cancellation: the grant is ours now and must not be left behind.
-            t = asyncio.ensure_future(self._renew_once(lease, ttl))
-            try:
-                await asyncio.shield(t)
-            except NotHeldError:
-                return None
-            except asyncio.CancelledError:
-                t.add_done_callback(lambda _t: asyncio.ensure_future(self._release_quietly(lease)))
-                raise
-            except LockgateError as e:
-                log.warning("lockgate: renewing a late grant of %r failed; its deadline stays short: %s", key, e)
         if auto_renew:
             lease._keepalive = asyncio.ensure_future(self._keep_alive(lease))
         return lease
@@ -603,21 +606,30 @@ class Client:
         with self._enter():
             await self._renew_once(lease, ttl if ttl is not None else lease.ttl)
 
-    async def _renew_once(self, lease: Lease, ttl: float, timeout: Optional[float] = None) -> None:
-        k = _Call("renew", {"commandType": CMD_RENEW, "key": lease.key, "lockToken": lease.lock_token,
-                            "fencingToken": {"key": lease.key, "value": lease.fencing_token}, "ttl": ms(ttl)})
+    async def _renew_raw(self, key: str, handle: str, token: int, ttl: float,
+                         timeout: Optional[float] = None) -> "tuple[float, float, bool]":
+        """Renew (key, handle, token) to ``ttl``: the send time of the
+        answered copy, the TTL granted, and whether the lease was held."""
+        k = _Call("renew", {"commandType": CMD_RENEW, "key": key, "lockToken": handle,
+                            "fencingToken": {"key": key, "value": token}, "ttl": ms(ttl)})
         r = await self._timed(k, timeout)
         if r.get("type") == "renewed":
             got = r.get("ttl")
             if isinstance(got, (int, float)) and 0 < got / 1000.0 < ttl:
                 ttl = got / 1000.0
-            if not lease._extend(k.last, ttl):
-                raise NotHeldError(f"the lease ended ({lease.lost_reason})", lease.key)
-            self._track(lease)
-            return
+            return k.last, ttl, True
         if r.get("type") == "error" and (r.get("error") or {}).get("code") == "not_held":
+            return k.last, ttl, False
+        raise self._unexpected(r, key, "renewed")
+
+    async def _renew_once(self, lease: Lease, ttl: float, timeout: Optional[float] = None) -> None:
+        sent, ttl, held = await self._renew_raw(lease.key, lease.lock_token, lease.fencing_token, ttl, timeout)
+        if not held:
             lease._end("not_held")
-        raise self._unexpected(r, lease.key, "renewed")
+            raise NotHeldError("the gateway no longer holds the lease", lease.key)
+        if not lease._extend(sent, ttl):
+            raise NotHeldError(f"the lease ended ({lease.lost_reason})", lease.key)
+        self._track(lease)
 
     async def _keep_alive(self, lease: Lease) -> None:
         """Renew every ttl/3 until the lease ends. not_held ends it at once;
