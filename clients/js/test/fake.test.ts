@@ -1,0 +1,281 @@
+/**
+ * The client against scripted in-process gateways (ws's server): handshake
+ * redirects, a server that selects no subprotocol, re-sends after a drop
+ * with the same lockToken, the retry policy's answers, cancel and a grant
+ * that races it, wanted pushes, and the bearer token's two carriers.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import { WebSocketServer, type WebSocket } from "ws";
+import { CancelledError, Client, LockgateError } from "../src/index.js";
+
+type Msg = Record<string, any>;
+
+interface Fake {
+  addr: string;
+  /** Every request received, in order, with the index of the connection it came on. */
+  got: Array<Msg & { conn: number }>;
+  upgrades: IncomingMessage[];
+  close(): Promise<void>;
+}
+
+/**
+ * fake starts a gateway on a free loopback port; onMsg answers each
+ * request (send replies with reply()); refuse, when set, answers the
+ * upgrade with an HTTP status instead.
+ */
+async function fake(
+  onMsg: (m: Msg, reply: (r: Msg) => void, ws: WebSocket, conn: number) => void,
+  opts: { refuse?: (req: IncomingMessage) => { status: number; headers?: Record<string, string>; body?: string } | undefined; protocol?: boolean } = {},
+): Promise<Fake> {
+  const http: Server = createServer();
+  const wss = new WebSocketServer({ noServer: true, handleProtocols: (p: Set<string>) => (opts.protocol === false ? false : p.has("lockgate.v1") ? "lockgate.v1" : false) });
+  const f: Fake = { addr: "", got: [], upgrades: [], close: async () => {} };
+  let conns = 0;
+  http.on("upgrade", (req, socket, head) => {
+    f.upgrades.push(req);
+    const r = opts.refuse?.(req);
+    if (r) {
+      const body = r.body ?? "";
+      const hdrs = Object.entries({ "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(body)), ...(r.headers ?? {}) })
+        .map(([k, v]) => `${k}: ${v}\r\n`)
+        .join("");
+      socket.end(`HTTP/1.1 ${r.status} Refused\r\n${hdrs}\r\n${body}`);
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      const conn = ++conns;
+      ws.on("message", (data) => {
+        const m = JSON.parse(data.toString()) as Msg;
+        f.got.push({ ...m, conn });
+        onMsg(m, (r) => ws.send(JSON.stringify({ id: m.id, success: r.type !== "error", ...r })), ws, conn);
+      });
+    });
+  });
+  await new Promise<void>((res) => http.listen(0, "127.0.0.1", res));
+  f.addr = `127.0.0.1:${(http.address() as { port: number }).port}`;
+  f.close = async () => {
+    for (const ws of wss.clients) ws.terminate();
+    wss.close();
+    http.closeAllConnections();
+    await new Promise<void>((res) => http.close(() => res()));
+  };
+  return f;
+}
+
+const grantOf = (m: Msg, token = 7) => ({ type: "grant", key: m.key, fencingToken: { key: m.key, value: token }, lockToken: m.lockToken, ttl: m.ttl, owner: m.clientId });
+
+/** A gateway that grants every acquire and acks every release and renew. */
+function simple(m: Msg, reply: (r: Msg) => void): void {
+  switch (m.commandType) {
+    case 1:
+    case 5:
+      reply(grantOf(m));
+      break;
+    case 2:
+      reply({ type: "released", key: m.key });
+      break;
+    case 3:
+      reply({ type: "renewed", key: m.key, fencingToken: m.fencingToken, ttl: m.ttl });
+      break;
+    case 4:
+      reply({ type: "error", error: { code: "not_found", message: "nobody holds it" } });
+      break;
+  }
+}
+
+test("a 421 handshake naming the leader, and a 307 Location, redirect the client", async () => {
+  const leader = await fake(simple);
+  const f421 = await fake(simple, { refuse: () => ({ status: 421, body: JSON.stringify({ error: { code: "not_leader", leader: { id: "2", addr: leader.addr } } }) }) });
+  const f307 = await fake(simple, { refuse: () => ({ status: 307, headers: { Location: `http://${leader.addr}/v1/ws` } }) });
+  try {
+    for (const f of [f421, f307]) {
+      const c = new Client([f.addr]);
+      const l = await c.acquire("k", { ttlMs: 1000 });
+      assert.equal(c.endpoint, leader.addr);
+      await l.release();
+      await c.close();
+    }
+    assert.equal(f421.upgrades.length, 1);
+    assert.equal(f307.upgrades.length, 1);
+  } finally {
+    await Promise.all([leader.close(), f421.close(), f307.close()]);
+  }
+});
+
+test("the subprotocol offer and the bearer token; a server that selects no subprotocol is accepted", async () => {
+  const old = await fake(simple, { protocol: false });
+  try {
+    const c = new Client([old.addr], { token: "s3cret" });
+    const l = await c.tryAcquire("k", { ttlMs: 1000 });
+    await l.release();
+    await c.close();
+    const offers = old.upgrades.map((r) => r.headers["sec-websocket-protocol"] ?? "");
+    assert.equal(offers[0], "lockgate.v1,lockgate.bearer.czNjcmV0"); // refused by ws for the missing answer …
+    assert.equal(offers.at(-1), ""); // … so the client asked again without the offer
+    for (const r of old.upgrades) assert.equal(r.headers.authorization, "Bearer s3cret");
+  } finally {
+    await old.close();
+  }
+});
+
+test("a connection that drops re-sends the waiting acquire with the same lockToken", async () => {
+  const f = await fake((m, reply, ws, conn) => {
+    if (m.commandType === 1 && conn === 1) {
+      ws.terminate(); // the first copy is lost with its connection
+      return;
+    }
+    simple(m, reply);
+  });
+  try {
+    const c = new Client([f.addr]);
+    const l = await c.acquire("k", { ttlMs: 5000 });
+    const acquires = f.got.filter((m) => m.commandType === 1);
+    assert.equal(acquires.length, 2);
+    assert.notEqual(acquires[0]!.conn, acquires[1]!.conn);
+    assert.equal(acquires[0]!.lockToken, acquires[1]!.lockToken);
+    assert.match(acquires[0]!.lockToken, /^[0-9a-f]{32}$/);
+    assert.equal(l.lockToken, acquires[0]!.lockToken);
+    assert.equal(l.fencingToken, 7n);
+    // The deadline counts from the first copy's send.
+    await l.release();
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});
+
+test("not_leader without a leader and unavailable are retried with backoff; not_leader with one moves the connection", async () => {
+  const leader = await fake(simple);
+  let n = 0;
+  const follower = await fake((m, reply) => {
+    n++;
+    if (n === 1) reply({ type: "error", error: { code: "not_leader", message: "no leader yet", leader: {} } });
+    else if (n === 2) reply({ type: "error", error: { code: "unavailable", message: "no quorum" } });
+    else reply({ type: "error", error: { code: "not_leader", message: "there", leader: { id: "1", addr: leader.addr } } });
+  });
+  try {
+    const c = new Client([follower.addr]);
+    const l = await c.tryAcquire("k", { ttlMs: 1000 });
+    assert.equal(n, 3);
+    assert.equal(c.endpoint, leader.addr);
+    assert.equal(leader.got.length, 1);
+    await l.release();
+    await c.close();
+  } finally {
+    await Promise.all([leader.close(), follower.close()]);
+  }
+});
+
+test("an aborted acquire sends cancel (6) naming it; a grant that raced the cancel is released", async () => {
+  for (const race of [false, true]) {
+    const f = await fake((m, reply, ws) => {
+      if (m.commandType === 1) return; // queued: no answer until cancelled
+      if (m.commandType === 6) {
+        const target = f.got.find((x) => x.id === m.target)!;
+        if (race) {
+          ws.send(JSON.stringify({ id: m.target, success: true, ...grantOf(target, 9) }));
+        } else {
+          reply({ type: "cancelled", key: target.key });
+          ws.send(JSON.stringify({ id: m.target, type: "error", success: false, error: { code: "cancelled", message: "cancelled" } }));
+        }
+        return;
+      }
+      simple(m, reply);
+    });
+    try {
+      const c = new Client([f.addr]);
+      const ctl = new AbortController();
+      const p = c.acquire("k", { ttlMs: 5000, signal: ctl.signal });
+      while (!f.got.some((m) => m.commandType === 1)) await new Promise((r) => setTimeout(r, 5));
+      ctl.abort(new Error("caller gave up"));
+      await assert.rejects(p, (e: LockgateError) => e instanceof CancelledError && e.code === "cancelled");
+      const acquire = f.got.find((m) => m.commandType === 1)!;
+      const cancel = f.got.find((m) => m.commandType === 6);
+      assert.equal(cancel?.target, acquire.id);
+      const release = f.got.find((m) => m.commandType === 2);
+      if (race) {
+        assert.equal(release?.lockToken, acquire.lockToken);
+        assert.deepEqual(release?.fencingToken, { key: "k", value: 9 });
+      } else {
+        assert.equal(release, undefined);
+      }
+      await c.close();
+    } finally {
+      await f.close();
+    }
+  }
+});
+
+test("a wanted push resolves lease.wanted", async () => {
+  const f = await fake((m, reply, ws) => {
+    simple(m, reply);
+    if (m.commandType === 1) ws.send(JSON.stringify({ type: "wanted", success: true, key: m.key, fencingToken: { key: m.key, value: 7 }, lockToken: m.lockToken }));
+  });
+  try {
+    const c = new Client([f.addr]);
+    const l = await c.acquire("k", { ttlMs: 5000 });
+    await l.wanted;
+    assert.ok(l.isWanted);
+    await l.release();
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});
+
+test("a renew answered not_held ends the lease: lost resolves not_held and signal aborts", async () => {
+  const f = await fake((m, reply) => {
+    if (m.commandType === 3) reply({ type: "error", error: { code: "not_held", message: "expired" } });
+    else simple(m, reply);
+  });
+  try {
+    const c = new Client([f.addr]);
+    const l = await c.acquire("k", { ttlMs: 300, autoRenew: true });
+    assert.equal(await l.lost, "not_held");
+    assert.ok(l.signal.aborted);
+    const renew = f.got.find((m) => m.commandType === 3)!;
+    assert.equal(renew.lockToken, l.lockToken);
+    assert.deepEqual(renew.fencingToken, { key: "k", value: 7 });
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});
+
+test("await using releases the lease at the end of the block", async () => {
+  const f = await fake(simple);
+  try {
+    const c = new Client([f.addr]);
+    let lease;
+    {
+      await using l = await c.acquire("k", { ttlMs: 5000 });
+      lease = l;
+    }
+    assert.equal(lease.reason, "released");
+    assert.equal(f.got.filter((m) => m.commandType === 2).length, 1);
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});
+
+test("a grant that arrives with less than half its TTL left is renewed at once, and the deadline counts from the renew", async () => {
+  const f = await fake((m, reply) => {
+    if (m.commandType === 1) setTimeout(() => reply(grantOf(m)), 150); // a long wait
+    else simple(m, reply);
+  });
+  try {
+    const c = new Client([f.addr]);
+    const sent = performance.now();
+    const l = await c.acquire("k", { ttlMs: 200 });
+    const renews = f.got.filter((m) => m.commandType === 3);
+    assert.equal(renews.length, 1, "no renew before the lease was handed out");
+    assert.ok(l.sent >= sent + 150, `the lease's sent (${l.sent - sent} ms after the acquire) is the acquire's, not the renew's`);
+    await l.release();
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});
