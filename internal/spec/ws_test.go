@@ -1,0 +1,5 @@
+package spec
+
+import "testing"
+
+func testWS(t *testing.T, s *spec, n *node) {}
