@@ -15,7 +15,7 @@ import { CancelledError, LockgateError, NotHeldError, TimeoutError, errorFromRep
 import { Conn, type Pending } from "./conn.js";
 import { Lease, type LeaseOps } from "./lease.js";
 import { dial, wsUrl, type Sock, type TlsOptions } from "./socket.js";
-import { backoffMs, needsEarlyRenew, now } from "./timing.js";
+import { BackoffBaseMs, BackoffMaxMs, backoffMs, needsEarlyRenew, now } from "./timing.js";
 import {
   Cmd,
   DefaultTtlMs,
@@ -92,6 +92,8 @@ interface Call {
   /** The answer may be a grant, which must be released if nobody takes it. */
   grantable?: boolean;
   onSend?: (t: number) => void;
+  /** Caps the retry backoff below BackoffMaxMs (renewals: ttl/10, so that a lease notices a new leader in time). */
+  maxBackoffMs?: number;
   sends: number;
   first: number;
   last: number;
@@ -281,6 +283,11 @@ export class Client {
         if (opts.releaseOnDisconnect) req.releaseOnDisconnect = true;
         if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
         const k = newCall(wait ? "acquire" : "try-acquire", req, { wait, grantable: true });
+        if (req.waitMs !== undefined) {
+          // A copy re-sent after a reconnect waits only for what is left.
+          const waitMs = req.waitMs;
+          k.onSend = (t) => (req.waitMs = Math.max(1, Math.round(waitMs - (t - k.first))));
+        }
         const ctl = new AbortController();
         const stops: Array<() => void> = [];
         const stopOn = (s: AbortSignal | undefined, reason: () => unknown) => {
@@ -361,7 +368,11 @@ export class Client {
   async #renew(key: string, lockToken: string, token: bigint, ttlMs: number, signal?: AbortSignal): Promise<number> {
     if (this.#closed) throw this.#closedError();
     checkTtl(ttlMs);
-    const k = newCall("renew", { commandType: Cmd.renew, key, lockToken, fencingToken: { key, value: token }, ttl: ttlMs });
+    // During an election the retries must not sleep past the lease's
+    // deadline: ttl/10 between them, as between the attempts of auto-renew.
+    const k = newCall("renew", { commandType: Cmd.renew, key, lockToken, fencingToken: { key, value: token }, ttl: ttlMs }, {
+      maxBackoffMs: Math.max(BackoffBaseMs, ttlMs / 10),
+    });
     const r = await this.#oneShot(k, signal);
     if (r.type === "renewed") return k.last;
     throw this.#unexpected(r, k, "renewed");
@@ -513,7 +524,7 @@ export class Client {
               hops = 0; // a waiting acquire keeps looking, after a pause
             }
           }
-          await sleep(backoffMs(++retry), signal);
+          await sleep(backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs), signal);
           continue;
         }
         case "closed":
@@ -525,13 +536,13 @@ export class Client {
             k.prior = true; // outcome unknown for writes
             conn.strike();
           }
-          await sleep(backoffMs(++retry), signal);
+          await sleep(backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs), signal);
           continue;
         case "cancelled":
           if (!k.wait) return r;
           // Nobody asked for it (we cancel only when giving up): the
           // gateway dropped the wait. Queue again.
-          await sleep(backoffMs(++retry), signal);
+          await sleep(backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs), signal);
           continue;
       }
       conn.good();
