@@ -25,9 +25,10 @@ import (
 	"github.com/lockgate/lockgate/internal/testenv"
 )
 
-// runnerTimeout bounds one foreign runner (install, build and test); the
-// whole harness should take well under two minutes.
-const runnerTimeout = 5 * time.Minute
+// runnerTimeout bounds one foreign runner (install, build and test). A
+// healthy run takes under a minute; at 5 min two hung runners would eat 10
+// of make test's 14.
+const runnerTimeout = 3 * time.Minute
 
 // leaderWait bounds the wait for a leader that every running node knows.
 const leaderWait = 30 * time.Second
