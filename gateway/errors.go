@@ -70,6 +70,9 @@ func notJSONSpace(r rune) bool { return r != ' ' && r != '\t' && r != '\n' && r 
 // first value: trailing data went unnoticed), it refuses anything after
 // the value.
 func decodeStrict(data []byte, v any) error {
+	if err := wire.CheckFields(data, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

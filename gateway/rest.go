@@ -181,7 +181,7 @@ func (g *Gateway) restRenew(w http.ResponseWriter, r *http.Request, key string) 
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"key": key, "fencing_token": lease.Token, "ttl_ms": durationMS(ttl)})
+	writeJSON(w, http.StatusOK, map[string]any{"key": key, "fencing_token": wire.FencingToken{Key: key, Value: uint64(lease.Token)}, "ttl_ms": durationMS(ttl)})
 }
 
 func (g *Gateway) restRelease(w http.ResponseWriter, r *http.Request, key string) {

@@ -179,10 +179,25 @@ func DecodeRequestStrict(data []byte, r *Request) error {
 		return nil
 	}
 	*r = Request{}
-	if err := checkFieldNames(data, requestFields); err != nil {
+	if err := CheckFieldNames(data, requestFields); err != nil {
 		return err
 	}
 	return json.Unmarshal(data, r)
+}
+
+// CheckFields reports a top-level field of the JSON object in data that
+// v's struct type (v a pointer to it) does not have under exactly that
+// JSON name: encoding/json, even refusing unknown fields, takes "TTL_MS"
+// for "ttl_ms". Other errors are left to the decoder.
+func CheckFields(data []byte, v any) error {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	return CheckFieldNames(data, jsonNames(t))
 }
 
 // requestFields are the JSON names of Request's fields.
@@ -205,12 +220,12 @@ func (e *UnknownFieldError) Error() string {
 	return fmt.Sprintf("unknown field %q (field names are case-sensitive; see docs/protocol.md)", e.Name)
 }
 
-// checkFieldNames reports the first top-level field of the JSON object in
+// CheckFieldNames reports the first top-level field of the JSON object in
 // data that is not in names, exactly as spelled, or a syntax error.
-func checkFieldNames(data []byte, names map[string]bool) error {
+func CheckFieldNames(data []byte, names map[string]bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return json.Unmarshal(data, new(Request)) // its own error
+		return nil // not an object: the decoder's own error follows
 	}
 	for dec.More() {
 		t, err := dec.Token()

@@ -65,6 +65,9 @@ func (t *FencingToken) UnmarshalJSON(b []byte) error {
 		Key   string          `json:"key"`
 		Value json.RawMessage `json:"value"`
 	}
+	if err := CheckFields(b, &o); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(b, &o); err != nil {
 		return err
 	}
