@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/internal/servers"
 	"github.com/lockgate/lockgate/internal/testenv"
 )
@@ -278,6 +280,7 @@ func errOrOK(err error) any {
 type harness struct {
 	rl      *testenv.Raftlock
 	control string // http://127.0.0.1:PORT
+	secure  string // host:port of a gateway that checks tokens (secureToken)
 	log     func(string, ...any)
 
 	mu     sync.Mutex // serializes kills and restores
@@ -294,6 +297,7 @@ type endpointsBody struct {
 func newHarness(t *testing.T, rl *testenv.Raftlock) *harness {
 	t.Helper()
 	h := &harness{rl: rl, log: t.Logf}
+	h.startSecureGateway(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +344,36 @@ func (h *harness) env(scenariosPath string) []string {
 		"LOCKGATE_ENDPOINTS=" + strings.Join(h.rl.APIAddrs, ","),
 		"LOCKGATE_CONTROL=" + h.control,
 		"LOCKGATE_SCENARIOS=" + scenariosPath,
+		"LOCKGATE_SECURE_ENDPOINT=" + h.secure,
+		"LOCKGATE_TOKEN=" + secureToken,
 	}
+}
+
+// secureToken is the bearer token of the harness's secure gateway.
+const secureToken = "clients-harness-token-7f3a9c"
+
+// startSecureGateway serves a gateway that checks bearer tokens in front
+// of the cluster (its Locker is the Go SDK, following the leader), on a
+// loopback port: the browser test authenticates to it through the
+// lockgate.bearer subprotocol, since a page cannot set Authorization.
+func (h *harness) startSecureGateway(t *testing.T) {
+	toks, err := gateway.NewTokens(secureToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdk, err := client.New(h.rl.APIAddrs, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gateway.New(sdk, gateway.Options{Tokens: toks})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { g.Close(); srv.Close(); sdk.Close() })
+	h.secure = ln.Addr().String()
 }
 
 // restoreT restores the cluster before a runner starts, failing t if it

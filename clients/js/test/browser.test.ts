@@ -2,8 +2,11 @@
  * The browser build: a page in headless Chromium imports dist/src/index.js
  * as an ES module (no bundler, so a Node-only import on the browser path
  * fails it), acquires through the standard WebSocket, inspects and
- * releases, and posts the outcome back. Needs a gateway
- * ($LOCKGATE_ENDPOINTS) and Chromium ($LOCKGATE_CHROMIUM, or
+ * releases, and posts the outcome back. With $LOCKGATE_SECURE_ENDPOINT and
+ * $LOCKGATE_TOKEN (the harness's gateway that checks tokens) the page
+ * authenticates through the lockgate.bearer subprotocol — a browser cannot
+ * set Authorization — and a page without the token must be refused. Needs
+ * a gateway ($LOCKGATE_ENDPOINTS) and Chromium ($LOCKGATE_CHROMIUM, or
  * /usr/bin/chromium); skipped without them.
  */
 import { test } from "node:test";
@@ -16,7 +19,9 @@ import { join, normalize } from "node:path";
 import { fileURLToPath } from "node:url";
 import { newHandle } from "../src/wire.js";
 
-const endpoint = (process.env.LOCKGATE_ENDPOINTS ?? "").split(",").filter(Boolean)[0];
+const token = process.env.LOCKGATE_TOKEN ?? "";
+const secure = process.env.LOCKGATE_SECURE_ENDPOINT ?? "";
+const endpoint = token && secure ? secure : (process.env.LOCKGATE_ENDPOINTS ?? "").split(",").filter(Boolean)[0];
 const chromium = [process.env.LOCKGATE_CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser"].find((p) => p && existsSync(p));
 const skip = !endpoint ? "LOCKGATE_ENDPOINTS is not set" : !chromium ? "no Chromium (set LOCKGATE_CHROMIUM)" : false;
 // dist/test/ → the package root, which holds dist/src.
@@ -28,13 +33,24 @@ test("the dist build runs in a browser: acquire, inspect, release over the stand
 const post = (s) => fetch("/result", { method: "POST", body: s });
 try {
   const { Client } = await import("/dist/src/index.js"); // a failed load is reported too
-  const c = new Client([${JSON.stringify(endpoint)}], { clientId: "js-browser" });
+  let refused = "no-token-check";
+  if (${JSON.stringify(token)}) {
+    const anon = new Client([${JSON.stringify(endpoint)}], { clientId: "js-anon", requestTimeoutMs: 3000 });
+    try {
+      await anon.tryAcquire(${JSON.stringify(key)} + "/anon", { ttlMs: 10000 });
+      refused = "anonymous-page-was-served";
+    } catch (e) {
+      refused = "refused";
+    }
+    await anon.close();
+  }
+  const c = new Client([${JSON.stringify(endpoint)}], { clientId: "js-browser", token: ${JSON.stringify(token)} || undefined });
   const l = await c.acquire(${JSON.stringify(key)}, { ttlMs: 10000 });
   const info = await c.inspect(l.key);
   await l.release();
   const after = await c.inspect(l.key);
   await c.close();
-  await post(["ok", typeof l.fencingToken, String(l.fencingToken === info.fencingToken), info.owner, String(after), await l.lost].join(" "));
+  await post(["ok", typeof l.fencingToken, String(l.fencingToken === info.fencingToken), info.owner, String(after), await l.lost, refused].join(" "));
 } catch (e) {
   await post("FAIL " + e.name + ": " + e.message);
 }
@@ -77,7 +93,7 @@ try {
   const exited = new Promise<void>((res) => browser.once("exit", () => res()));
   try {
     const got = await Promise.race([result, exited.then(() => "FAIL chromium exited before the page reported")]);
-    assert.equal(got, "ok bigint true js-browser null released");
+    assert.equal(got, "ok bigint true js-browser null released " + (token ? "refused" : "no-token-check"));
   } finally {
     try {
       process.kill(-browser.pid!, "SIGKILL"); // the browser and its helper processes, which we started
