@@ -412,6 +412,16 @@ func TestInspectUnavailable(t *testing.T) {
 // than the grant's until the propagation records the grant's; Inspect
 // still reports the grant's token, not the largest node-local token (which
 // would be a late node's).
+//
+// The test fakes the late nodes' larger tokens on nodes 3 and 4 after the
+// grant, so every node must have granted (run acquire.lua) first: the
+// Locker answers at a quorum and collects the other nodes' answers in the
+// background (propagate), so right after TryAcquire a node may not hold
+// the key yet. Had it not, Inspect would see the grant's token on only two
+// nodes beside the two faked ones — a state no grant can produce (its
+// quorum's three nodes all hold a token no larger than the grant's) — and
+// rightly report the third smallest, a faked one. Closing the granting
+// Locker awaits that background collection; another Locker inspects.
 func TestInspectLateGrantToken(t *testing.T) {
 	rs := testenv.StartRedisN(t, 5)
 	l := newLocker(t, rs, nil)
@@ -420,13 +430,19 @@ func TestInspectLateGrantToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := l.Close(); err != nil { // waits for every node's answer to the grant
+		t.Fatal(err)
+	}
+	if n := holders(t, rs, key); n != len(rs) {
+		t.Fatalf("%d of %d nodes granted, want all: the late tokens below are faked on granting nodes", n, len(rs))
+	}
 	meta := DefaultPrefix + ":meta:{" + key + "}"
 	for _, r := range rs[3:] {
 		if err := raw(t, r).HSet(bg(t, time.Minute), meta, "token", uint64(lease.Token)+1, "final", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	info, err := l.Inspect(bg(t, time.Minute), key)
+	info, err := newLocker(t, rs, nil).Inspect(bg(t, time.Minute), key)
 	if err != nil {
 		t.Fatal(err)
 	}
