@@ -366,5 +366,7 @@ func tolerable(r *Run) bool {
 		}
 		transient += n
 	}
-	return transient == r.Errors && r.Errors*100 <= r.Ops
+	// One in a hundred, and at least one: a run of under a hundred
+	// operations (etcd's on a loaded machine: 98) may meet one timeout.
+	return transient == r.Errors && r.Errors <= max(1, r.Ops/100)
 }

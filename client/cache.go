@@ -59,8 +59,9 @@ type leaseCache struct {
 
 // cacheBugs are the lease cache's deliberate defects (see leaseCache.bugs).
 type cacheBugs struct {
-	// reclaimKeepsLease: a reclaimed lease stays in the cache, servable
-	// (its wanted mark ignored), while its real release is on the way.
+	// reclaimKeepsLease: a reclaimed lease stays in the cache and is
+	// served again (its wanted mark and its end ignored) while, and after,
+	// its real release goes out: a cache that hands out what it gave back.
 	reclaimKeepsLease bool
 }
 
@@ -110,9 +111,9 @@ func (lc *leaseCache) take(key string, opts lock.AcquireOptions) (hit, stale *lo
 // serves reports whether the unused lease of e can answer an acquire with
 // opts: still alive, nobody waits for it, the same options, and at least
 // half its TTL left (a lease whose renewals lag is not handed out).
-func (e *cacheEntry) serves(opts lock.AcquireOptions, ignoreWanted bool) bool {
+func (e *cacheEntry) serves(opts lock.AcquireOptions, broken bool) bool {
 	l := e.lease
-	return l.Err() == nil && (ignoreWanted || !l.IsWanted()) &&
+	return (broken || l.Err() == nil && !l.IsWanted()) &&
 		opts.Owner == e.opts.Owner && opts.TTL == e.opts.TTL && opts.AutoRenew == e.opts.AutoRenew &&
 		bytes.Equal(opts.Value, e.opts.Value) && (opts.Handle == "" || opts.Handle == l.Handle) &&
 		time.Until(l.Deadline()) > l.TTL()/2
@@ -260,6 +261,9 @@ func (lc *leaseCache) evictLocked(e *cacheEntry, count *atomic.Uint64) {
 func (lc *leaseCache) drop(lease *lock.Lease) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
+	if lc.bugs.reclaimKeepsLease {
+		return
+	}
 	if e := lc.entries[lease.Key]; e != nil && e.lease == lease {
 		lc.stopLocked(e)
 		delete(lc.entries, lease.Key)
