@@ -37,6 +37,7 @@ var goScenarios = map[string]func(ctx context.Context, r *goRun, s scenario) err
 	"leader-killed-while-holding": leaderKilledWhileHolding,
 	"leader-killed-while-waiting": leaderKilledWhileWaiting,
 	"bad-input":                   badInput,
+	"lease-cache":                 leaseCache,
 }
 
 // runGo runs the scenario set with the Go SDK, one subtest per scenario,
@@ -75,13 +76,18 @@ type goRun struct {
 // node's when none), closed when the scenario ends.
 func (r *goRun) client(name string, endpoints ...string) *client.Client {
 	r.t.Helper()
+	return r.clientWith(name, client.Options{}, endpoints...)
+}
+
+// clientWith is client with options (ClientID and Logger are set here).
+func (r *goRun) clientWith(name string, opts client.Options, endpoints ...string) *client.Client {
+	r.t.Helper()
 	if len(endpoints) == 0 {
 		endpoints = r.h.rl.APIAddrs
 	}
-	c, err := client.New(endpoints, client.Options{
-		ClientID: "go-" + name + "-" + r.run,
-		Logger:   slog.New(slog.NewTextHandler(tWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	opts.ClientID = "go-" + name + "-" + r.run
+	opts.Logger = slog.New(slog.NewTextHandler(tWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := client.New(endpoints, opts)
 	if err != nil {
 		r.t.Fatalf("client.New(%v): %v", endpoints, err)
 	}
@@ -615,4 +621,49 @@ func badInput(ctx context.Context, r *goRun, s scenario) error {
 		}
 	}
 	return free(bctx, c, r.key)
+}
+
+// lease-cache: a released lease stays with A's cache (still held on the
+// server), comes back with the same token without a round trip, and is
+// reclaimed the moment B waits for the key.
+func leaseCache(ctx context.Context, r *goRun, s scenario) error {
+	a := r.clientWith("A", client.Options{CacheLeases: true})
+	b := r.client("B")
+	opts := lock.AcquireOptions{TTL: ttlOf(s), AutoRenew: true}
+	la, err := a.Acquire(ctx, r.key, opts)
+	if err != nil {
+		return fmt.Errorf("A acquire: %w", err)
+	}
+	if err := a.Release(ctx, la); err != nil {
+		return fmt.Errorf("A release: %w", err)
+	}
+	if err := holds(ctx, b, la); err != nil {
+		return fmt.Errorf("after A's release the cache should keep the lease: %w", err)
+	}
+	again, err := a.Acquire(ctx, r.key, opts)
+	if err != nil {
+		return fmt.Errorf("A acquire again: %w", err)
+	}
+	if again.Token != la.Token || a.CacheStats().Hits != 1 {
+		return fmt.Errorf("A's second acquire: token %d (first %d), stats %+v; want the cached lease", again.Token, la.Token, a.CacheStats())
+	}
+	if err := a.Release(ctx, again); err != nil {
+		return fmt.Errorf("A release again: %w", err)
+	}
+	lb, err := b.Acquire(ctx, r.key, lock.AcquireOptions{TTL: ttlOf(s)})
+	if err != nil {
+		return fmt.Errorf("B acquire: %w", err)
+	}
+	if lb.Token <= la.Token {
+		return fmt.Errorf("B's token %d, want > %d", lb.Token, la.Token)
+	}
+	select {
+	case <-la.Done():
+	case <-ctx.Done():
+		return fmt.Errorf("A's reclaimed lease never ended: %w", ctx.Err())
+	}
+	if st := a.CacheStats(); st.Reclaimed != 1 {
+		return fmt.Errorf("A's stats %+v, want 1 reclaimed", st)
+	}
+	return b.Release(ctx, lb)
 }
