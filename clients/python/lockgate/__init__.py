@@ -5,6 +5,7 @@
             ...  # act while lease.held; send lease.fencing_token with every write
 """
 
+from ._cache import CacheStats
 from .client import Client
 from .errors import (
     ClosedError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError, NotLeaderError,
@@ -15,7 +16,7 @@ from .lease import Lease, LockInfo
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Lease", "LockInfo", "LockgateError", "HeldError", "NotHeldError", "NotFoundError",
+    "Client", "CacheStats", "Lease", "LockInfo", "LockgateError", "HeldError", "NotHeldError", "NotFoundError",
     "NotLeaderError", "UnavailableError", "ClosedError", "LockTimeoutError", "ValidationError",
     "UnauthorizedError",
 ]

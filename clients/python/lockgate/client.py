@@ -36,6 +36,7 @@ import time
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union
 
 from . import _conn
+from ._cache import DEFAULT_CACHE_IDLE, DEFAULT_MAX_CACHED_LEASES, CacheStats, LeaseCache
 from ._conn import CLOSING, DROPPED, Conn, ConnectError
 from ._wire import (
     CMD_ACQUIRE, CMD_CANCEL, CMD_INSPECT, CMD_RELEASE, CMD_RENEW, CMD_TRY_ACQUIRE,
@@ -95,13 +96,24 @@ class Client:
     seconds. ``ssl`` makes the client speak TLS (wss://) to bare host:port
     endpoints and to redirect targets.
 
+    ``cache_leases`` (off by default) turns on the lease cache: releasing a
+    lease keeps it, unused and still renewed, so that the next acquire of
+    its key with the same options returns the same Lease (same fencing
+    token) without a round trip; it is released for real the moment another
+    caller waits for the key (the gateway's ``wanted`` push), after
+    ``cache_idle`` seconds unused, and at close. At most
+    ``max_cached_leases`` are kept unused. Leases are kept only while the
+    gateway announces ``wanted`` pushes (``Lockgate-Features: wanted``).
+    See :meth:`cache_stats` and docs/lease-cache.md.
+
     Use it as an async context manager, or call :meth:`close`.
     """
 
     def __init__(self, endpoints: Union[str, Sequence[str]], client_id: Optional[str] = None,
                  token: Optional[str] = None, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, *,
                  dial_timeout: float = DEFAULT_DIAL_TIMEOUT, max_hops: int = DEFAULT_MAX_HOPS,
-                 ssl: Optional[_ssl.SSLContext] = None) -> None:
+                 ssl: Optional[_ssl.SSLContext] = None, cache_leases: bool = False,
+                 cache_idle: float = DEFAULT_CACHE_IDLE, max_cached_leases: int = DEFAULT_MAX_CACHED_LEASES) -> None:
         if isinstance(endpoints, str):
             endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         self.endpoints: List[str] = list(endpoints)
@@ -134,6 +146,10 @@ class Client:
         self._calls = 0
         self._idle: Optional[asyncio.Event] = None
         self.signals_wanted = False  #: the gateway announced "wanted" pushes (Lockgate-Features)
+        if cache_idle <= 0 or max_cached_leases < 1:
+            raise ValueError("lockgate: cache_idle must be > 0 seconds and max_cached_leases ≥ 1")
+        self._cache: Optional[LeaseCache] = LeaseCache(self, float(cache_idle), max_cached_leases) if cache_leases else None
+        self._closing = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -159,10 +175,14 @@ class Client:
     async def close(self) -> None:
         """Close the client: waiting acquires cancel their waits on the
         gateway (releasing a grant that raced in) and raise ClosedError,
-        auto-renewals stop, later calls raise ClosedError. Held leases stay
-        held on the server until their TTL unless released first."""
-        if self._closed:
+        auto-renewals stop, later calls raise ClosedError. Leases kept unused
+        by the lease cache are released first; other held leases stay held
+        on the server until their TTL unless released first."""
+        if self._closed or self._closing:
             return
+        self._closing = True
+        if self._cache is not None:
+            await self._cache.close()  # while calls still go out
         self._closed = True
         for q in list(self._waits):
             q.put_nowait(CLOSING)
@@ -274,7 +294,10 @@ class Client:
             return
         lease = self._held.get(tok)
         if lease is not None:
-            lease._mark_wanted()
+            # A caller may reuse a lock token: the push must name this grant.
+            ft = parse_token(r.get("fencingToken"))
+            if r.get("key") == lease.key and (ft is None or ft == lease.fencing_token):
+                lease._mark_wanted()
             return
         # The push can beat the grant's handling (it follows the grant on the
         # wire, but the acquirer runs later): remember it, bounded.
@@ -288,8 +311,16 @@ class Client:
             lease._mark_wanted()
 
     def _untrack(self, lease: Lease) -> None:
+        """The lease ended: it is forgotten (and leaves the lease cache)."""
         if self._held.get(lease.lock_token) is lease:
             del self._held[lease.lock_token]
+        if self._cache is not None:
+            self._cache.drop(lease)
+
+    def _wanted(self, lease: Lease) -> None:
+        """The lease was marked wanted: the lease cache reclaims it if unused."""
+        if self._cache is not None:
+            self._cache.reclaim(lease)
 
     # -- the request loop ------------------------------------------------------
 
@@ -520,6 +551,13 @@ class Client:
         if wait is not None and wait < 0:
             raise ValueError("lockgate: wait must be ≥ 0 seconds")
         with self._enter():
+            if self._cache is not None:
+                opts = (float(ttl), value, bool(auto_renew))
+                hit, stale = self._cache.take(key, opts, handle)
+                if hit is not None:
+                    return hit
+                if stale is not None:
+                    await self._release_quietly(stale)  # or this acquire would wait behind it
             user_handle = handle
             wait_until = time.monotonic() + wait if wait is not None else None
             while True:
@@ -555,6 +593,8 @@ class Client:
                         log.info("lockgate: grant of %r expired on arrival; queueing again", key)
                         continue
                     raise NotHeldError("the grant expired before it could be renewed", key)
+                if self._cache is not None:
+                    self._cache.hold(lease, opts)
                 return lease
 
     async def _lease(self, r: Dict[str, Any], key: str, ttl: float, value: Optional[str], auto_renew: bool,
@@ -593,8 +633,30 @@ class Client:
         return lease
 
     async def _release_quietly(self, lease: Lease) -> None:
-        with contextlib.suppress(Exception):
-            await self.release(lease)
+        """Release a lease the cache gave up, for real; a failure is logged
+        (the lease then ends at its TTL)."""
+        try:
+            await self._release(lease)
+        except Exception as e:
+            log.info("lockgate: releasing a cached lease of %r (token %d) failed; it ends at its TTL: %r",
+                     lease.key, lease.fencing_token, e)
+
+    async def _cache_renew(self, lease: Lease) -> None:
+        """The lease cache's renewal of an unused lease the application did
+        not ask to auto-renew. not_held ends it (and drop removes it); other
+        failures leave it to its deadline or the next renewal."""
+        left = lease.deadline - time.monotonic()
+        if left <= 0 or lease.lost.is_set():
+            return
+        try:
+            with self._enter():
+                await self._renew_once(lease, lease.ttl, timeout=left)
+        except LockgateError as e:
+            log.debug("lockgate: renewing a cached lease of %r failed: %s", lease.key, e)
+
+    def cache_stats(self) -> CacheStats:
+        """What the lease cache did; all zero when it is off."""
+        return self._cache.stats() if self._cache is not None else CacheStats()
 
     async def renew(self, lease: Lease, ttl: Optional[float] = None) -> None:
         """Extend ``lease`` to ``ttl`` seconds from now (default: its TTL).
@@ -660,7 +722,18 @@ class Client:
     async def release(self, lease: Lease) -> None:
         """Release ``lease``; it ends with ``lost_reason`` "released".
         NotHeldError if the gateway no longer held it (it expired or went to
-        someone else; the lease ends as "not_held")."""
+        someone else; the lease ends as "not_held").
+
+        With ``cache_leases`` a lease nobody else wants is kept instead: it
+        stays held and renewed, unused, and does not end (``lost`` stays
+        clear) until the cache releases it for real; releasing it again
+        raises NotHeldError."""
+        if self._cache is not None and self._cache.put(lease, self.signals_wanted):
+            return
+        await self._release(lease)
+
+    async def _release(self, lease: Lease) -> None:
+        """Release ``lease`` on the gateway."""
         with self._enter():
             alive = [False]  # the lease was alive by our clock when the answered copy went out
             k = _Call("release", {"commandType": CMD_RELEASE, "key": lease.key, "lockToken": lease.lock_token,

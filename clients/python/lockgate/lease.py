@@ -111,7 +111,10 @@ class Lease:
         return True
 
     def _mark_wanted(self) -> None:
+        if self.wanted.is_set():
+            return
         self.wanted.set()
+        self._client._wanted(self)
 
     def _end(self, reason: str) -> None:
         if self.lost.is_set():
