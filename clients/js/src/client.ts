@@ -13,6 +13,7 @@
  */
 import { CancelledError, LockgateError, NotHeldError, TimeoutError, errorFromReply, type HolderInfo } from "./errors.js";
 import { Conn, type Pending } from "./conn.js";
+import { DefaultCacheIdleMs, DefaultMaxCachedLeases, LeaseCache, type CacheKey, type CacheStats } from "./cache.js";
 import { Lease, type LeaseOps } from "./lease.js";
 import { dial, wsUrl, type Sock, type TlsOptions } from "./socket.js";
 import { BackoffBaseMs, BackoffMaxMs, backoffMs, needsEarlyRenew, now } from "./timing.js";
@@ -52,6 +53,21 @@ export interface ClientOptions {
   webSocket?: unknown;
   /** Receives connection events (reconnects, redirects). Default: none. */
   logger?: (msg: string) => void;
+  /**
+   * The lease cache (docs/lease-cache.md), off by default: release keeps a
+   * lease, unused and still renewed, and the next acquire/tryAcquire of its
+   * key with the same options returns the same Lease without a round trip.
+   * A kept lease is released for real when another caller waits for it (the
+   * gateway's "wanted" push), after cacheIdleMs unused, and at close().
+   * Leases are kept only behind a gateway that announces "wanted" pushes
+   * (Lockgate-Features on the upgrade response), which a browser cannot
+   * read: there the option changes nothing.
+   */
+  cacheLeases?: boolean;
+  /** How long an unused lease stays cached before it is released for real. Default 10 s. */
+  cacheIdleMs?: number;
+  /** The most unused leases the cache keeps; past it release releases. Default 1024. */
+  maxCachedLeases?: number;
 }
 
 export interface AcquireOptions {
@@ -153,6 +169,7 @@ export class Client {
   #log: (msg: string) => void;
 
   #closed = false;
+  #closeDone: Promise<void> | undefined;
   #closing = new AbortController(); // aborted by close(): waits give up, reconnects stop
   #nextId = 0;
   #conn: Conn | undefined;
@@ -168,6 +185,10 @@ export class Client {
   #held = new Map<string, Lease>();
   #early = new Map<string, boolean>();
   #ops: LeaseOps;
+  // What the last gateway announced (Lockgate-Features: wanted); the lease
+  // cache keeps leases only when it did.
+  #signalsWanted = false;
+  #cache: LeaseCache | undefined;
 
   constructor(endpoints: string | string[], opts: ClientOptions = {}) {
     const list = typeof endpoints === "string" ? endpoints.split(",").map((s) => s.trim()).filter(Boolean) : [...endpoints];
@@ -194,11 +215,38 @@ export class Client {
     this.#log = opts.logger ?? (() => {});
     this.#ops = {
       renew: (lease, ttlMs, signal) => this.#track(this.#renew(lease.key, lease.lockToken, lease.fencingToken, ttlMs, signal)),
-      release: (lease) => this.#track(this.#release(lease)),
+      release: (lease) => this.#track(this.#releaseOrKeep(lease)),
       untrack: (lease) => {
         if (this.#held.get(lease.lockToken) === lease) this.#held.delete(lease.lockToken);
       },
     };
+    if (opts.cacheLeases) {
+      const idle = opts.cacheIdleMs ?? DefaultCacheIdleMs;
+      const max = opts.maxCachedLeases ?? DefaultMaxCachedLeases;
+      if (!(idle > 0)) throw new LockgateError("bad_json", `lockgate: cacheIdleMs ${idle} is not positive`);
+      if (!Number.isInteger(max) || max < 0) throw new LockgateError("bad_json", `lockgate: maxCachedLeases ${max} is not a non-negative integer`);
+      this.#cache = new LeaseCache(
+        {
+          releaseQuietly: (lease) =>
+            this.#track(this.#release(lease)).catch((e: Error) => {
+              this.#log(`releasing a cached lease of ${lease.key} failed; it ends at its TTL: ${e.message}`);
+            }),
+          log: (m) => this.#log(m),
+        },
+        idle,
+        max,
+      );
+    }
+  }
+
+  /** What the lease cache did (ClientOptions.cacheLeases); all zero when it is off. */
+  cacheStats(): CacheStats {
+    return this.#cache?.stats() ?? { hits: 0, misses: 0, kept: 0, reclaimed: 0, idle: 0, unused: 0 };
+  }
+
+  /** Whether the gateway the client is (or was last) connected to announced "wanted" pushes; false before the first connection. */
+  get signalsWanted(): boolean {
+    return this.#signalsWanted;
   }
 
   /** The address of the gateway the client is connected to (after redirects: the leader's), or "" while it is not. */
@@ -230,11 +278,19 @@ export class Client {
   /**
    * close: waiting acquires cancel their waits on the gateway and fail with
    * code "closed", auto-renewals stop, later calls fail with "closed", and
-   * the connection closes. Held leases stay held on the server until their
-   * TTL unless released first. Idempotent.
+   * the connection closes. Leases kept unused by the lease cache are
+   * released first; leases in use stay held on the server until their TTL
+   * unless released first. Idempotent.
    */
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  close(): Promise<void> {
+    this.#closeDone ??= this.#close();
+    return this.#closeDone;
+  }
+
+  async #close(): Promise<void> {
+    // The unused cached leases are released for real while calls still go out.
+    // Each release is bounded by requestTimeoutMs.
+    if (this.#cache) await this.#cache.close();
     this.#closed = true;
     for (const l of this.#held.values()) l._stopRenewing();
     this.#closing.abort(new LockgateError("closed", "lockgate: the client is closed"));
@@ -274,6 +330,15 @@ export class Client {
     const ttlMs = opts.ttlMs ?? DefaultTtlMs;
     const autoRenew = opts.autoRenew ?? opts.ttlMs === undefined;
     opts.signal?.throwIfAborted();
+    // A lease released on disconnect may be gone without the client
+    // knowing until its next renewal: never cached.
+    const cache = opts.releaseOnDisconnect ? undefined : this.#cache;
+    const ck: CacheKey = { owner, ttlMs, value: opts.value, autoRenew };
+    if (cache) {
+      const { hit, stale } = cache.take(key, ck);
+      if (hit) return hit;
+      if (stale) await this.#releaseStale(stale); // or this acquire would wait behind it
+    }
     for (;;) {
       const handle = newHandle();
       this.#early.set(handle, false);
@@ -320,7 +385,10 @@ export class Client {
         }
         if (r.type !== "grant") throw this.#unexpected(r, k, "grant");
         const lease = await this.#lease(r, key, owner, ttlMs, autoRenew, k.first, opts.value);
-        if (lease) return lease;
+        if (lease) {
+          cache?.hold(lease, ck);
+          return lease;
+        }
         if (!wait) throw new NotHeldError(`lockgate: try-acquire ${JSON.stringify(key)}: the grant expired before it could be renewed`);
         this.#log(`grant of ${key} expired on arrival; queueing again`);
       } finally {
@@ -362,6 +430,21 @@ export class Client {
     });
     if (lease.reason === undefined) this.#held.set(lease.lockToken, lease);
     return lease;
+  }
+
+  /** #releaseOrKeep is Lease.release: with the cache on, a lease nobody else wants is kept instead of released. */
+  async #releaseOrKeep(lease: Lease): Promise<void> {
+    if (this.#cache && !this.#closed && this.#cache.put(lease, this.#signalsWanted)) return;
+    return this.#release(lease);
+  }
+
+  /** #releaseStale releases for real a cached lease that could not serve an acquire of its key; a failure is logged. */
+  async #releaseStale(lease: Lease): Promise<void> {
+    try {
+      await this.#track(this.#release(lease));
+    } catch (e) {
+      this.#log(`releasing a cached lease of ${lease.key} failed; it ends at its TTL: ${(e as Error).message}`);
+    }
   }
 
   /** #renew extends (key, lockToken) to ttlMs; resolves with the answered copy's send time; NotHeldError when not held. */
@@ -667,6 +750,7 @@ export class Client {
         this.#dialErr = undefined;
         this.#dead.delete(addr);
         this.#conn = conn;
+        this.#signalsWanted = conn.wantedFeature;
         this.#log(`connected to ${conn.addr}`);
         if (this.#closed) conn.close(new Error("client closed"), 1000);
         return conn;

@@ -6,6 +6,8 @@
  *     await using lease = await client.acquire("orders/42"); // 20 s TTL, auto-renewed
  *     // act while !lease.signal.aborted; send lease.fencingToken with every write
  */
+export { DefaultCacheIdleMs, DefaultMaxCachedLeases } from "./cache.js";
+export type { CacheStats } from "./cache.js";
 export { Client, DefaultDialTimeoutMs, DefaultMaxHops, DefaultRequestTimeoutMs } from "./client.js";
 export type { AcquireOptions, ClientOptions, LockInfo } from "./client.js";
 export { Lease, LeaseLostError } from "./lease.js";
