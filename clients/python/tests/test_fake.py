@@ -32,9 +32,11 @@ class Fake:
     request is recorded with the number of the connection it came on."""
 
     def __init__(self, on_message: Optional[Handler] = None,
-                 refuse: Optional[Callable[[], Any]] = None) -> None:
+                 refuse: Optional[Callable[[], Any]] = None, features: str = "") -> None:
         self.on_message = on_message
         self.refuse = refuse
+        self.features = features  # the Lockgate-Features header of the upgrade response ("wanted")
+        self.sockets: List[Any] = []  # every connection's websocket, in order
         self.requests: List[Dict[str, Any]] = []
         self.conns = 0
         self.got = asyncio.Condition()
@@ -43,7 +45,8 @@ class Fake:
         async def process_request(path: str, headers: Any) -> Any:
             return self.refuse() if self.refuse else None
         self.server = await websockets.serve(self._serve, "127.0.0.1", 0, process_request=process_request,
-                                             subprotocols=["lockgate.v1"])
+                                             subprotocols=["lockgate.v1"],
+                                             extra_headers=[("Lockgate-Features", self.features)] if self.features else None)
         self.addr = "127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
         return self
 
@@ -54,6 +57,7 @@ class Fake:
     async def _serve(self, ws: Any, path: str) -> None:
         self.conns += 1
         conn = self.conns
+        self.sockets.append(ws)
         try:
             await self._loop(ws, conn)
         except websockets.exceptions.ConnectionClosed:
