@@ -45,8 +45,8 @@ class Run:
         self.wait = scenario["waitMs"] / 1000.0 if scenario.get("waitMs") else None
         self._clients: List[Client] = []
 
-    def client(self, endpoints: Optional[List[str]] = None, name: str = "") -> Client:
-        c = Client(endpoints or self.endpoints, client_id=f"py-{self.scenario['name']}-{name or len(self._clients)}")
+    def client(self, endpoints: Optional[List[str]] = None, name: str = "", **opts: Any) -> Client:
+        c = Client(endpoints or self.endpoints, client_id=f"py-{self.scenario['name']}-{name or len(self._clients)}", **opts)
         self._clients.append(c)
         return c
 
@@ -297,6 +297,32 @@ async def bad_input(r: Run) -> None:
     await expect_not_found(c, r.key)
 
 
+async def lease_cache(r: Run) -> None:
+    a, b = r.client(name="a", cache_leases=True), r.client(name="b")
+    la = await a.acquire(r.key, ttl=r.ttl, auto_renew=True)
+    check(a.signals_wanted, "the gateway did not announce wanted pushes (Lockgate-Features): nothing would be cached")
+    await la.release()
+    check(not la.lost.is_set(), f"A's released lease ended ({la.lost_reason}) instead of staying in A's cache")
+    info = await b.inspect(r.key)
+    check(info.fencing_token == la.fencing_token and info.owner == a.client_id,
+          f"while A's cache keeps the lease, inspect shows {info}, not A's token {la.fencing_token}")
+    again = await a.acquire(r.key, ttl=r.ttl, auto_renew=True)
+    check(again is la and again.fencing_token == la.fencing_token,
+          f"A's second acquire got token {again.fencing_token}, not the cached lease's {la.fencing_token}")
+    check(a.cache_stats().hits == 1, f"A's cache stats {a.cache_stats()}, want 1 hit")
+    await again.release()
+    lb = await granted(asyncio.ensure_future(b.acquire(r.key, ttl=r.ttl)), "B while A's cache kept the key")
+    check(lb.fencing_token > la.fencing_token, f"B's token {lb.fencing_token} is not above A's {la.fencing_token}")
+    try:
+        await asyncio.wait_for(la.lost.wait(), STEP)
+    except asyncio.TimeoutError:
+        raise ScenarioFailure("A's reclaimed lease never reported that it ended") from None
+    check(la.lost_reason == "released", f"A's reclaimed lease ended as {la.lost_reason!r}, not released")
+    s = a.cache_stats()
+    check(s.reclaimed == 1 and s.unused == 0, f"A's cache stats {s}, want 1 reclaimed and 0 unused")
+    await lb.release()
+
+
 SCENARIOS: Dict[str, Callable[[Run], Awaitable[None]]] = {
     "contention-pushed-grant": contention_pushed_grant,
     "fifo-three": fifo_three,
@@ -310,6 +336,7 @@ SCENARIOS: Dict[str, Callable[[Run], Awaitable[None]]] = {
     "leader-killed-while-holding": leader_killed_while_holding,
     "leader-killed-while-waiting": leader_killed_while_waiting,
     "bad-input": bad_input,
+    "lease-cache": lease_cache,
 }
 
 
