@@ -296,7 +296,10 @@ export class Client {
     this.#closing.abort(new LockgateError("closed", "lockgate: the client is closed"));
     // Let the waits cancel themselves on the connection, bounded.
     const calls = Promise.allSettled([...this.#calls]);
-    await Promise.race([calls, sleep(this.#requestTimeoutMs)]);
+    // The bound's timer is cleared: left running it kept Node's event loop alive for requestTimeoutMs after close.
+    const bound = new AbortController();
+    await Promise.race([calls, sleep(this.#requestTimeoutMs, bound.signal).catch(() => {})]);
+    bound.abort();
     this.#conn?.close(new Error("client closed"), 1000);
   }
 

@@ -4,7 +4,7 @@
  * runner in clients/scenarios_go_test.go and the Python runner). Each throws
  * why it failed.
  */
-import { Client, HeldError, LockgateError, NotHeldError, TimeoutError, CancelledError, type Lease } from "../src/index.js";
+import { Client, HeldError, LockgateError, NotHeldError, TimeoutError, CancelledError, type ClientOptions, type Lease } from "../src/index.js";
 
 export interface Scenario {
   name: string;
@@ -28,10 +28,10 @@ export class Run {
     this.key = `clients/js/${env.run}/${s.name}`;
   }
 
-  client(name: string, endpoints: string[] = this.env.endpoints): Client {
+  client(name: string, endpoints: string[] = this.env.endpoints, opts: ClientOptions = {}): Client {
     const t0 = performance.now();
     const logger = process.env.LOCKGATE_JS_DEBUG ? (m: string) => console.log(`# ${Math.round(performance.now() - t0)}ms ${name}: ${m}`) : undefined;
-    const c = new Client(endpoints, { clientId: `js-${name}-${this.env.run}`, ...(logger ? { logger } : {}) });
+    const c = new Client(endpoints, { clientId: `js-${name}-${this.env.run}`, ...(logger ? { logger } : {}), ...opts });
     this.#clients.push(c);
     return c;
   }
@@ -296,6 +296,34 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
     if (lb.fencingToken <= la.fencingToken) throw new Error(`B's token ${lb.fencingToken} is not larger than A's ${la.fencingToken}`);
     const ep = await r.control<EndpointsBody>("GET", "/endpoints");
     if (ep.leader === killed || ep.endpoints.includes(killed)) throw new Error(`the killed leader ${killed} still runs: ${fmt(ep)}`);
+    await lb.release();
+  },
+
+  // A released lease stays with A's cache (still held on the server), comes
+  // back with the same token without a round trip, and is reclaimed the
+  // moment B waits for the key.
+  async "lease-cache"(r) {
+    const a = r.client("A", r.env.endpoints, { cacheLeases: true }), b = r.client("B");
+    const opts = { ttlMs: r.ttlMs, autoRenew: true };
+    const la = await a.acquire(r.key, opts);
+    await la.release();
+    if (!a.signalsWanted) throw new Error("the gateway did not announce wanted pushes (Lockgate-Features): the cache cannot keep leases");
+    try {
+      await holds(b, la);
+    } catch (e) {
+      throw new Error(`after A's release the cache should keep the lease: ${(e as Error).message}`);
+    }
+    const again = await a.acquire(r.key, opts);
+    if (again !== la || again.fencingToken !== la.fencingToken || a.cacheStats().hits !== 1) {
+      throw new Error(`A's second acquire: token ${again.fencingToken} (first ${la.fencingToken}), stats ${fmt(a.cacheStats())}; want the cached lease`);
+    }
+    await again.release();
+    const lb = await within(b.acquire(r.key, { ttlMs: r.ttlMs }), 10_000, "B's acquire of A's cached key");
+    if (lb.fencingToken <= la.fencingToken) throw new Error(`B's token ${lb.fencingToken} is not larger than A's ${la.fencingToken}`);
+    const why = await within(la.lost, 5_000, "A's reclaimed lease ending");
+    if (why !== "released" || !la.signal.aborted) throw new Error(`A's lease ended ${why} (signal aborted: ${la.signal.aborted}), want released`);
+    const st = a.cacheStats();
+    if (st.reclaimed !== 1) throw new Error(`A's stats ${fmt(st)}, want 1 reclaimed`);
     await lb.release();
   },
 
