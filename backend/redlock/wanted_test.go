@@ -23,6 +23,25 @@ func awaitWanted(t *testing.T, lease *lock.Lease, why string) {
 	}
 }
 
+// awaitMarked waits until every node's meta of key has the wanted mark.
+func awaitMarked(t *testing.T, rs []*testenv.Redis, key string) {
+	t.Helper()
+	meta := DefaultPrefix + ":meta:{" + key + "}"
+	deadline := time.Now().Add(wantedBound)
+	for _, r := range rs {
+		for {
+			v, err := raw(t, r).HGet(bg(t, time.Minute), meta, "wanted").Result()
+			if err == nil && v == "1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: %q not marked wanted within %v (%q, %v)", r.Addr, key, wantedBound, v, err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+}
+
 func notWanted(t *testing.T, lease *lock.Lease, why string) {
 	t.Helper()
 	if lease.IsWanted() {
@@ -184,6 +203,10 @@ func TestWantedRebuiltLease(t *testing.T) {
 	}
 	acquireLater(ctx, b, "before", opts)
 	awaitWanted(t, before, "a caller of another Locker waits")
+	// The holder hears the first node's message; a renewal reads the mark
+	// from the quorum it reaches first, so wait until the waiter's refused
+	// attempt has marked every node (its round returns on a quorum too).
+	awaitMarked(t, rs, "before")
 	copyBefore := rebuild(before)
 	if err := a2.Renew(bg(t, time.Minute), copyBefore, time.Minute); err != nil {
 		t.Fatal(err)
