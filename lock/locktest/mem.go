@@ -120,8 +120,10 @@ func (l *MemLocker) acquire(ctx context.Context, key string, opts lock.AcquireOp
 	}
 	if !wait {
 		h := k.holder
+		// Read under mu: a renewal moves expires.
+		err := &lock.HeldError{Key: key, Owner: h.owner, Token: h.token, Expires: h.expires}
 		s.mu.Unlock()
-		return nil, &lock.HeldError{Key: key, Owner: h.owner, Token: h.token, Expires: h.expires}
+		return nil, err
 	}
 	w := &memWaiter{opts: opts, grant: make(chan lock.Grant, 1)}
 	if s.bugs.lifoWaiters {
