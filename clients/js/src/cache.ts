@@ -37,6 +37,12 @@ export interface CacheKey {
   ttlMs: number;
   value: string | undefined;
   autoRenew: boolean;
+  /**
+   * A lease released on disconnect may be gone without the client knowing
+   * until its next renewal: it is never kept, and an acquire asking for one
+   * releases a kept lease of its key first.
+   */
+  releaseOnDisconnect: boolean;
 }
 
 /** What the cache needs from its Client. @internal */
@@ -112,7 +118,7 @@ export class LeaseCache {
 
   /** hold records a lease the gateway granted with the cache on, in use. */
   hold(lease: Lease, opts: CacheKey): void {
-    if (this.#closed || lease.reason !== undefined) return;
+    if (this.#closed || opts.releaseOnDisconnect || lease.reason !== undefined) return;
     const old = this.#entries.get(lease.key);
     if (old) {
       if (old.lease.reason === undefined) return; // cannot happen while it lives: the key is ours once
@@ -252,6 +258,7 @@ function serves(e: Entry, opts: CacheKey): boolean {
     opts.ttlMs === e.opts.ttlMs &&
     opts.value === e.opts.value &&
     opts.autoRenew === e.opts.autoRenew &&
+    !opts.releaseOnDisconnect &&
     l.deadline - now() > l.ttlMs / 2
   );
 }

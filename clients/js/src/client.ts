@@ -333,10 +333,8 @@ export class Client {
     const ttlMs = opts.ttlMs ?? DefaultTtlMs;
     const autoRenew = opts.autoRenew ?? opts.ttlMs === undefined;
     opts.signal?.throwIfAborted();
-    // A lease released on disconnect may be gone without the client
-    // knowing until its next renewal: never cached.
-    const cache = opts.releaseOnDisconnect ? undefined : this.#cache;
-    const ck: CacheKey = { owner, ttlMs, value: opts.value, autoRenew };
+    const cache = this.#cache;
+    const ck: CacheKey = { owner, ttlMs, value: opts.value, autoRenew, releaseOnDisconnect: !!opts.releaseOnDisconnect };
     if (cache) {
       const { hit, stale } = cache.take(key, ck);
       if (hit) return hit;

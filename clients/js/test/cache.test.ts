@@ -40,12 +40,15 @@ async function fake(opts: { wanted?: boolean; renew?: (m: Msg) => Msg } = {}): P
     addr: "",
     got: [],
     next: (cmd) =>
-      new Promise((resolve) => {
+      new Promise((resolve, reject) => {
+        // Bounded, so that a request that never comes fails the test instead of hanging it.
+        const t = setTimeout(() => reject(new Error(`no request of command ${cmd} within 5 s`)), 5_000);
+        const res = (m: Msg) => (clearTimeout(t), resolve(m));
         const m = f.got.find((x) => x.commandType === cmd && !claimed.has(x));
         if (m) {
           claimed.add(m);
-          resolve(m);
-        } else waiting.push({ cmd, resolve });
+          res(m);
+        } else waiting.push({ cmd, resolve: res });
       }),
     push: (m) => {
       for (const ws of socks) ws.send(JSON.stringify({ type: "wanted", success: true, key: m.key, fencingToken: { key: m.key, value: m.token }, lockToken: m.lockToken }));
@@ -241,6 +244,27 @@ test("no lease is kept behind a gateway that does not announce wanted pushes", a
     const l2 = await c.acquire("k", { ttlMs: 5000 });
     assert.notEqual(l2, l);
     assert.deepEqual(c.cacheStats(), { hits: 0, misses: 2, kept: 0, reclaimed: 0, idle: 0, unused: 0 });
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});
+
+test("a lease released on disconnect is never kept, and asking for one releases a kept lease of its key first", async () => {
+  const f = await fake();
+  try {
+    const c = new Client([f.addr], { cacheLeases: true });
+    const l = await c.acquire("k", { ttlMs: 5000, releaseOnDisconnect: true });
+    await l.release();
+    assert.equal(l.reason, "released");
+    const kept = await c.acquire("k", { ttlMs: 5000 });
+    await kept.release();
+    assert.equal(kept.reason, undefined);
+    const l2 = await c.acquire("k", { ttlMs: 5000, releaseOnDisconnect: true });
+    assert.notEqual(l2, kept);
+    assert.equal(await kept.lost, "released");
+    assert.deepEqual(f.got.filter((m) => m.commandType <= 2).map((m) => m.commandType), [1, 2, 1, 2, 1]);
+    assert.deepEqual(c.cacheStats(), { hits: 0, misses: 3, kept: 1, reclaimed: 0, idle: 0, unused: 0 });
     await c.close();
   } finally {
     await f.close();
