@@ -227,10 +227,7 @@ export class Client {
       if (!Number.isInteger(max) || max < 0) throw new LockgateError("bad_json", `lockgate: maxCachedLeases ${max} is not a non-negative integer`);
       this.#cache = new LeaseCache(
         {
-          releaseQuietly: (lease) =>
-            this.#track(this.#release(lease)).catch((e: Error) => {
-              this.#log(`releasing a cached lease of ${lease.key} failed; it ends at its TTL: ${e.message}`);
-            }),
+          releaseQuietly: (lease) => this.#releaseQuietly(lease),
           log: (m) => this.#log(m),
         },
         idle,
@@ -338,7 +335,7 @@ export class Client {
     if (cache) {
       const { hit, stale } = cache.take(key, ck);
       if (hit) return hit;
-      if (stale) await this.#releaseStale(stale); // or this acquire would wait behind it
+      if (stale) await this.#releaseQuietly(stale); // or this acquire would wait behind it
     }
     for (;;) {
       const handle = newHandle();
@@ -439,8 +436,8 @@ export class Client {
     return this.#release(lease);
   }
 
-  /** #releaseStale releases for real a cached lease that could not serve an acquire of its key; a failure is logged. */
-  async #releaseStale(lease: Lease): Promise<void> {
+  /** #releaseQuietly releases for real a lease the cache gave up; a failure is logged (the lease then ends at its TTL). */
+  async #releaseQuietly(lease: Lease): Promise<void> {
     try {
       await this.#track(this.#release(lease));
     } catch (e) {
