@@ -160,19 +160,23 @@ test("a lease past its deadline ends as expired: lost resolves and signal aborts
 });
 
 test("auto-renew at ttl/3 keeps a lease; a renew answered not_held ends it", async () => {
+  // Awaits the renewals themselves, not a sleep: a loaded machine delays
+  // timers, and a 600 ms lease renewed at 200 ms has 400 ms of slack.
   let renewals = 0;
   let refuse = false;
+  let third!: () => void;
+  const threeRenewals = new Promise<void>((r) => (third = r));
   const ops = fakeOps({
     renew: async () => {
       renewals++;
+      if (renewals === 3) third();
       if (refuse) throw new NotHeldError("gone");
       return performance.now();
     },
   });
-  const l = new Lease(ops, { key: "k", owner: "o", lockToken: "t", fencingToken: 1n, ttlMs: 90, sent: performance.now(), autoRenew: true, wanted: false });
-  await new Promise((r) => setTimeout(r, 300)); // > 3 TTLs
+  const l = new Lease(ops, { key: "k", owner: "o", lockToken: "t", fencingToken: 1n, ttlMs: 600, sent: performance.now(), autoRenew: true, wanted: false });
+  await alive(threeRenewals); // a whole TTL of renewals (the lease's timers do not hold the event loop)
   assert.equal(l.reason, undefined);
-  assert.ok(renewals >= 6, `only ${renewals} renewals in 300 ms at ttl/3 = 30 ms`);
   refuse = true;
   assert.equal(await alive(l.lost), "not_held");
 });
