@@ -27,10 +27,13 @@ func (s *suite) renew(t *testing.T) {
 		ttl := max(caps.TTL, renewTTL)
 		lease := mustAcquire(t, a, key, lock.AcquireOptions{TTL: ttl, Owner: "renewer"}, time.Minute)
 		first := lease.Deadline()
-		// Renew at TTL/3 until well past the original TTL. The sleeps pace
-		// the renewals; nothing is synchronised by them.
+		// Renew at TTL/6 until well past the original TTL, so that each
+		// renewal goes out with 5/6 of the lease left: a commit that took
+		// over 1.3 s (a 2 s lease renewed at TTL/3, beside a second
+		// race-enabled suite) let the deadline pass. The sleeps pace the
+		// renewals; nothing is synchronised by them.
 		for until := time.Now().Add(ttl * 5 / 2); time.Now().Before(until); {
-			time.Sleep(ttl / 3)
+			time.Sleep(ttl / 6)
 			if err := a.Renew(ctx(t, ttl), lease, ttl); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
