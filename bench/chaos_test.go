@@ -147,9 +147,7 @@ func raftSmokeCampaign(t *testing.T, seed uint64, faults ...string) *ChaosReport
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	var table bytes.Buffer
-	rep.WriteTable(&table)
-	t.Logf("\n%s", table.String())
+	logTable(t, rep)
 	if len(rep.Injected) < 2 || rep.Cycles < 20 {
 		t.Fatalf("%d faults and %d cycles: the campaign did too little to judge", len(rep.Injected), rep.Cycles)
 	}

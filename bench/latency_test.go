@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"image"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,12 +66,10 @@ func TestLatencySmoke(t *testing.T) {
 			t.Errorf("%s %s: CDF of %d points, want %d", r.Backend, r.Workload, len(r.CDF), len(cdfQuantiles))
 		}
 	}
-	var table bytes.Buffer
-	rep.WriteTable(&table)
-	t.Logf("\n%s", table.String())
+	table := logTable(t, rep)
 	for _, b := range smokeBackends {
 		for _, row := range []string{"sync 4 KiB", "loopback round trip", b + " commit", b + " cycle", b + " handoff"} {
-			if !strings.Contains(table.String(), row) {
+			if !strings.Contains(table, row) {
 				t.Errorf("the table has no floor row %q", row)
 			}
 		}
@@ -191,9 +190,7 @@ func cacheSmoke(t *testing.T, ctx context.Context, s *Servers) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table bytes.Buffer
-	rep.WriteTable(&table)
-	t.Logf("\n%s", table.String())
+	table := logTable(t, rep)
 	// direct off, gateway off, gateway on: direct × on is not a run.
 	if want := len(smokeBackends) * 2 * 3; len(rep.Runs) != want {
 		t.Fatalf("%d runs, want %d", len(rep.Runs), want)
@@ -235,7 +232,7 @@ func cacheSmoke(t *testing.T, ctx context.Context, s *Servers) {
 		}
 	}
 	for _, row := range []string{"OPS ON/OFF", "P50 ≤ FLOOR", "raft:cluster gateway on affinity 4", "raft:cluster gateway off affinity 4"} {
-		if !strings.Contains(strings.Join(strings.Fields(table.String()), " "), row) {
+		if !strings.Contains(strings.Join(strings.Fields(table), " "), row) {
 			t.Errorf("the table has no %q", row)
 		}
 	}
@@ -348,6 +345,15 @@ func colouredPixels(img image.Image) int {
 }
 
 type testWriter struct{ t *testing.T }
+
+// logTable logs a report's text table and returns it.
+func logTable(t *testing.T, rep interface{ WriteTable(io.Writer) error }) string {
+	t.Helper()
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	return table.String()
+}
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

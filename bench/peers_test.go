@@ -38,9 +38,7 @@ func TestPeersSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var table bytes.Buffer
-	rep.WriteTable(&table)
-	t.Logf("\n%s", table.String())
+	logTable(t, rep)
 	for _, r := range rep.Runs {
 		if r.Ops == 0 || r.Errors != 0 || r.Mode == "" || r.Variant == "" {
 			t.Errorf("%s %s: ops %d, errors %d %v, variant %q, mode %q", r.Backend, r.Workload, r.Ops, r.Errors, r.ErrorKinds, r.Variant, r.Mode)
@@ -109,9 +107,7 @@ func TestMatrixSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	var table bytes.Buffer
-	rep.WriteTable(&table)
-	t.Logf("\n%s", table.String())
+	logTable(t, rep)
 	if len(rep.Cells) != 4 || len(rep.Decisions) != 2 {
 		t.Fatalf("%d cells, %d decisions: want 4 and 2", len(rep.Cells), len(rep.Decisions))
 	}
