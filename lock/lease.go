@@ -50,6 +50,9 @@ type Grant struct {
 	Handle string // the backend's secret identity of this grant (see Lease.Handle)
 	Value  []byte
 	TTL    time.Duration
+	// Mode and Permits are how the key is held (see AcquireOptions).
+	Mode    Mode
+	Permits int
 	// Sent is an instant, on the holder's monotonic clock, that precedes the
 	// start of the backend's TTL for this grant: normally the moment the
 	// granting request was sent.
@@ -71,6 +74,11 @@ type Lease struct {
 	// it; it is never shown by Inspect. Treat it like a password.
 	Handle string
 	Value  []byte
+	// Mode and Permits are how the lease holds its key: ModeExclusive, or
+	// ModeShared as a reader (Permits 0) or one of Permits semaphore
+	// holders. Informational: (Key, Token, Handle) identify the lease.
+	Mode    Mode
+	Permits int
 
 	driftFactor float64
 
@@ -98,6 +106,8 @@ func NewLease(g Grant) *Lease {
 		Token:       g.Token,
 		Handle:      g.Handle,
 		Value:       g.Value,
+		Mode:        g.Mode,
+		Permits:     g.Permits,
 		driftFactor: g.DriftFactor,
 		ttl:         g.TTL,
 		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),

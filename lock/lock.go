@@ -104,6 +104,26 @@ type AcquireOptions struct {
 	// backend supports it); at most MaxValueLen bytes.
 	Value []byte
 
+	// Mode is ModeExclusive (the zero value: a mutex) or ModeShared (a
+	// read lock: any number of shared holders, no exclusive one). Needs
+	// FeatureShared. Waiters of both modes are served in one FIFO order, so
+	// that a waiting exclusive caller is not starved by later shared ones.
+	Mode Mode
+
+	// Permits, when positive, makes the key a semaphore of Permits holders
+	// and this acquire one of them (Mode becomes ModeShared). The first
+	// holder fixes N; while the key has holders, an acquire with another N
+	// fails with ErrPermitsMismatch. Each permit is a lease with its own
+	// token and TTL. At most MaxPermits. Needs FeatureSemaphore.
+	Permits int
+
+	// LockDelay, when positive, keeps the key from being granted again for
+	// this long after this lease ends by expiry (not by release): a holder
+	// that was paused and cannot be fenced has that long to notice that it
+	// lost the lease (Chubby's and Consul's lock-delay). At most
+	// MaxLockDelay. Needs FeatureLockDelay.
+	LockDelay time.Duration
+
 	// Owner identifies the client. Empty means the Locker's own client id.
 	// Locks are not re-entrant: an owner that acquires a key it already
 	// holds waits like anyone else.
@@ -135,6 +155,23 @@ type LockInfo struct {
 	// Waiters is the number of callers queued for the key, or -1 when the
 	// backend cannot tell.
 	Waiters int
+	// Mode is how the key is held; for a shared key (read lock or
+	// semaphore) Owner, Token, Value and Expires describe its oldest
+	// holder, and Holders lists them all.
+	Mode Mode
+	// Permits is the semaphore's N (0 for a mutex or read lock).
+	Permits int
+	// Holders lists every current holder, oldest grant first, on backends
+	// with FeatureShared or FeatureSemaphore (nil elsewhere).
+	Holders []HolderInfo
+}
+
+// HolderInfo is one holder of a key, as LockInfo.Holders lists them.
+type HolderInfo struct {
+	Owner   string
+	Token   Token
+	Value   []byte
+	Expires time.Time
 }
 
 // WantedSignaler is implemented by a Locker whose backend tells a holder

@@ -65,8 +65,11 @@ func ValidateTTL(ttl time.Duration) error {
 // Normalize validates acquire options and fills in defaults: a zero TTL
 // becomes DefaultTTL with AutoRenew, an empty Owner becomes defaultOwner.
 // It returns the options to use or an error wrapping ErrInvalidKey,
-// ErrInvalidTTL, ErrInvalidValue or ErrInvalidOwner.
-func (o AcquireOptions) Normalize(key, defaultOwner string) (AcquireOptions, error) {
+// ErrInvalidTTL, ErrInvalidValue, ErrInvalidOwner, ErrInvalidHandle,
+// ErrInvalidMode, ErrInvalidPermits or ErrInvalidLockDelay. It does not
+// check that the backend offers the features the options need
+// (CheckSupported does).
+func (o AcquireOptions) Normalize(key, defaultOwner string) (_ AcquireOptions, err error) {
 	if err := ValidateKey(key); err != nil {
 		return o, err
 	}
@@ -77,6 +80,9 @@ func (o AcquireOptions) Normalize(key, defaultOwner string) (AcquireOptions, err
 	}
 	if len(o.Value) > MaxValueLen {
 		return o, invalid("value", fmt.Sprintf("(%d bytes)", len(o.Value)), fmt.Sprintf("is longer than the maximum of %d bytes", MaxValueLen), ErrInvalidValue)
+	}
+	if o, err = o.validatePrimitives(); err != nil {
+		return o, err
 	}
 	if o.Handle != "" && !isHandle(o.Handle) {
 		return o, invalid("handle", o.Handle, "must be 32 to 64 lowercase hex characters", ErrInvalidHandle)
