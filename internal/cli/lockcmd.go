@@ -92,6 +92,7 @@ func newLockAcquireCmd() *cobra.Command {
 		ttl   time.Duration
 		wait  time.Duration
 		value string
+		hold  holdFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "acquire KEY",
@@ -103,7 +104,10 @@ func newLockAcquireCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			opts := lock.AcquireOptions{TTL: ttl, Value: []byte(value)}
+			opts, err := hold.options(lock.AcquireOptions{TTL: ttl, Value: []byte(value)})
+			if err != nil {
+				return err
+			}
 			var lease *lock.Lease
 			if wait > 0 {
 				ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -125,6 +129,7 @@ func newLockAcquireCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&ttl, "ttl", 30*time.Second, "lease TTL")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the lock (0: fail at once if held)")
 	cmd.Flags().StringVar(&value, "value", "", "value stored with the lock")
+	hold.register(cmd)
 	return cmd
 }
 
@@ -210,16 +215,24 @@ func newRunCmd() *cobra.Command {
 		ttl       time.Duration
 		wait      time.Duration
 		killAfter time.Duration
+		hold      holdFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "run --key K [--ttl D] -- CMD [ARGS...]",
+		Use:   "run --key K [--ttl D] [--shared | --permits N] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long: `Acquire --key (waiting up to --wait), run CMD while the lock is held and
 renewed, and release it when CMD exits. CMD gets the fencing token in
 LOCKGATE_FENCING_TOKEN (and the key in LOCKGATE_LOCK_KEY): pass it to every
 write to a fenced resource. If the lease is lost while CMD runs, CMD gets
 SIGTERM (SIGKILL after --kill-after) and lockgate exits with status 75;
-otherwise it exits with CMD's status. Like flock(1), etcdctl lock, consul lock.`,
+otherwise it exits with CMD's status. Like flock(1), etcdctl lock, consul lock.
+
+--shared holds the key as one of many readers (a read-write lock: an
+exclusive holder waits for every reader, and readers queued behind a
+waiting exclusive holder wait for it); --permits N holds one of N permits
+of a semaphore. --lock-delay D keeps the key from anyone for D after a
+lease of this command expires (not after a release). Each needs a backend
+that offers it; others refuse with "not supported".`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if key == "" {
@@ -231,7 +244,12 @@ otherwise it exits with CMD's status. Like flock(1), etcdctl lock, consul lock.`
 			}
 			defer c.Close()
 			actx, cancel := context.WithTimeout(context.Background(), wait)
-			lease, err := c.Acquire(actx, key, lock.AcquireOptions{TTL: ttl, AutoRenew: true})
+			opts, err := hold.options(lock.AcquireOptions{TTL: ttl, AutoRenew: true})
+			if err != nil {
+				cancel()
+				return err
+			}
+			lease, err := c.Acquire(actx, key, opts)
 			cancel()
 			if err != nil {
 				return fmt.Errorf("acquiring %q: %w", key, err)
@@ -255,7 +273,34 @@ otherwise it exits with CMD's status. Like flock(1), etcdctl lock, consul lock.`
 	cmd.Flags().DurationVar(&ttl, "ttl", 15*time.Second, "lease TTL; renewed every TTL/3 while CMD runs")
 	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "how long to wait for the lock")
 	cmd.Flags().DurationVar(&killAfter, "kill-after", 5*time.Second, "after the lease is lost: SIGKILL CMD if it has not exited this long after SIGTERM")
+	hold.register(cmd)
 	return cmd
+}
+
+// holdFlags are how a lease holds its key: --shared, --permits, --lock-delay.
+type holdFlags struct {
+	shared    bool
+	permits   int
+	lockDelay time.Duration
+}
+
+func (h *holdFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&h.shared, "shared", false, "hold the key shared (a read lock) instead of exclusively")
+	cmd.Flags().IntVar(&h.permits, "permits", 0, "hold one of N permits of a semaphore on the key")
+	cmd.Flags().DurationVar(&h.lockDelay, "lock-delay", 0, "after this lease expires (not when released), nobody gets the key for this long")
+}
+
+// options adds the flags to opts; --shared and --permits exclude each
+// other (a semaphore's permits are already shared holds).
+func (h *holdFlags) options(opts lock.AcquireOptions) (lock.AcquireOptions, error) {
+	if h.shared && h.permits != 0 {
+		return opts, errors.New("--shared and --permits exclude each other: a permit is a shared hold already")
+	}
+	if h.shared {
+		opts.Mode = lock.ModeShared
+	}
+	opts.Permits, opts.LockDelay = h.permits, h.lockDelay
+	return opts, nil
 }
 
 // runHolding runs the command while lease holds and returns its exit status,
