@@ -32,6 +32,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := l.checkSupported(opts); err != nil {
+			return nil, err
+		}
 		if !try {
 			// A caller that may wait tells this Locker's holders of key
 			// at once (see wanted.go).
