@@ -68,12 +68,34 @@ func (r *Request) AppendJSON(b []byte) []byte {
 		b = append(b, `,"waitMs":`...)
 		b = strconv.AppendInt(b, r.WaitMS, 10)
 	}
+	if r.Mode != "" {
+		b = append(b, `,"mode":`...)
+		b = appendString(b, r.Mode)
+	}
+	if r.Permits != 0 {
+		b = append(b, `,"permits":`...)
+		b = strconv.AppendInt(b, int64(r.Permits), 10)
+	}
+	if r.LockDelayMS != 0 {
+		b = append(b, `,"lockDelayMs":`...)
+		b = strconv.AppendInt(b, r.LockDelayMS, 10)
+	}
+	if len(r.Keys) != 0 {
+		b = append(b, `,"keys":[`...)
+		for i, k := range r.Keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 
 // AppendJSON appends r as json.Marshal encodes it.
 func (r *Reply) AppendJSON(b []byte) []byte {
-	if r.Error != nil {
+	if r.Error != nil || len(r.Holders) != 0 || len(r.Leases) != 0 {
 		// Rare, and nested: not worth a hand-written copy.
 		data, err := json.Marshal(r)
 		if err != nil { // cannot happen: every field encodes
@@ -125,6 +147,22 @@ func (r *Reply) AppendJSON(b []byte) []byte {
 	}
 	if r.Wanted {
 		b = append(b, `,"wanted":true`...)
+	}
+	if r.Mode != "" {
+		b = append(b, `,"mode":`...)
+		b = appendString(b, r.Mode)
+	}
+	if r.Permits != 0 {
+		b = append(b, `,"permits":`...)
+		b = strconv.AppendInt(b, int64(r.Permits), 10)
+	}
+	if r.Event != "" {
+		b = append(b, `,"event":`...)
+		b = appendString(b, r.Event)
+	}
+	if r.Revision != 0 {
+		b = append(b, `,"revision":`...)
+		b = strconv.AppendUint(b, r.Revision, 10)
 	}
 	return append(b, '}')
 }
@@ -462,10 +500,48 @@ func fastRequest(data []byte, r *Request) bool {
 		case "waitMs":
 			r.WaitMS, ok = s.int(18)
 			return 11, ok
+		case "mode":
+			str, ok = s.str()
+			r.Mode = string(str)
+			return 12, ok
+		case "permits":
+			var v int64
+			v, ok = s.int(9)
+			r.Permits = int(v)
+			return 13, ok
+		case "lockDelayMs":
+			r.LockDelayMS, ok = s.int(18)
+			return 14, ok
+		case "keys":
+			r.Keys, ok = s.strings()
+			return 15, ok
 		}
 		return 0, false
 	})
 	return ok && s.end()
+}
+
+// strings reads an array of plain strings (as str reads them); [] gives an
+// empty, non-nil slice, as encoding/json does.
+func (s *scanner) strings() ([]string, bool) {
+	if !s.byte('[') {
+		return nil, false
+	}
+	out := []string{}
+	if s.byte(']') {
+		return out, true
+	}
+	for {
+		str, ok := s.str()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, string(str))
+		if s.byte(',') {
+			continue
+		}
+		return out, s.byte(']')
+	}
 }
 
 func fastReply(data []byte, r *Reply) bool {
@@ -522,8 +598,24 @@ func fastReply(data []byte, r *Reply) bool {
 		case "wanted":
 			r.Wanted, ok = s.bool()
 			return 11, ok
+		case "mode":
+			str, ok = s.str()
+			r.Mode = string(str)
+			return 12, ok
+		case "permits":
+			var v int64
+			v, ok = s.int(9)
+			r.Permits = int(v)
+			return 13, ok
+		case "event":
+			str, ok = s.str()
+			r.Event = string(str)
+			return 14, ok
+		case "revision":
+			r.Revision, ok = s.uint()
+			return 15, ok
 		}
-		return 0, false // "error" among them: left to encoding/json
+		return 0, false // "error", "holders" and "leases" among them: left to encoding/json
 	})
 	return ok && s.end()
 }

@@ -25,6 +25,10 @@ var requestSeeds = []string{
 	`{"fencingToken":{"value":-1}}`, `{"fencingToken":{"value":18446744073709551615}}`,
 	`{"fencingToken":null}`, `{"value":null}`, `{"ack":tru}`, `{"ack":true,}`, `{}`, `{`, `[]`, `null`, ``,
 	`{"id":"<&>"}`, "{\"id\":\"a\x7fb\"}", `{"key":"a\"b"}`, `{"id":"1"} x`,
+	`{"id":"13","commandType":1,"key":"k","mode":"shared","permits":3,"lockDelayMs":500}`,
+	`{"id":"14","commandType":7,"keys":["a","b"],"ttl":1000}`, `{"keys":[]}`, `{"keys":[ "a" , "b" ]}`,
+	`{"keys":["a",]}`, `{"keys":["a"}`, `{"keys":null}`, `{"keys":[1]}`, `{"keys":["\u00e9"]}`, `{"permits":-3}`,
+	`{"id":"15","commandType":9,"key":"k"}`, `{"id":"16","commandType":10,"target":"15"}`,
 }
 
 var replySeeds = []string{
@@ -35,6 +39,10 @@ var replySeeds = []string{
 	`{"type":"queued","success":true}`,
 	`{"id":"5","type":"grant","success":true,"ttl":-5,"waiters":-1}`,
 	`{"id":"6","type":"grant","Success":true}`,
+	`{"id":"7","type":"event","success":true,"key":"k","event":"granted","owner":"o","fencingToken":{"key":"k","value":9},"mode":"shared","permits":2,"revision":44}`,
+	`{"id":"8","type":"grants","success":true,"leases":[{"key":"a","fencingToken":{"key":"a","value":1},"lockToken":"ab","ttl":5}]}`,
+	`{"id":"9","type":"info","success":true,"key":"k","mode":"shared","holders":[{"owner":"o","fencingToken":{"key":"k","value":1},"expiresIn":5}]}`,
+	`{"id":"10","type":"event","success":false,"key":"k","event":"error","error":{"code":"watch_overflow","message":"m"}}`,
 }
 
 // FuzzDecodeRequest: DecodeRequest gives what json.Unmarshal gives, value
@@ -188,6 +196,8 @@ func filled(t reflect.Type, seed *int) reflect.Value {
 		p := reflect.New(t.Elem())
 		p.Elem().Set(filled(t.Elem(), seed))
 		v.Set(p)
+	case reflect.Slice:
+		v.Set(reflect.Append(reflect.MakeSlice(t, 0, 1), filled(t.Elem(), seed)))
 	case reflect.Struct:
 		for i := 0; i < t.NumField(); i++ {
 			v.Field(i).Set(filled(t.Field(i).Type, seed))
@@ -225,9 +235,10 @@ func TestCodecCoversEveryField(t *testing.T) {
 	if err := DecodeReply(want, &backRep); err != nil || !reflect.DeepEqual(backRep, rep) {
 		t.Errorf("DecodeReply(%s) = %+v, %v; want %+v", want, backRep, err, rep)
 	}
-	// Error replies are left to encoding/json on purpose (rare, nested);
-	// every other field has a fast path.
-	rep.Error = nil
+	// Error replies, an info's holders and a grants' leases are left to
+	// encoding/json on purpose (rare, nested); every other field has a
+	// fast path.
+	rep.Error, rep.Holders, rep.Leases = nil, nil, nil
 	want = rep.AppendJSON(nil)
 	if wantStd, _ := json.Marshal(&rep); !bytes.Equal(want, wantStd) {
 		t.Errorf("Reply.AppendJSON of every field but error:\n got %s\nwant %s", want, wantStd)

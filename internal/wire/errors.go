@@ -39,6 +39,17 @@ const (
 	CodeTooLarge             = "too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeInternal             = "internal"
+	// Issue 22's primitives.
+	CodeUnsupported      = "unsupported"
+	CodeInvalidMode      = "invalid_mode"
+	CodeInvalidPermits   = "invalid_permits"
+	CodeInvalidLockDelay = "invalid_lock_delay"
+	CodeInvalidKeys      = "invalid_keys"
+	CodePermitsMismatch  = "permits_mismatch"
+	CodeDelayed          = "delayed"
+	CodeWatchOverflow    = "watch_overflow"
+	CodeTooManyWatches   = "too_many_watches"
+	CodeDuplicateID      = "duplicate_id"
 )
 
 // StatusClientClosed is nginx's 499, the status of cancelled: the client
@@ -71,7 +82,17 @@ type Code struct {
 // matches lock.ErrUnavailable too, and must keep its redirect).
 var Codes = []Code{
 	{Name: CodeNotLeader, Status: http.StatusMisdirectedRequest, Cause: lock.ErrNotLeader, Sentinel: lock.ErrNotLeader},
+	// A try-acquire that found the key free but in its lock-delay: a
+	// *lock.DelayedError, which matches lock.ErrNotAcquired (so a client
+	// that knows only held treats it as held) and has no sentinel of its
+	// own to be a Cause; CodeOf finds it by type, before the rows.
+	{Name: CodeDelayed, Status: http.StatusConflict, Sentinel: lock.ErrNotAcquired},
 	{Name: CodeHeld, Status: http.StatusConflict, Cause: lock.ErrNotAcquired, Sentinel: lock.ErrNotAcquired},
+	{Name: CodePermitsMismatch, Status: http.StatusConflict, Cause: lock.ErrPermitsMismatch, Sentinel: lock.ErrPermitsMismatch},
+	// The backend lacks the feature a request needs (lock.CheckSupported):
+	// 501, the server does not implement what was asked. error.feature
+	// names the feature.
+	{Name: CodeUnsupported, Status: http.StatusNotImplemented, Cause: lock.ErrUnsupported, Sentinel: lock.ErrUnsupported},
 	{Name: CodeNotHeld, Status: http.StatusConflict, Cause: lock.ErrNotHeld, Sentinel: lock.ErrNotHeld},
 	{Name: CodeNotFound, Status: http.StatusNotFound, Cause: lock.ErrNotFound, Sentinel: lock.ErrNotFound},
 	{Name: CodeInvalidKey, Status: http.StatusBadRequest, Cause: lock.ErrInvalidKey, Sentinel: lock.ErrInvalidKey, Field: "key"},
@@ -79,6 +100,10 @@ var Codes = []Code{
 	{Name: CodeInvalidValue, Status: http.StatusBadRequest, Cause: lock.ErrInvalidValue, Sentinel: lock.ErrInvalidValue, Field: "value"},
 	{Name: CodeInvalidOwner, Status: http.StatusBadRequest, Cause: lock.ErrInvalidOwner, Sentinel: lock.ErrInvalidOwner, Field: "owner"},
 	{Name: CodeInvalidHandle, Status: http.StatusBadRequest, Cause: lock.ErrInvalidHandle, Sentinel: lock.ErrInvalidHandle, Field: "handle"},
+	{Name: CodeInvalidMode, Status: http.StatusBadRequest, Cause: lock.ErrInvalidMode, Sentinel: lock.ErrInvalidMode, Field: "mode"},
+	{Name: CodeInvalidPermits, Status: http.StatusBadRequest, Cause: lock.ErrInvalidPermits, Sentinel: lock.ErrInvalidPermits, Field: "permits"},
+	{Name: CodeInvalidLockDelay, Status: http.StatusBadRequest, Cause: lock.ErrInvalidLockDelay, Sentinel: lock.ErrInvalidLockDelay, Field: "lock_delay"},
+	{Name: CodeInvalidKeys, Status: http.StatusBadRequest, Cause: lock.ErrInvalidKeys, Sentinel: lock.ErrInvalidKeys, Field: "keys"},
 	// A nil lease reaches a server only as a request without its lease's
 	// fields. A client's own nil lease never leaves it (lock.ValidateLease),
 	// so a missing_field answer is a malformed request, not a nil lease:
@@ -98,6 +123,17 @@ var Codes = []Code{
 	// A limit of the server's, which frees up as other waits end: for the
 	// client a retryable outage.
 	{Name: CodeTooManyWaiters, Status: http.StatusTooManyRequests, Sentinel: lock.ErrUnavailable},
+	// A watch fell behind: the gateway's per-watch buffer filled (its
+	// reader is slower than the key's changes), or the backend dropped the
+	// watch for the same reason. Only ever an "event" of a watch; 503 if a
+	// REST status were needed: watch again.
+	{Name: CodeWatchOverflow, Status: http.StatusServiceUnavailable, Cause: lock.ErrWatchOverflow, Sentinel: lock.ErrWatchOverflow},
+	// The connection already has the maximum number of watches open: a
+	// limit of the client's own making (unwatch some), not an outage.
+	{Name: CodeTooManyWatches, Status: http.StatusTooManyRequests},
+	// A watch whose id names a watch already open on the connection (its
+	// events and its unwatch could not be told apart).
+	{Name: CodeDuplicateID, Status: http.StatusBadRequest},
 	{Name: CodeBadJSON, Status: http.StatusBadRequest},
 	{Name: CodeUnknownCommand, Status: http.StatusBadRequest},
 	{Name: CodeInvalidWait, Status: http.StatusBadRequest},
@@ -149,6 +185,10 @@ func Sentinel(code string) error {
 // CodeOf is the code a server answers err with: the first row whose Cause
 // err matches, else unavailable.
 func CodeOf(err error) string {
+	var de *lock.DelayedError
+	if errors.As(err, &de) {
+		return CodeDelayed
+	}
 	for i := range Codes {
 		if c := &Codes[i]; c.Cause != nil && errors.Is(err, c.Cause) {
 			return c.Name

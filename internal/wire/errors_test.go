@@ -127,6 +127,19 @@ func TestCodeRoundTrip(t *testing.T) {
 	}{
 		{&lock.NotLeaderError{LeaderID: "2", LeaderAddr: "h:1"}, CodeNotLeader}, // also matches ErrUnavailable
 		{&lock.HeldError{Key: "k", Owner: "o"}, CodeHeld},
+		{&lock.DelayedError{Key: "k"}, CodeDelayed}, // also matches ErrNotAcquired
+		{fmt.Errorf("backend: %w", &lock.DelayedError{Key: "k"}), CodeDelayed},
+		{&lock.UnsupportedError{Backend: "b", Feature: lock.FeatureWatch}, CodeUnsupported},
+		{normalizeErr(lock.AcquireOptions{Permits: -1}), CodeInvalidPermits},
+		{normalizeErr(lock.AcquireOptions{Permits: lock.MaxPermits + 1}), CodeInvalidPermits},
+		{normalizeErr(lock.AcquireOptions{Mode: 7}), CodeInvalidMode},
+		{normalizeErr(lock.AcquireOptions{LockDelay: -1}), CodeInvalidLockDelay},
+		{normalizeErr(lock.AcquireOptions{LockDelay: lock.MaxLockDelay + 1}), CodeInvalidLockDelay},
+		{fmt.Errorf("sem: %w", lock.ErrPermitsMismatch), CodePermitsMismatch},
+		{lock.ErrWatchOverflow, CodeWatchOverflow},
+		{lock.ValidateKeys(nil), CodeInvalidKeys},
+		{lock.ValidateKeys([]string{"a", "a"}), CodeInvalidKeys},
+		{lock.ValidateKeys([]string{""}), CodeInvalidKey},
 		{lock.ValidateKey(""), CodeInvalidKey},
 		{context.Canceled, CodeCancelled},
 		{context.DeadlineExceeded, CodeUnavailable}, // outcome unknown
@@ -136,4 +149,10 @@ func TestCodeRoundTrip(t *testing.T) {
 			t.Errorf("CodeOf(%v) = %s, want %s", tc.err, got, tc.want)
 		}
 	}
+}
+
+// normalizeErr is the error Normalize gives opts for key "k".
+func normalizeErr(opts lock.AcquireOptions) error {
+	_, err := opts.Normalize("k", "o")
+	return err
 }

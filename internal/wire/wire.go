@@ -17,7 +17,15 @@ const (
 	CmdInspect    = 4
 	CmdTryAcquire = 5 // one attempt
 	CmdCancel     = 6 // cancel a waiting acquire by its request id
+	// Issue 22's primitives (need the backend's feature, else unsupported).
+	CmdAcquireAll    = 7  // wait for every key of keys, all at once (multikey)
+	CmdTryAcquireAll = 8  // one attempt at every key of keys (multikey)
+	CmdWatch         = 9  // stream a key's holder changes as "event" messages with the request's id (watch)
+	CmdUnwatch       = 10 // end the watch whose id is target
 )
+
+// MaxCommand is the highest command type.
+const MaxCommand = CmdUnwatch
 
 // Reply types.
 const (
@@ -30,11 +38,40 @@ const (
 	// TypeWanted is pushed to a holder when another caller waits for a
 	// key it holds (key, fencingToken and lockToken name the lease).
 	TypeWanted = "wanted"
+	// TypeGrants answers an acquireAll (7) or tryAcquireAll (8): leases
+	// holds one grant per key, in the order of the request's keys.
+	TypeGrants = "grants"
+	// TypeEvent is pushed for a watch (9), with the watch's id: one change
+	// of the key's holders (event names which; see the Event* constants).
+	TypeEvent = "event"
+	// TypeUnwatched answers an unwatch (10); no event of the watch follows
+	// it.
+	TypeUnwatched = "unwatched"
+)
+
+// Event types (the event field of an "event" message), lock.EventType's
+// names.
+const (
+	EventHolder   = "holder"
+	EventSynced   = "synced"
+	EventGranted  = "granted"
+	EventReleased = "released"
+	EventExpired  = "expired"
+	// EventError ends the watch: success false, error {code, message}.
+	EventError = "error"
+)
+
+// Modes (the mode field), lock.Mode's names. Absent means exclusive.
+const (
+	ModeExclusive = "exclusive"
+	ModeShared    = "shared"
 )
 
 // FeaturesHeader is the response header of the WebSocket upgrade that
 // lists what the gateway's backend offers beyond the protocol's core, comma
-// separated: FeatureWanted when holders get "wanted" pushes.
+// separated: FeatureWanted when holders get "wanted" pushes, and the names
+// of lock.Features.Names ("shared", "semaphore", "multikey", "watch",
+// "lockdelay") for issue 22's primitives. REST answers carry it too.
 const (
 	FeaturesHeader = "Lockgate-Features"
 	FeatureWanted  = "wanted"
@@ -110,6 +147,16 @@ type Request struct {
 	// WaitMS bounds an acquire's wait on the server (ms); past it the
 	// acquire is answered with code timeout. 0: wait until cancelled.
 	WaitMS int64 `json:"waitMs,omitempty"`
+	// Mode is "exclusive" (or absent) or "shared" (1, 5, 7, 8).
+	Mode string `json:"mode,omitempty"`
+	// Permits, when positive, makes the acquire one of Permits semaphore
+	// holders (1, 5, 7, 8).
+	Permits int `json:"permits,omitempty"`
+	// LockDelayMS, when positive, keeps the key from being granted again
+	// for that long after this lease expires (1, 5, 7, 8).
+	LockDelayMS int64 `json:"lockDelayMs,omitempty"`
+	// Keys are the keys of an acquireAll or tryAcquireAll (7, 8).
+	Keys []string `json:"keys,omitempty"`
 }
 
 // Reply is one server message: a reply to a request (same id) or a push.
@@ -127,8 +174,42 @@ type Reply struct {
 	Waiters      *int          `json:"waiters,omitempty"`
 	// Wanted on a grant: another caller already waits for the key (the
 	// lease was handed over down a queue), so no "wanted" push follows.
-	Wanted bool   `json:"wanted,omitempty"`
-	Error  *Error `json:"error,omitempty"`
+	Wanted bool `json:"wanted,omitempty"`
+	// Mode and Permits: how a grant, an info's key or an event's holder
+	// holds the key; absent for exclusive (and Permits for a read lock).
+	Mode    string `json:"mode,omitempty"`
+	Permits int    `json:"permits,omitempty"`
+	// Event is the change an "event" message reports (Event* constants);
+	// Revision orders a watch's events where the backend has one.
+	Event    string `json:"event,omitempty"`
+	Revision uint64 `json:"revision,omitempty"`
+	// Holders, on an info of a shared key (read lock or semaphore), lists
+	// every holder, oldest grant first.
+	Holders []HolderInfo `json:"holders,omitempty"`
+	// Leases, on "grants", are the grants of an acquireAll, in the order
+	// of its keys.
+	Leases []Grant `json:"leases,omitempty"`
+	Error  *Error  `json:"error,omitempty"`
+}
+
+// HolderInfo is one holder of a shared key in an info's holders.
+type HolderInfo struct {
+	Owner        string        `json:"owner,omitempty"`
+	FencingToken *FencingToken `json:"fencingToken,omitempty"`
+	Value        *string       `json:"value,omitempty"`
+	ExpiresIn    *int64        `json:"expiresIn,omitempty"` // ms
+}
+
+// Grant is one lease of a "grants" message: the fields of a "grant".
+type Grant struct {
+	Key          string        `json:"key"`
+	FencingToken *FencingToken `json:"fencingToken,omitempty"`
+	LockToken    string        `json:"lockToken,omitempty"`
+	TTL          int64         `json:"ttl,omitempty"` // ms
+	Owner        string        `json:"owner,omitempty"`
+	Mode         string        `json:"mode,omitempty"`
+	Permits      int           `json:"permits,omitempty"`
+	Wanted       bool          `json:"wanted,omitempty"`
 }
 
 // Error is the error object of both protocols: a stable code, a message,
@@ -138,6 +219,12 @@ type Error struct {
 	Message string  `json:"message"`
 	Leader  *Leader `json:"leader,omitempty"`
 	Holder  *Holder `json:"holder,omitempty"`
+	// RetryIn, on delayed, is about how long (ms) until the key's
+	// lock-delay ends.
+	RetryIn int64 `json:"retryIn,omitempty"`
+	// Feature, on unsupported, names the feature the backend lacks
+	// (lock.Features.Names).
+	Feature string `json:"feature,omitempty"`
 }
 
 // Leader names the leader in a not_leader error.
