@@ -14,13 +14,17 @@
 // The checkers:
 //
 //   - Overlaps: two different clients believed they held the same key at the
-//     same instant.
+//     same instant, at least one of them exclusively (shared holds of a read
+//     lock or semaphore may coexist); or more shared holders than a
+//     semaphore's permits believed they held it at once.
 //   - StaleWrites: the fenced store accepted a write with a token lower than
 //     one it had accepted before (must never happen), how many stale writes it
 //     rejected (the fence at work), and how many out-of-order writes the
 //     unfenced store applied (what the fence protects against).
 //   - Tokens: no fencing token granted twice for a key, and none lower than
-//     one granted for the key before it was requested.
+//     one granted for the key before it was requested; with modes
+//     (ModeTokens), an exclusive grant's token above every shared grant's
+//     received before it, and a shared grant's above every exclusive one's.
 //   - Linearizable: the acquire/release history is linearizable with respect
 //     to a lease-lock model (porcupine), see lockModel, key by key with a
 //     time bound per key (LinearizabilityByKey).
@@ -98,6 +102,14 @@ type Op struct {
 	// keep-alive, not the acquire, starts its TTL; Deadline then bounds
 	// the earliest expiry (linearizability).
 	Session bool `json:"session,omitempty"`
+	// Shared (Acquire only): the grant is a shared hold (a read lock, or
+	// a semaphore permit when Permits > 0), not an exclusive one. Shared
+	// holders may coexist; an exclusive holder coexists with nobody
+	// (Overlaps, ModeTokens).
+	Shared bool `json:"shared,omitempty"`
+	// Permits (Acquire only): the semaphore's N: at most Permits shared
+	// holders of the key at any instant (0: a read lock, no bound).
+	Permits int `json:"permits,omitempty"`
 	// Fenced (Write only): true for a write to the fenced store, false for
 	// the unfenced store.
 	Fenced bool `json:"fenced,omitempty"`
@@ -221,6 +233,19 @@ type Result struct {
 	TokensReused, TokenRegressions int
 	// TokenExamples describes a few of them.
 	TokenExamples []string
+	// ModeTokenViolations counts, in a history with shared holds, the
+	// grants whose token is not above that of every grant of the other
+	// mode received before them (see ModeTokens). Must be 0. Included in
+	// TokenRegressions too.
+	ModeTokenViolations int
+	// SharedKeys counts the keys with shared holds: they are left out of
+	// the linearizability search, whose model is a mutex's (the overlap
+	// checker judges their modes).
+	SharedKeys int
+	// PermitExcess counts the instants at which more shared holders than
+	// a semaphore's permits believed they held its key (included in
+	// Overlaps).
+	PermitExcess int
 	// Linearizable reports whether the acquire/release history is
 	// linearizable: every key's search ended Ok (false also when one timed
 	// out: see LinearizabilityResult).
@@ -265,13 +290,21 @@ func (r Result) NotOkKeys() []string {
 func Check(h History, faults []Fault, opts Options) Result {
 	opts = opts.withDefaults()
 	var r Result
-	r.Overlaps, r.OverlapExamples = overlaps(h, opts.MaxExamples)
+	var pairs int
+	pairs, r.PermitExcess, r.OverlapExamples = overlapsModes(h, opts.MaxExamples)
+	r.Overlaps = pairs + r.PermitExcess
 	r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts = StaleWrites(h)
 	if !opts.NoTokens {
 		r.TokensChecked = true
 		r.TokensReused, r.TokenRegressions, r.TokenExamples = Tokens(h, opts.MaxExamples)
+		var ex []string
+		r.ModeTokenViolations, ex = ModeTokens(h, opts.MaxExamples)
+		r.TokenRegressions += r.ModeTokenViolations
+		r.TokenExamples = append(r.TokenExamples, ex...)
 	}
-	r.LinearizabilityKeys = LinearizabilityByKey(h, opts)
+	mutex, shared := splitShared(h)
+	r.SharedKeys = shared
+	r.LinearizabilityKeys = LinearizabilityByKey(mutex, opts)
 	r.LinearizabilityResult, r.LinearizabilityUnknownKeys = Verdict(r.LinearizabilityKeys)
 	r.Linearizable = r.LinearizabilityResult == porcupine.Ok
 	r.Unavailable = totalGaps(h, opts.Gap)

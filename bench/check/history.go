@@ -21,10 +21,23 @@ type Hold struct {
 	Token  lock.Token
 	Start  time.Time
 	End    time.Time
+	// Mode is how the key was held: shared holds may coexist, an
+	// exclusive one (the zero value) coexists with none. Permits, when
+	// positive, is the semaphore's N: at most that many shared holds at
+	// once.
+	Mode    lock.Mode
+	Permits int
 }
 
 func (h Hold) String() string {
-	return fmt.Sprintf("%s holds %q with token %d for [%s, %s]", h.Holder, h.Key, h.Token,
+	mode := ""
+	switch {
+	case h.Permits > 0:
+		mode = fmt.Sprintf(" (permit of %d)", h.Permits)
+	case h.Mode == lock.ModeShared:
+		mode = " (shared)"
+	}
+	return fmt.Sprintf("%s holds %q with token %d%s for [%s, %s]", h.Holder, h.Key, h.Token, mode,
 		h.Start.Format("15:04:05.000000"), h.End.Format("15:04:05.000000"))
 }
 
@@ -41,6 +54,9 @@ const (
 	TokenRepeat ViolationKind = "token repeat"
 	// InvalidHold: a hold ends before it starts (a recording bug).
 	InvalidHold ViolationKind = "invalid hold"
+	// PermitsExceeded: a shared hold began while its semaphore's
+	// Permits (or more) other holds of the key were running.
+	PermitsExceeded ViolationKind = "permits exceeded"
 )
 
 // Violation is one breach of mutual exclusion or fencing found in a history.
@@ -51,7 +67,7 @@ type Violation struct {
 }
 
 func (v Violation) String() string {
-	if v.Kind == InvalidHold {
+	if v.Kind == InvalidHold || v.Kind == PermitsExceeded {
 		return fmt.Sprintf("%s: %v", v.Kind, v.Second)
 	}
 	return fmt.Sprintf("%s: %v; then %v", v.Kind, v.First, v.Second)
@@ -65,10 +81,15 @@ func (v Violation) String() string {
 // start) as Beliefs, one client per Holder, and checked by the sweep that
 // Overlaps uses: holds of one key are ordered by start, and two holds
 // overlap when each starts before the other ends (touching ends are not an
-// overlap); unlike Overlaps, two holds of the same holder conflict too (a
-// test's holder is one lease, not a client that may retry). Every
-// intersecting pair is reported once. Tokens must strictly increase in start
-// order. Holds of different keys never conflict.
+// overlap) and one of them is exclusive (shared holds may coexist);
+// unlike Overlaps, two holds of the same holder conflict too (a test's
+// holder is one lease, not a client that may retry). Every conflicting
+// pair is reported once. A shared hold with Permits > 0 that starts while
+// Permits or more shared holds of its key run is PermitsExceeded. Tokens
+// must strictly increase in start order from one exclusive hold to the
+// next hold, and from every shared hold to the next exclusive one; shared
+// holds between two exclusive ones may carry their tokens in any order,
+// never the same one twice. Holds of different keys never conflict.
 func CheckHistory(holds []Hold) []Violation {
 	var out []Violation
 	type entry struct {
@@ -96,7 +117,8 @@ func CheckHistory(holds []Hold) []Violation {
 			c = len(clients)
 			clients[h.Holder] = c
 		}
-		b := Belief{Client: c, Key: h.Key, Token: uint64(h.Token), Start: h.Start.Sub(epoch), End: h.End.Sub(epoch)}
+		b := Belief{Client: c, Key: h.Key, Token: uint64(h.Token), Start: h.Start.Sub(epoch), End: h.End.Sub(epoch),
+			Shared: h.Mode == lock.ModeShared || h.Permits > 0, Permits: h.Permits}
 		byKey[h.Key] = append(byKey[h.Key], entry{h, b})
 	}
 	for _, k := range sortedKeys(byKey) {
@@ -106,18 +128,52 @@ func CheckHistory(holds []Hold) []Violation {
 		for i, e := range es {
 			bs[i] = e.belief
 		}
+		// Since the last exclusive hold (lastExcl): the highest token
+		// (top, the exclusive hold's or a later shared one's), and the
+		// shared holds' tokens. The next exclusive hold's token must be
+		// above top; a shared one's above lastExcl's and none of the
+		// shared tokens.
+		lastExcl, top := -1, -1
+		sharedTok := map[lock.Token]int{}
 		sweep(bs, func(a, b int) {
 			out = append(out, Violation{Kind: Overlap, First: es[a].hold, Second: es[b].hold})
 		}, func(b int) {
-			if b == 0 {
+			cur := es[b]
+			if cur.belief.Shared && cur.belief.Permits > 0 {
+				running := 0
+				for a := range b {
+					if bs[a].Shared && bs[a].End > bs[b].Start {
+						running++
+					}
+				}
+				if running >= cur.belief.Permits {
+					out = append(out, Violation{Kind: PermitsExceeded, Second: cur.hold})
+				}
+			}
+			against := top
+			if cur.belief.Shared {
+				against = lastExcl
+			}
+			switch {
+			case against >= 0 && cur.hold.Token < es[against].hold.Token:
+				out = append(out, Violation{Kind: TokenRegression, First: es[against].hold, Second: cur.hold})
+			case against >= 0 && cur.hold.Token == es[against].hold.Token:
+				out = append(out, Violation{Kind: TokenRepeat, First: es[against].hold, Second: cur.hold})
+			case cur.belief.Shared:
+				if a, ok := sharedTok[cur.hold.Token]; ok {
+					out = append(out, Violation{Kind: TokenRepeat, First: es[a].hold, Second: cur.hold})
+				}
+			}
+			if !cur.belief.Shared {
+				lastExcl, top = b, b
+				clear(sharedTok)
 				return
 			}
-			prev, cur := es[b-1].hold, es[b].hold
-			switch {
-			case cur.Token < prev.Token:
-				out = append(out, Violation{Kind: TokenRegression, First: prev, Second: cur})
-			case cur.Token == prev.Token:
-				out = append(out, Violation{Kind: TokenRepeat, First: prev, Second: cur})
+			if _, ok := sharedTok[cur.hold.Token]; !ok {
+				sharedTok[cur.hold.Token] = b
+			}
+			if top < 0 || cur.hold.Token > es[top].hold.Token {
+				top = b
 			}
 		})
 	}

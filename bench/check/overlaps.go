@@ -18,6 +18,10 @@ type Belief struct {
 	Key        string
 	Token      uint64
 	Start, End time.Duration
+	// Shared: a shared hold (read lock or semaphore permit, Op.Shared);
+	// Permits its semaphore's N (0: no bound).
+	Shared  bool
+	Permits int
 }
 
 func (b Belief) String() string {
@@ -25,7 +29,14 @@ func (b Belief) String() string {
 	if b.End == forever {
 		end = "∞"
 	}
-	return fmt.Sprintf("client %d (token %d) [%v, %s]", b.Client, b.Token, b.Start, end)
+	mode := ""
+	switch {
+	case b.Shared && b.Permits > 0:
+		mode = fmt.Sprintf(", permit of %d", b.Permits)
+	case b.Shared:
+		mode = ", shared"
+	}
+	return fmt.Sprintf("client %d (token %d%s) [%v, %s]", b.Client, b.Token, mode, b.Start, end)
 }
 
 type leaseID struct {
@@ -107,64 +118,96 @@ func Beliefs(h History) []Belief {
 				end = max(end, ws[i-1])
 			}
 		}
-		out = append(out, Belief{Client: o.Client, Key: o.Key, Token: o.Token, Start: o.End, End: end})
+		out = append(out, Belief{Client: o.Client, Key: o.Key, Token: o.Token, Start: o.End, End: end, Shared: o.Shared, Permits: o.Permits})
 	}
 	return out
 }
 
 // Overlaps counts the pairs of beliefs (see Beliefs) of two different clients
-// on the same key that intersect: each starts before the other ends (beliefs
-// that only touch do not overlap). Each pair is counted once. The strings
+// on the same key that intersect (each starts before the other ends: beliefs
+// that only touch do not overlap) and may not coexist: at least one of them
+// is exclusive. Shared beliefs (a read lock's, a semaphore's permits) may
+// coexist, but a semaphore's may not outnumber its permits: each shared
+// belief that starts while Permits or more other shared beliefs of the key
+// are running counts one more. Each pair is counted once. The strings
 // describe up to five of them.
 func Overlaps(h History) (int, []string) {
-	return overlaps(h, 5)
+	pairs, excess, examples := overlapsModes(h, 5)
+	return pairs + excess, examples
 }
 
-func overlaps(h History, maxExamples int) (int, []string) {
+// overlapsModes is Overlaps with the conflicting pairs and the permit
+// excess apart.
+func overlapsModes(h History, maxExamples int) (pairs, excess int, examples []string) {
 	byKey := make(map[string][]Belief)
 	for _, b := range Beliefs(h) {
 		if b.End > b.Start {
 			byKey[b.Key] = append(byKey[b.Key], b)
 		}
 	}
-	n := 0
-	var examples []string
 	for _, k := range sortedKeys(byKey) {
 		bs := byKey[k]
 		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Start < bs[j].Start })
-		n += countOverlaps(bs, func(a, b int) bool {
+		p, e := countOverlaps(bs, func(a, b int) bool {
 			if len(examples) >= maxExamples {
 				return false
 			}
 			examples = append(examples, fmt.Sprintf("key %q: %v overlaps %v", k, bs[a], bs[b]))
 			return true
+		}, func(b, running int) {
+			if len(examples) < maxExamples {
+				examples = append(examples, fmt.Sprintf("key %q: %v is permit %d of a semaphore of %d", k, bs[b], running+1, bs[b].Permits))
+			}
 		})
+		pairs += p
+		excess += e
 	}
-	return n, examples
+	return pairs, excess, examples
 }
 
 // countOverlaps counts the pairs of beliefs of different clients in bs (one
-// key's, sorted by Start) that intersect, as sweep would visit them, in
-// O(n log n) whatever the number of pairs: the beliefs still running when
-// bs[b] starts are a heap by End, and the pairs bs[b] closes are those
-// running beliefs less the ones of its own client. example(a, b) is
-// called for some of the pairs, in start order within each b, until it
-// returns false.
-func countOverlaps(bs []Belief, example func(a, b int) bool) int {
+// key's, sorted by Start) that intersect and may not coexist (one of them
+// exclusive), as sweep would visit them, in O(n log n) whatever the number
+// of pairs: the beliefs still running when bs[b] starts are a heap by End,
+// and the pairs bs[b] closes are those running beliefs (the exclusive ones
+// only, when bs[b] is shared) less the ones of its own client. example(a,
+// b) is called for some of the pairs, in start order within each b, until
+// it returns false. It also counts the shared beliefs that start while
+// their Permits (> 0) or more other shared beliefs are running (excess),
+// calling over(b, running) for each.
+func countOverlaps(bs []Belief, example func(a, b int) bool, over func(b, running int)) (pairs, excess int) {
 	running := &endHeap{bs: bs}
-	mine := make(map[int]int) // running beliefs per client
-	n := 0
+	mine := make(map[int]int)     // running beliefs per client
+	mineExcl := make(map[int]int) // running exclusive beliefs per client
+	exclusive, shared := 0, 0     // running beliefs by mode
 	wantExamples := example != nil
 	for b := range bs {
 		for running.Len() > 0 && bs[running.idx[0]].End <= bs[b].Start {
-			mine[bs[heap.Pop(running).(int)].Client]--
+			e := bs[heap.Pop(running).(int)]
+			mine[e.Client]--
+			if e.Shared {
+				shared--
+			} else {
+				exclusive--
+				mineExcl[e.Client]--
+			}
 		}
-		pairs := running.Len() - mine[bs[b].Client]
-		n += pairs
-		if pairs > 0 && wantExamples {
+		cur := bs[b]
+		n := running.Len() - mine[cur.Client]
+		if cur.Shared {
+			n = exclusive - mineExcl[cur.Client]
+			if cur.Permits > 0 && shared >= cur.Permits {
+				excess++
+				if over != nil {
+					over(b, shared)
+				}
+			}
+		}
+		pairs += n
+		if n > 0 && wantExamples {
 			as := make([]int, 0, running.Len())
 			for _, a := range running.idx {
-				if bs[a].Client != bs[b].Client {
+				if bs[a].Client != cur.Client && (!cur.Shared || !bs[a].Shared) {
 					as = append(as, a)
 				}
 			}
@@ -177,10 +220,19 @@ func countOverlaps(bs []Belief, example func(a, b int) bool) int {
 			}
 		}
 		heap.Push(running, b)
-		mine[bs[b].Client]++
+		mine[cur.Client]++
+		if cur.Shared {
+			shared++
+		} else {
+			exclusive++
+			mineExcl[cur.Client]++
+		}
 	}
-	return n
+	return pairs, excess
 }
+
+// conflict reports whether two holds may not coexist: one is exclusive.
+func conflict(a, b Belief) bool { return !a.Shared || !b.Shared }
 
 // endHeap is indices of bs, a min-heap by End.
 type endHeap struct {
@@ -203,8 +255,9 @@ func (h *endHeap) Pop() any {
 // countOverlaps, whose cost does not grow with their number. bs are the
 // beliefs of one key sorted by Start. For each bs[b] in order it calls
 // pair(a, b) for every earlier bs[a] that is still running when bs[b]
-// starts (a.End > b.Start: beliefs that only touch do not overlap), in the
-// order they started, and then after(b) if after is not nil. Each
+// starts (a.End > b.Start: beliefs that only touch do not overlap) and may
+// not coexist with it (conflict: one of them exclusive), in the order they
+// started, and then after(b) if after is not nil. Each
 // intersecting pair is visited once.
 func sweep(bs []Belief, pair func(a, b int), after func(b int)) {
 	// active holds the beliefs that began earlier and may still be running.
@@ -218,7 +271,9 @@ func sweep(bs []Belief, pair func(a, b int), after func(b int)) {
 		}
 		active = kept
 		for _, a := range active {
-			pair(a, b)
+			if conflict(bs[a], bs[b]) {
+				pair(a, b)
+			}
 		}
 		if after != nil {
 			after(b)

@@ -67,7 +67,8 @@ func TestTokens(t *testing.T) {
 
 // TestCountOverlapsMatchesSweep: the counting overlap check agrees with
 // the pair-by-pair sweep of CheckHistory on random beliefs, with many
-// overlaps, same-client ones, unbounded ones and ties.
+// overlaps, same-client ones, unbounded ones, ties, and shared beliefs
+// (which conflict with exclusive ones only).
 func TestCountOverlapsMatchesSweep(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for round := range 300 {
@@ -79,7 +80,7 @@ func TestCountOverlapsMatchesSweep(t *testing.T) {
 			if rng.IntN(20) == 0 {
 				end = forever
 			}
-			bs[i] = Belief{Client: rng.IntN(5), Start: start, End: end}
+			bs[i] = Belief{Client: rng.IntN(5), Start: start, End: end, Shared: round%3 != 0 && rng.IntN(2) == 0}
 		}
 		sort.SliceStable(bs, func(i, j int) bool { return bs[i].Start < bs[j].Start })
 		var want [][2]int
@@ -89,11 +90,11 @@ func TestCountOverlapsMatchesSweep(t *testing.T) {
 			}
 		}, nil)
 		var got [][2]int
-		n2 := countOverlaps(bs, func(a, b int) bool { got = append(got, [2]int{a, b}); return true })
+		n2, _ := countOverlaps(bs, func(a, b int) bool { got = append(got, [2]int{a, b}); return true }, nil)
 		if n2 != len(want) || !slices.Equal(got, want) {
 			t.Fatalf("round %d: count %d, pairs %v; sweep found %d: %v", round, n2, got, len(want), want)
 		}
-		if n3 := countOverlaps(bs, func(a, b int) bool { return false }); n3 != n2 {
+		if n3, _ := countOverlaps(bs, func(a, b int) bool { return false }, nil); n3 != n2 {
 			t.Fatalf("round %d: %d without examples, %d with", round, n3, n2)
 		}
 	}
