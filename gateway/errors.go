@@ -33,7 +33,13 @@ func toAPIError(err error) *apiError {
 	e := newError(wire.CodeOf(err), err.Error())
 	var nl *lock.NotLeaderError
 	var he *lock.HeldError
+	var de *lock.DelayedError
+	var ue *lock.UnsupportedError
 	switch {
+	case e.Code == wire.CodeDelayed && errors.As(err, &de):
+		e.RetryIn = max(durationMS(time.Until(de.Until)), 1)
+	case e.Code == wire.CodeUnsupported && errors.As(err, &ue):
+		e.Feature = ue.Feature.String()
 	case e.Code == wire.CodeNotLeader && errors.As(err, &nl):
 		e.Leader = &wire.Leader{ID: nl.LeaderID, Addr: nl.LeaderAddr}
 	case e.Code == wire.CodeHeld && errors.As(err, &he):

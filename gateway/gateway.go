@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -43,6 +44,14 @@ const (
 	// bearer token when the gateway has tokens, else its IP address. One
 	// more is refused with 429 too_many_tickets.
 	DefaultMaxTicketsPerClient = 1024
+	// DefaultMaxWatchesPerConn bounds the watches (command 9) one
+	// WebSocket connection has open; one more is refused with
+	// too_many_watches.
+	DefaultMaxWatchesPerConn = 64
+	// DefaultWatchBuffer bounds the events of one watch waiting to be
+	// written to a connection that does not keep up; one more ends the
+	// watch with watch_overflow.
+	DefaultWatchBuffer = 1024
 	// opTimeout bounds one renew, release or inspect on the backend.
 	opTimeout = 10 * time.Second
 )
@@ -65,6 +74,10 @@ type Options struct {
 	MaxInFlightPerConn  int
 	MaxLocksPerConn     int
 	MaxTicketsPerClient int
+	// MaxWatchesPerConn and WatchBuffer bound the watches of a connection
+	// (see their defaults).
+	MaxWatchesPerConn int
+	WatchBuffer       int
 	// Ready reports whether the backend can serve (for /readyz); nil means
 	// always ready.
 	Ready func() error
@@ -97,6 +110,8 @@ func (o *Options) fill() {
 	defInt(&o.MaxInFlightPerConn, DefaultMaxInFlightPerConn)
 	defInt(&o.MaxLocksPerConn, DefaultMaxLocksPerConn)
 	defInt(&o.MaxTicketsPerClient, DefaultMaxTicketsPerClient)
+	defInt(&o.MaxWatchesPerConn, DefaultMaxWatchesPerConn)
+	defInt(&o.WatchBuffer, DefaultWatchBuffer)
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -124,12 +139,22 @@ type Gateway struct {
 	workers *workerpool.Pool
 	// wanted: the Locker tells holders when a caller waits for their key,
 	// and connections push it (wanted.go). upgradeHeader announces it.
-	wanted        bool
+	wanted bool
+	// features: what the Locker offers beyond the core (featuresOf);
+	// backend names it in unsupported errors.
+	features lock.Features
+	backend  string
+	// upgradeHeader announces wanted and the features on the WebSocket
+	// upgrade; featuresValue is the same list for REST answers.
 	upgradeHeader http.Header
+	featuresValue string
 	upgrader      *websocket.Upgrader
 	// slotWait, if not nil, is called when a connection's reader starts
 	// waiting for an in-flight slot (tests await it).
 	slotWait func()
+	// watchOverflowed, if not nil, is called when a watch ends with
+	// watch_overflow (tests await it).
+	watchOverflowed func()
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -144,12 +169,15 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g.tickets = newTickets(opts.MaxTicketsPerClient)
 	g.workers = workerpool.New()
 	g.wanted = lock.SignalsWanted(l)
-	if g.wanted {
-		g.upgradeHeader = http.Header{wire.FeaturesHeader: {wire.FeatureWanted}}
+	g.features = featuresOf(l)
+	g.backend = fmt.Sprintf("the gateway's backend (%T)", l)
+	if g.featuresValue = featureNames(g.wanted, g.features); g.featuresValue != "" {
+		g.upgradeHeader = http.Header{wire.FeaturesHeader: {g.featuresValue}}
 	}
 	g.upgrader = g.newUpgrader()
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
+	g.mux.HandleFunc("/locks", g.restAcquireAll)
 	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)
 	g.mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -166,6 +194,11 @@ func New(l lock.Locker, opts Options) *Gateway {
 // without a valid bearer token (other than a health check) is answered 401
 // with the same body whatever was wrong, and the token is never logged.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.featuresValue != "" {
+		// What the backend offers, on every answer (the upgrade's own
+		// response gets it from upgradeHeader: the upgrader writes its own).
+		w.Header().Set(wire.FeaturesHeader, g.featuresValue)
+	}
 	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) {
 		g.metrics.errors.WithLabelValues(wire.CodeUnauthorized).Inc()
 		g.log.Debug("unauthorized request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)

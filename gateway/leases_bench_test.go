@@ -25,7 +25,7 @@ func BenchmarkConnGrant(b *testing.B) {
 			c := g.newConn(nil, ctx, cancel)
 			opts := lock.AcquireOptions{TTL: time.Hour, Owner: "bench"}
 			grant := func(key string) *lock.Lease {
-				if aerr := c.reserveLock(); aerr != nil {
+				if aerr := c.reserveLock(1); aerr != nil {
 					b.Fatal(aerr)
 				}
 				lease, err := g.l.TryAcquire(ctx, key, opts)

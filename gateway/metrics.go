@@ -15,6 +15,9 @@ type metrics struct {
 	waiters      prometheus.Gauge
 	errors       *prometheus.CounterVec
 	connections  prometheus.Gauge
+	// watches counts open watches; watchEvents the events pushed to them.
+	watches     prometheus.Gauge
+	watchEvents prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -31,11 +34,13 @@ func newMetrics(g *Gateway) *metrics {
 	m.waiters = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_waiters", Help: "Acquires waiting for a grant."})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockgate_errors_total", Help: "Error replies, by code."}, []string{"code"})
 	m.connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_connections", Help: "Open WebSocket connections."})
+	m.watches = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_watches", Help: "Open watches (WebSocket command 9)."})
+	m.watchEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "lockgate_watch_events_total", Help: "Watch events pushed to clients."})
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lockgate_held_locks",
 		Help: "Leases granted over WebSocket connections of this gateway and not yet released or expired.",
 	}, func() float64 { return float64(g.heldLeases()) })
-	m.reg.MustRegister(m.acquire, m.grants, m.wantedPushes, m.waiters, m.errors, m.connections, held,
+	m.reg.MustRegister(m.acquire, m.grants, m.wantedPushes, m.waiters, m.errors, m.connections, held, m.watches, m.watchEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

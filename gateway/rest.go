@@ -22,11 +22,27 @@ import (
 // stored: renew and release name them by (key, lock_token, fencing_token).
 
 type acquireBody struct {
-	ClientID  string  `json:"client_id"`
-	TTLMS     int64   `json:"ttl_ms"`
-	Value     *string `json:"value"`
-	WaitMS    int64   `json:"wait_ms"`
-	LockToken string  `json:"lock_token"`
+	ClientID    string  `json:"client_id"`
+	TTLMS       int64   `json:"ttl_ms"`
+	Value       *string `json:"value"`
+	WaitMS      int64   `json:"wait_ms"`
+	LockToken   string  `json:"lock_token"`
+	Mode        string  `json:"mode"`
+	Permits     int     `json:"permits"`
+	LockDelayMS int64   `json:"lock_delay_ms"`
+}
+
+// acquireAllBody is POST /locks: an acquireBody with the keys.
+type acquireAllBody struct {
+	Keys        []string `json:"keys"`
+	ClientID    string   `json:"client_id"`
+	TTLMS       int64    `json:"ttl_ms"`
+	Value       *string  `json:"value"`
+	WaitMS      int64    `json:"wait_ms"`
+	LockToken   string   `json:"lock_token"`
+	Mode        string   `json:"mode"`
+	Permits     int      `json:"permits"`
+	LockDelayMS int64    `json:"lock_delay_ms"`
 }
 
 // leaseBody names a lease. fencing_token is {"key", "value"}, the shape of
@@ -44,11 +60,14 @@ type grantBody struct {
 	LockToken    string            `json:"lock_token"`
 	FencingToken wire.FencingToken `json:"fencing_token"`
 	TTLMS        int64             `json:"ttl_ms"`
+	Mode         string            `json:"mode,omitempty"`
+	Permits      int               `json:"permits,omitempty"`
 }
 
 func grantOf(l *lock.Lease) grantBody {
 	return grantBody{Key: l.Key, Owner: l.Owner, LockToken: l.Handle,
-		FencingToken: wire.FencingToken{Key: l.Key, Value: uint64(l.Token)}, TTLMS: durationMS(l.TTL())}
+		FencingToken: wire.FencingToken{Key: l.Key, Value: uint64(l.Token)}, TTLMS: durationMS(l.TTL()),
+		Mode: modeName(l.Mode), Permits: l.Permits}
 }
 
 func (g *Gateway) serveLock(w http.ResponseWriter, r *http.Request) {
@@ -89,8 +108,8 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	}
 	// The backend validates too; checking here keeps bad input from
 	// taking a ticket.
-	if _, err := opts.Normalize(key, opts.Owner); err != nil {
-		g.writeError(w, r, toAPIError(err))
+	if aerr := g.primitiveOptions(&opts, key, b.Mode, b.Permits, b.LockDelayMS, 0); aerr != nil {
+		g.writeError(w, r, aerr)
 		return
 	}
 	start := time.Now()
@@ -99,8 +118,69 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 		g.answerGrant(w, r, start, lease, err)
 		return
 	}
-	wait := time.Duration(b.WaitMS) * time.Millisecond
-	t, ok := g.tickets.start(g, g.clientOf(r), key, opts, wait)
+	g.restWait(w, r, start, b.WaitMS, false, func(ctx context.Context) ([]*lock.Lease, error) {
+		lease, err := g.l.Acquire(ctx, key, opts)
+		if err != nil {
+			return nil, err
+		}
+		return []*lock.Lease{lease}, nil
+	})
+}
+
+// restAcquireAll is POST /locks: every key of keys, all at once, or none
+// (FeatureMultiKey). It answers {"leases": [grant…]} in the order of keys,
+// with the tickets of restAcquire for a wait beyond the synchronous window.
+func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on /locks: use POST"))
+		return
+	}
+	var b acquireAllBody
+	if !g.readBody(w, r, &b, false) {
+		return
+	}
+	if maxMS := durationMS(g.opts.MaxWait); b.WaitMS < 0 || b.WaitMS > maxMS {
+		g.writeError(w, r, newError(wire.CodeInvalidWait,
+			fmt.Sprintf("wait_ms is %d; it must be 0 (do not wait) to %d", b.WaitMS, maxMS)))
+		return
+	}
+	if b.Keys == nil {
+		g.writeError(w, r, newError(wire.CodeMissingField, "keys is required"))
+		return
+	}
+	if err := lock.ValidateKeys(b.Keys); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
+	if opts.Owner == "" {
+		opts.Owner = "rest-" + lock.NewHandle()[:12]
+	}
+	if b.Value != nil {
+		opts.Value = []byte(*b.Value)
+	}
+	if aerr := g.primitiveOptions(&opts, b.Keys[0], b.Mode, b.Permits, b.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
+		g.writeError(w, r, aerr)
+		return
+	}
+	ml := g.l.(lock.MultiLocker) // featuresOf checked the interface
+	start := time.Now()
+	if b.WaitMS == 0 {
+		leases, err := ml.TryAcquireAll(r.Context(), b.Keys, opts)
+		g.answerGrants(w, r, start, true, leases, err)
+		return
+	}
+	g.restWait(w, r, start, b.WaitMS, true, func(ctx context.Context) ([]*lock.Lease, error) {
+		return ml.AcquireAll(ctx, b.Keys, opts)
+	})
+}
+
+// restWait runs a waiting REST acquire: answered at once if the grant
+// comes within the synchronous window, else 202 with a ticket.
+func (g *Gateway) restWait(w http.ResponseWriter, r *http.Request, start time.Time, waitMS int64, multi bool, acquire func(context.Context) ([]*lock.Lease, error)) {
+	wait := time.Duration(waitMS) * time.Millisecond
+	t, ok := g.tickets.start(g, g.clientOf(r), multi, acquire, wait)
 	if !ok {
 		g.writeError(w, r, newError(wire.CodeTooManyTickets,
 			fmt.Sprintf("this client already has %d tickets, the maximum: collect or cancel some first", g.opts.MaxTicketsPerClient)))
@@ -109,7 +189,7 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	select {
 	case <-t.done:
 		g.tickets.collect(t.id)
-		g.answerGrant(w, r, start, t.lease, t.err)
+		g.answerGrants(w, r, start, multi, t.leases, t.err)
 	case <-time.After(min(wait, g.opts.SyncWindow)):
 		writeJSON(w, http.StatusAccepted, map[string]any{"ticket": t.id, "poll": "/tickets/" + t.id, "wait_ms": durationMS(wait)})
 	case <-r.Context().Done():
@@ -117,12 +197,33 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 		// it, so it ends here rather than count against the client.
 		t.cancel()
 		<-t.done
-		if g.tickets.collect(t.id) && t.lease != nil {
-			rctx, rcancel := context.WithTimeout(context.Background(), opTimeout)
-			defer rcancel()
-			g.l.Release(rctx, t.lease)
+		if g.tickets.collect(t.id) {
+			t.releaseAll(g)
 		}
 	}
+}
+
+// answerGrants answers a ticket's or an acquireAll's outcome: a grant
+// (multi false: leases has one lease) or {"leases": […]}.
+func (g *Gateway) answerGrants(w http.ResponseWriter, r *http.Request, start time.Time, multi bool, leases []*lock.Lease, err error) {
+	if err == nil && len(leases) == 0 {
+		err = errShortGrant
+	}
+	if !multi || err != nil {
+		var lease *lock.Lease
+		if err == nil {
+			lease = leases[0]
+		}
+		g.answerGrant(w, r, start, lease, err)
+		return
+	}
+	g.metrics.acquire.WithLabelValues("rest").Observe(time.Since(start).Seconds())
+	g.metrics.grants.Add(float64(len(leases)))
+	body := make([]grantBody, len(leases))
+	for i, l := range leases {
+		body[i] = grantOf(l)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"leases": body})
 }
 
 func (g *Gateway) answerGrant(w http.ResponseWriter, r *http.Request, start time.Time, lease *lock.Lease, err error) {
@@ -213,6 +314,26 @@ func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string
 	if !info.Expires.IsZero() {
 		body["expires_in_ms"] = max(durationMS(time.Until(info.Expires)), 0)
 	}
+	if m := modeName(info.Mode); m != "" {
+		body["mode"] = m
+	}
+	if info.Permits != 0 {
+		body["permits"] = info.Permits
+	}
+	if len(info.Holders) > 0 {
+		hs := make([]map[string]any, len(info.Holders))
+		for i, h := range info.Holders {
+			m := map[string]any{"owner": h.Owner, "fencing_token": wire.FencingToken{Key: info.Key, Value: uint64(h.Token)}}
+			if h.Value != nil {
+				m["value"] = string(h.Value)
+			}
+			if !h.Expires.IsZero() {
+				m["expires_in_ms"] = max(durationMS(time.Until(h.Expires)), 0)
+			}
+			hs[i] = m
+		}
+		body["holders"] = hs
+	}
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -236,15 +357,13 @@ func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
 			g.writeError(w, r, newError(wire.CodeTimeout, "wait_ms ran out before the lock was granted"))
 			return
 		}
-		g.answerGrant(w, r, t.start, t.lease, t.err)
+		g.answerGrants(w, r, t.start, t.multi, t.leases, t.err)
 	case http.MethodDelete:
 		t.cancel()
 		<-t.done // Acquire returns promptly once cancelled
-		if g.tickets.collect(id) && t.lease != nil {
-			// The grant won the race with the cancel: give it back.
-			if err := g.l.Release(r.Context(), t.lease); err != nil {
-				g.log.Info("releasing a cancelled ticket's grant failed", "key", t.lease.Key, "err", err)
-			}
+		if g.tickets.collect(id) {
+			// A grant that won the race with the cancel: give it back.
+			t.releaseAll(g)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
@@ -330,6 +449,12 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 	}
 	if h := e.Holder; h != nil { // REST spells fields in snake_case
 		body["holder"] = map[string]any{"owner": h.Owner, "fencing_token": h.FencingToken, "expires_in_ms": h.ExpiresIn}
+	}
+	if e.RetryIn > 0 {
+		body["retry_in_ms"] = e.RetryIn
+	}
+	if e.Feature != "" {
+		body["feature"] = e.Feature
 	}
 	writeJSON(w, status, map[string]any{"error": body})
 }

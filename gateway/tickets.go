@@ -27,9 +27,24 @@ type ticket struct {
 	client string
 	start  time.Time
 	cancel context.CancelFunc
-	done   chan struct{} // closed when lease/err are set
-	lease  *lock.Lease
+	done   chan struct{} // closed when leases/err are set
+	// leases are the grant: one lease, or an acquireAll's (multi), one
+	// per key.
+	leases []*lock.Lease
+	multi  bool
 	err    error
+}
+
+// releaseAll gives back the ticket's grant (nobody will collect it).
+func (t *ticket) releaseAll(g *Gateway) {
+	if len(t.leases) == 0 {
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), opTimeout)
+	defer rcancel()
+	if err := lock.ReleaseAll(rctx, g.l, t.leases); err != nil {
+		g.log.Info("releasing an uncollected ticket's grant failed", "err", err)
+	}
 }
 
 // ticketGrace is how long a finished ticket's result waits to be collected;
@@ -42,29 +57,29 @@ func newTickets(max int) *tickets {
 }
 
 // start begins a waiting acquire for client, or reports false when the
-// client already has the maximum number of tickets.
-func (ts *tickets) start(g *Gateway, client, key string, opts lock.AcquireOptions, wait time.Duration) (*ticket, bool) {
+// client already has the maximum number of tickets. acquire waits for the
+// grant under ctx (lock.Locker's Acquire, or a MultiLocker's AcquireAll:
+// multi).
+func (ts *tickets) start(g *Gateway, client string, multi bool, acquire func(ctx context.Context) ([]*lock.Lease, error), wait time.Duration) (*ticket, bool) {
 	ts.mu.Lock()
 	if ts.byClient[client] >= ts.max {
 		ts.mu.Unlock()
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, done: make(chan struct{})}
+	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, done: make(chan struct{}), multi: multi}
 	ts.m[t.id] = t
 	ts.byClient[client]++
 	ts.mu.Unlock()
 	g.metrics.waiters.Inc()
 	go func() {
 		defer cancel()
-		t.lease, t.err = g.l.Acquire(ctx, key, opts)
+		t.leases, t.err = acquire(ctx)
 		g.metrics.waiters.Dec()
 		close(t.done)
 		time.AfterFunc(ticketGrace, func() {
-			if ts.collect(t.id) && t.lease != nil {
-				rctx, rcancel := context.WithTimeout(context.Background(), opTimeout)
-				defer rcancel()
-				g.l.Release(rctx, t.lease)
+			if ts.collect(t.id) {
+				t.releaseAll(g)
 			}
 		})
 	}()

@@ -68,6 +68,9 @@ type conn struct {
 	// acquiring counts acquires started and not yet answered; with leases
 	// it is bounded by Options.MaxLocksPerConn.
 	acquiring int
+	// watches are the open watches by id (Options.MaxWatchesPerConn);
+	// nil once the connection has ended.
+	watches map[string]*watch
 }
 
 type heldLease struct {
@@ -103,6 +106,7 @@ func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel contex
 		slots:    make(chan struct{}, g.opts.MaxInFlightPerConn),
 		waits:    map[string]waitRef{},
 		leases:   map[string]*heldLease{},
+		watches:  map[string]*watch{},
 	}
 }
 
@@ -156,8 +160,13 @@ func (c *conn) handle(data []byte) bool {
 		c.fail(req.ID, newError(wire.CodeBadJSON, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
 		return true
 	}
-	if req.Key == "" && req.CommandType >= wire.CmdAcquire && req.CommandType <= wire.CmdTryAcquire && !hasKey(data) {
+	needsKey := req.CommandType >= wire.CmdAcquire && req.CommandType <= wire.CmdTryAcquire || req.CommandType == wire.CmdWatch
+	if req.Key == "" && needsKey && !hasKey(data) {
 		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
+		return true
+	}
+	if aerr := misplacedFields(req); aerr != nil {
+		c.fail(req.ID, aerr)
 		return true
 	}
 	switch req.CommandType {
@@ -171,10 +180,16 @@ func (c *conn) handle(data []byte) bool {
 		c.inspect(req)
 	case wire.CmdCancel:
 		c.cancelWait(req)
+	case wire.CmdAcquireAll, wire.CmdTryAcquireAll:
+		c.acquireAll(req)
+	case wire.CmdWatch:
+		c.watch(req)
+	case wire.CmdUnwatch:
+		c.unwatch(req)
 	case 0:
-		c.fail(req.ID, newError(wire.CodeUnknownCommand, "commandType is missing: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel"))
+		c.fail(req.ID, newError(wire.CodeUnknownCommand, "commandType is missing: "+commandList))
 	default:
-		c.fail(req.ID, newError(wire.CodeUnknownCommand, fmt.Sprintf("commandType %d is unknown: 1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel", req.CommandType)))
+		c.fail(req.ID, newError(wire.CodeUnknownCommand, fmt.Sprintf("commandType %d is unknown: %s", req.CommandType, commandList)))
 	}
 	return true
 }
@@ -202,16 +217,20 @@ func (c *conn) takeSlot() bool {
 
 func (c *conn) giveSlot() { <-c.slots }
 
-// reserveLock counts an acquire against Options.MaxLocksPerConn; granted
-// gives the reservation back (or turns it into a held lease).
-func (c *conn) reserveLock() *apiError {
+// commandList names the commands in unknown_command's message.
+const commandList = "1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel, 7 acquireAll, 8 tryAcquireAll, 9 watch, 10 unwatch"
+
+// reserveLock counts an acquire of n keys against
+// Options.MaxLocksPerConn; granted gives the reservation back (or turns it
+// into held leases).
+func (c *conn) reserveLock(n int) *apiError {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.leases)+c.acquiring >= c.g.opts.MaxLocksPerConn {
+	if len(c.leases)+c.acquiring+n > c.g.opts.MaxLocksPerConn {
 		return newError(wire.CodeTooManyLocks,
 			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn))
 	}
-	c.acquiring++
+	c.acquiring += n
 	return nil
 }
 
@@ -227,11 +246,19 @@ func (c *conn) acquire(req wire.Request) {
 	if req.Value != nil {
 		opts.Value = []byte(*req.Value)
 	}
+	if req.Mode != "" || req.Permits != 0 || req.LockDelayMS != 0 {
+		// Issue 22's options: refused when malformed, or unsupported by
+		// the backend, before it sees them. A plain acquire skips this.
+		if aerr := c.g.primitiveOptions(&opts, req.Key, req.Mode, req.Permits, req.LockDelayMS, 0); aerr != nil {
+			c.fail(req.ID, aerr)
+			return
+		}
+	}
 	if req.CommandType == wire.CmdTryAcquire {
 		if !c.takeSlot() {
 			return
 		}
-		if aerr := c.reserveLock(); aerr != nil {
+		if aerr := c.reserveLock(1); aerr != nil {
 			c.giveSlot()
 			c.fail(req.ID, aerr)
 			return
@@ -244,9 +271,26 @@ func (c *conn) acquire(req wire.Request) {
 		})
 		return
 	}
-	if maxMS := durationMS(c.g.opts.MaxWait); req.WaitMS < 0 || req.WaitMS > maxMS {
-		c.fail(req.ID, newError(wire.CodeInvalidWait, fmt.Sprintf("waitMs is %d; it must be 0 (no bound) to %d", req.WaitMS, maxMS)))
+	ctx, cancel, aerr := c.beginWait(req, 1)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
 		return
+	}
+	c.g.workers.Go(func() {
+		defer cancel(nil)
+		start := time.Now()
+		lease, err := c.g.l.Acquire(ctx, req.Key, opts)
+		c.granted(req, start, lease, c.endWait(req, ctx, err))
+	})
+}
+
+// beginWait admits a waiting acquire of n keys (1, or an acquireAll's):
+// it checks waitMs and the connection's limits, counts the wait and its
+// locks, and makes the wait cancellable by its id. The caller runs the
+// wait under ctx, then endWait, and cancel(nil) when done.
+func (c *conn) beginWait(req wire.Request, n int) (context.Context, context.CancelCauseFunc, *apiError) {
+	if maxMS := durationMS(c.g.opts.MaxWait); req.WaitMS < 0 || req.WaitMS > maxMS {
+		return nil, nil, newError(wire.CodeInvalidWait, fmt.Sprintf("waitMs is %d; it must be 0 (no bound) to %d", req.WaitMS, maxMS))
 	}
 	ctx, cancel := context.WithCancelCause(c.ctx)
 	if req.WaitMS > 0 {
@@ -259,44 +303,52 @@ func (c *conn) acquire(req wire.Request) {
 	if c.nwaits >= c.g.opts.MaxWaitersPerConn {
 		c.mu.Unlock()
 		cancel(nil)
-		c.fail(req.ID, newError(wire.CodeTooManyWaiters,
-			fmt.Sprintf("this connection already waits for %d acquires", c.g.opts.MaxWaitersPerConn)))
-		return
+		return nil, nil, newError(wire.CodeTooManyWaiters,
+			fmt.Sprintf("this connection already waits for %d acquires", c.g.opts.MaxWaitersPerConn))
 	}
-	if len(c.leases)+c.acquiring >= c.g.opts.MaxLocksPerConn {
+	if len(c.leases)+c.acquiring+n > c.g.opts.MaxLocksPerConn {
 		c.mu.Unlock()
 		cancel(nil)
-		c.fail(req.ID, newError(wire.CodeTooManyLocks,
-			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn)))
-		return
+		return nil, nil, newError(wire.CodeTooManyLocks,
+			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn))
 	}
-	c.acquiring++
+	c.acquiring += n
 	c.nwaits++
 	if req.ID != "" {
-		c.waits[req.ID] = waitRef{key: req.Key, cancel: func() { cancel(errCancelledByClient) }}
+		key := req.Key
+		if key == "" && len(req.Keys) > 0 {
+			key = req.Keys[0]
+		}
+		c.waits[req.ID] = waitRef{key: key, cancel: func() { cancel(errCancelledByClient) }}
 	}
 	c.mu.Unlock()
 	c.g.metrics.waiters.Inc()
-	c.g.workers.Go(func() {
-		defer cancel(nil)
-		start := time.Now()
-		lease, err := c.g.l.Acquire(ctx, req.Key, opts)
-		c.mu.Lock()
-		c.nwaits--
-		if req.ID != "" {
-			delete(c.waits, req.ID)
+	return ctx, cancel, nil
+}
+
+// endWait ends the count of a wait begun by beginWait and turns a wait
+// that ended by the client's cancel or by waitMs into the error that says
+// so.
+func (c *conn) endWait(req wire.Request, ctx context.Context, err error) error {
+	c.mu.Lock()
+	c.nwaits--
+	if req.ID != "" {
+		delete(c.waits, req.ID)
+	}
+	c.mu.Unlock()
+	c.g.metrics.waiters.Dec()
+	switch cause := context.Cause(ctx); {
+	case err == nil:
+	case errors.Is(cause, errCancelledByClient):
+		err = fmt.Errorf("%w: %w", errCancelledByClient, context.Canceled)
+	case errors.Is(cause, errWaitTimedOut):
+		what := fmt.Sprintf("%q", req.Key)
+		if req.Key == "" {
+			what = fmt.Sprintf("%q", req.Keys)
 		}
-		c.mu.Unlock()
-		c.g.metrics.waiters.Dec()
-		switch cause := context.Cause(ctx); {
-		case err == nil:
-		case errors.Is(cause, errCancelledByClient):
-			err = fmt.Errorf("%w: %w", errCancelledByClient, context.Canceled)
-		case errors.Is(cause, errWaitTimedOut):
-			err = fmt.Errorf("%w: waited %d ms (waitMs) for %q", errWaitTimedOut, req.WaitMS, req.Key)
-		}
-		c.granted(req, start, lease, err)
-	})
+		err = fmt.Errorf("%w: waited %d ms (waitMs) for %s", errWaitTimedOut, req.WaitMS, what)
+	}
+	return err
 }
 
 var errCancelledByClient = errors.New("the client cancelled the wait")
@@ -324,22 +376,7 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 	}
 	c.g.metrics.acquireWS.Observe(time.Since(start).Seconds())
 	c.g.metrics.grants.Inc()
-	c.mu.Lock()
-	c.acquiring--
-	gone := c.ctx.Err() != nil
-	if !gone {
-		c.leases[lease.Handle] = &heldLease{lease: lease, releaseOnDisconnect: req.ReleaseOnDisconnect}
-	}
-	c.mu.Unlock()
-	if !gone {
-		// Outside mu: AfterEnd calls dropEnded at once if the lease has
-		// ended already.
-		lease.AfterEnd(func() { c.dropEnded(lease) })
-	}
-	if gone {
-		if req.ReleaseOnDisconnect {
-			c.releaseQuietly(lease)
-		}
+	if !c.hold(req, lease) {
 		return
 	}
 	// A lease handed over while others wait says so in its grant: no push
@@ -347,10 +384,34 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 	wanted := c.g.wanted && lease.IsWanted()
 	c.send(wire.Reply{ID: req.ID, Type: wire.TypeGrant, Success: true, Key: lease.Key,
 		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
-		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner, Wanted: wanted})
+		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner, Wanted: wanted,
+		Mode: modeName(lease.Mode), Permits: lease.Permits})
 	if !wanted {
 		c.tellWanted(lease) // after the grant: a client learns of a lease before it hears it is wanted
 	}
+}
+
+// hold turns one reserved lock of an acquire into a held lease of the
+// connection. It reports false when the connection has ended meanwhile:
+// then the lease is kept (or released, if asked) like any other, untold.
+func (c *conn) hold(req wire.Request, lease *lock.Lease) bool {
+	c.mu.Lock()
+	c.acquiring--
+	gone := c.ctx.Err() != nil
+	if !gone {
+		c.leases[lease.Handle] = &heldLease{lease: lease, releaseOnDisconnect: req.ReleaseOnDisconnect}
+	}
+	c.mu.Unlock()
+	if gone {
+		if req.ReleaseOnDisconnect {
+			c.releaseQuietly(lease)
+		}
+		return false
+	}
+	// Outside mu: AfterEnd calls dropEnded at once if the lease has ended
+	// already.
+	lease.AfterEnd(func() { c.dropEnded(lease) })
+	return true
 }
 
 // leaseFor rebuilds the lease a release or renew names.
@@ -485,7 +546,8 @@ func (c *conn) inspect(req wire.Request) {
 
 func infoReply(id string, info *lock.LockInfo) wire.Reply {
 	r := wire.Reply{ID: id, Type: wire.TypeInfo, Success: true, Key: info.Key, Owner: info.Owner,
-		FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(info.Token)}, Waiters: &info.Waiters}
+		FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(info.Token)}, Waiters: &info.Waiters,
+		Mode: modeName(info.Mode), Permits: info.Permits}
 	if info.Value != nil {
 		v := string(info.Value)
 		r.Value = &v
@@ -493,6 +555,18 @@ func infoReply(id string, info *lock.LockInfo) wire.Reply {
 	if !info.Expires.IsZero() {
 		ms := max(durationMS(time.Until(info.Expires)), 0)
 		r.ExpiresIn = &ms
+	}
+	for _, h := range info.Holders {
+		wh := wire.HolderInfo{Owner: h.Owner, FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(h.Token)}}
+		if h.Value != nil {
+			v := string(h.Value)
+			wh.Value = &v
+		}
+		if !h.Expires.IsZero() {
+			ms := max(durationMS(time.Until(h.Expires)), 0)
+			wh.ExpiresIn = &ms
+		}
+		r.Holders = append(r.Holders, wh)
 	}
 	return r
 }
@@ -623,7 +697,12 @@ func (c *conn) finish() {
 		}
 	}
 	c.leases = nil
+	watches := c.watches
+	c.watches = nil
 	c.mu.Unlock()
+	for _, w := range watches {
+		w.stop() // their pumps end with the connection's context anyway
+	}
 	for _, l := range doomed {
 		c.releaseQuietly(l)
 	}

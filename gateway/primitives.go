@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Issue 22's primitives over the protocols: shared locks, semaphores,
+// lock-delay (options of an acquire), acquireAll (7, 8) and watches (9,
+// 10; watch.go). The gateway offers what its Locker offers
+// (lock.FeaturesOf, and the MultiLocker and Watcher interfaces for the
+// two that need them), announces it in the Lockgate-Features header, and
+// answers a request that needs anything else with unsupported before the
+// Locker sees it.
+
+// featuresOf is what l offers through the gateway: lock.FeaturesOf, less
+// multikey and watch where l lacks the interface they are called through.
+func featuresOf(l lock.Locker) lock.Features {
+	f := lock.FeaturesOf(l)
+	if _, ok := l.(lock.MultiLocker); !ok {
+		f &^= lock.FeatureMultiKey
+	}
+	if _, ok := l.(lock.Watcher); !ok {
+		f &^= lock.FeatureWatch
+	}
+	return f
+}
+
+// featureNames is the Lockgate-Features header's value: "wanted" when the
+// Locker signals wanted, then the features' names.
+func featureNames(wanted bool, f lock.Features) string {
+	var names []string
+	if wanted {
+		names = append(names, wire.FeatureWanted)
+	}
+	names = append(names, f.Names()...)
+	return strings.Join(names, ",")
+}
+
+// Features reports what the gateway's Locker offers through it.
+func (g *Gateway) Features() lock.Features { return g.features }
+
+// unsupported is the error of a request that needs what the backend lacks.
+func (g *Gateway) unsupported(need lock.Features) *apiError {
+	err := lock.CheckSupported(g.backend, g.features, need, nil)
+	if err == nil {
+		return nil
+	}
+	return toAPIError(err)
+}
+
+// primitiveOptions sets mode, permits and lockDelayMs on opts, validates
+// the options (for key; with the lock package's rules) and checks that the
+// backend offers what they need, plus extra. Malformed input is refused
+// before unsupported: a request is wrong before it is unsupported.
+func (g *Gateway) primitiveOptions(opts *lock.AcquireOptions, key, mode string, permits int, delayMS int64, extra lock.Features) *apiError {
+	m, err := lock.ParseMode(mode)
+	if err != nil {
+		return toAPIError(err)
+	}
+	opts.Mode, opts.Permits, opts.LockDelay = m, permits, lockDelayOption(delayMS)
+	if _, err := opts.Normalize(key, "gateway"); err != nil {
+		return toAPIError(err)
+	}
+	return g.unsupported(opts.Needs() | extra)
+}
+
+// lockDelayOption turns a wire lock-delay (ms) into a duration, keeping a
+// value out of range out of range without overflowing (validation then
+// refuses it with invalid_lock_delay).
+func lockDelayOption(ms int64) time.Duration {
+	switch {
+	case ms < 0:
+		return -time.Millisecond
+	case ms > int64(lock.MaxLockDelay/time.Millisecond):
+		return lock.MaxLockDelay + time.Millisecond
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// modeName is a mode on the wire: "" (absent) for exclusive.
+func modeName(m lock.Mode) string {
+	if m == lock.ModeExclusive {
+		return ""
+	}
+	return m.String()
+}
+
+// misplacedFields refuses fields of the new commands on commands that do
+// not take them (keys outside 7 and 8, key on them), as bad_json: a
+// misplaced field would otherwise be silently ignored.
+func misplacedFields(req wire.Request) *apiError {
+	multi := req.CommandType == wire.CmdAcquireAll || req.CommandType == wire.CmdTryAcquireAll
+	switch {
+	case req.Keys != nil && !multi:
+		return newError(wire.CodeBadJSON, "keys is a field of acquireAll (7) and tryAcquireAll (8) only; use key")
+	case multi && req.Key != "":
+		return newError(wire.CodeBadJSON, "acquireAll and tryAcquireAll take keys, not key")
+	}
+	return nil
+}
+
+// acquireAll serves acquireAll (7) and tryAcquireAll (8).
+func (c *conn) acquireAll(req wire.Request) {
+	if req.Keys == nil {
+		c.fail(req.ID, newError(wire.CodeMissingField, "keys is required"))
+		return
+	}
+	if err := lock.ValidateKeys(req.Keys); err != nil {
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
+	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
+	if opts.Owner == "" {
+		opts.Owner = c.clientID
+	}
+	if req.Value != nil {
+		opts.Value = []byte(*req.Value)
+	}
+	if aerr := c.g.primitiveOptions(&opts, req.Keys[0], req.Mode, req.Permits, req.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	ml := c.g.l.(lock.MultiLocker) // featuresOf checked the interface
+	n := len(req.Keys)
+	if req.CommandType == wire.CmdTryAcquireAll {
+		if !c.takeSlot() {
+			return
+		}
+		if aerr := c.reserveLock(n); aerr != nil {
+			c.giveSlot()
+			c.fail(req.ID, aerr)
+			return
+		}
+		c.g.workers.Go(func() {
+			defer c.giveSlot()
+			start := time.Now()
+			leases, err := ml.TryAcquireAll(c.ctx, req.Keys, opts)
+			c.grantedAll(req, start, leases, err)
+		})
+		return
+	}
+	ctx, cancel, aerr := c.beginWait(req, n)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	c.g.workers.Go(func() {
+		defer cancel(nil)
+		start := time.Now()
+		leases, err := ml.AcquireAll(ctx, req.Keys, opts)
+		c.grantedAll(req, start, leases, c.endWait(req, ctx, err))
+	})
+}
+
+// errShortGrant: a MultiLocker answered with another number of leases
+// than keys (a backend bug; the leases it did return are released).
+var errShortGrant = errors.New("the backend granted another number of leases than keys")
+
+// grantedAll reports an acquireAll's outcome: one "grants" message with a
+// lease per key, in the order of the keys.
+func (c *conn) grantedAll(req wire.Request, start time.Time, leases []*lock.Lease, err error) {
+	n := len(req.Keys)
+	if err == nil && len(leases) != n {
+		for _, l := range leases {
+			c.releaseQuietly(l)
+		}
+		err = fmt.Errorf("%w (%d for %d keys)", errShortGrant, len(leases), n)
+	}
+	if err != nil {
+		c.mu.Lock()
+		c.acquiring -= n
+		c.mu.Unlock()
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
+	c.g.metrics.acquireWS.Observe(time.Since(start).Seconds())
+	c.g.metrics.grants.Add(float64(n))
+	r := wire.Reply{ID: req.ID, Type: wire.TypeGrants, Success: true, Leases: make([]wire.Grant, 0, n)}
+	var tell []*lock.Lease
+	for _, lease := range leases {
+		if !c.hold(req, lease) {
+			continue
+		}
+		wanted := c.g.wanted && lease.IsWanted()
+		r.Leases = append(r.Leases, wire.Grant{Key: lease.Key,
+			FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
+			LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner, Wanted: wanted,
+			Mode: modeName(lease.Mode), Permits: lease.Permits})
+		if !wanted {
+			tell = append(tell, lease)
+		}
+	}
+	if len(r.Leases) < n {
+		return // the connection ended: nobody to tell
+	}
+	c.send(r)
+	for _, lease := range tell {
+		c.tellWanted(lease)
+	}
+}
