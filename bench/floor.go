@@ -344,7 +344,9 @@ func (f *Floor) of(backend string) (BackendFloor, bool) {
 // cycles (holder's, waiter's).
 func (f *Floor) RunFloor(r *Run) *RunFloor {
 	bf, ok := f.of(r.Backend)
-	if !ok || r.Skipped {
+	if !ok || r.Skipped || r.Workload == RW || r.Workload == Semaphore || r.Workload == MultiKey {
+		// The primitives' workloads have no floor model: they are set
+		// beside their mutex baselines instead (ModeComparison).
 		return nil
 	}
 	cycle, handoff := bf.CycleUS, bf.HandoffUS

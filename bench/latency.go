@@ -44,8 +44,9 @@ const (
 	Wanted = "wanted"
 )
 
-// Workloads lists every workload in report order.
-var Workloads = []string{Sequential, Parallel, Contended, Handoff, Affinity, Wanted}
+// Workloads lists every workload in report order (RW, Semaphore and
+// MultiKey: latency_modes.go).
+var Workloads = []string{Sequential, Parallel, Contended, Handoff, Affinity, Wanted, RW, Semaphore, MultiKey}
 
 // Cache settings, as `--cache` spells them: the SDK clients of a gateway
 // run connect with client.Options.CacheLeases on or off.
@@ -68,6 +69,9 @@ type LatencyConfig struct {
 	Caches []string
 	// Affinity shapes the affinity workload; nil: DefaultAffinity().
 	Affinity *AffinityConfig
+	// Modes shapes the rw, semaphore and multikey workloads; nil:
+	// DefaultModes().
+	Modes *ModesConfig
 	// Clients is the number of clients of the parallel, contended,
 	// handoff and affinity workloads (sequential has one), and twice the
 	// wanted workload's pairs.
@@ -112,6 +116,12 @@ func (c *LatencyConfig) fill() error {
 		c.Affinity = DefaultAffinity()
 	}
 	if err := c.Affinity.validate(); err != nil {
+		return err
+	}
+	if c.Modes == nil {
+		c.Modes = DefaultModes()
+	}
+	if err := c.Modes.validate(); err != nil {
 		return err
 	}
 	for _, x := range c.Caches {
@@ -175,6 +185,10 @@ type Report struct {
 	Comparisons []Comparison `json:"comparisons,omitempty"`
 	// CacheComparisons set each cache-on run beside its cache-off run.
 	CacheComparisons []CacheComparison `json:"cache_comparisons,omitempty"`
+	// ModeComparisons set each rw and semaphore run beside contended,
+	// and each multikey run beside its single-key acquires, with issue
+	// 22's goals.
+	ModeComparisons []ModeComparison `json:"mode_comparisons,omitempty"`
 }
 
 // Run is the result of one backend × path × workload over all rounds.
@@ -207,6 +221,18 @@ type Run struct {
 	// Skipped: the run measured nothing, for the reason in Note (the
 	// wanted workload on a Locker that does not signal wanted).
 	Skipped bool `json:"skipped,omitempty"`
+	// Unsupported: skipped because the backend does not offer the
+	// workload's primitive (an error matching lock.ErrUnsupported, in
+	// Note): shared locks, semaphores or multi-key acquire.
+	Unsupported bool `json:"unsupported,omitempty"`
+	// Shape is the rw, semaphore or multikey workload's shape ("90%
+	// shared", "4 permits", "8 keys").
+	Shape string `json:"shape,omitempty"`
+	// SingleUS is, for multikey, the latency of a single-key Acquire by
+	// the same clients in the same rounds, alternating with AcquireAll
+	// (medians of the rounds' percentiles, µs); the run's LatencyUS is
+	// AcquireAll's, acquire alone.
+	SingleUS *Percentiles `json:"single_key_latency_us,omitempty"`
 	// CacheStats totals what the clients' lease caches did in the
 	// measured rounds (cache on only).
 	CacheStats *CacheStats `json:"cache_stats,omitempty"`
@@ -239,6 +265,7 @@ type roundResult struct {
 	ops     int64
 	elapsed time.Duration
 	pct     Percentiles
+	single  *Percentiles // multikey: the single-key acquires'
 }
 
 // Histogram bounds: 1 µs to 10 minutes, 3 significant digits.
@@ -306,6 +333,7 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 			for _, w := range cfg.Workloads {
 				for _, t := range mine {
 					t.runs[w] = newRun(b, via, t.cache, w, cfg.Clients)
+					t.runs[w].Shape = cfg.Modes.shape(w)
 					rep.Runs = append(rep.Runs, t.runs[w])
 				}
 			}
@@ -342,6 +370,11 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 					continue
 				}
 				rr, err := t.measure(ctx, w, cfg, per, r)
+				if errors.Is(err, lock.ErrUnsupported) {
+					r.Skipped, r.Unsupported = true, true
+					r.Note = "unsupported: " + err.Error()
+					continue
+				}
 				if errors.Is(err, errNoWanted) {
 					r.Skipped = true
 					r.Note = fmt.Sprintf("skipped: the %s Locker via %s does not signal wanted (lock.SignalsWanted is false), so no holder can hear a waiter", r.Backend, r.Via)
@@ -363,6 +396,7 @@ func RunLatency(ctx context.Context, s *Servers, cfg LatencyConfig) (*Report, er
 	}
 	rep.compare()
 	rep.compareCache()
+	rep.compareModes()
 	return rep, nil
 }
 
@@ -416,6 +450,18 @@ func (r *Run) summarise() {
 		r.Ops += rr.ops
 	}
 	r.OpsPerSec = median(func(rr roundResult) float64 { return float64(rr.ops) / rr.elapsed.Seconds() })
+	if len(r.rounds) > 0 && r.rounds[0].single != nil {
+		single := func(f func(Percentiles) float64) func(roundResult) float64 {
+			return func(rr roundResult) float64 { return f(*rr.single) }
+		}
+		r.SingleUS = &Percentiles{
+			P50:  median(single(func(p Percentiles) float64 { return p.P50 })),
+			P90:  median(single(func(p Percentiles) float64 { return p.P90 })),
+			P99:  median(single(func(p Percentiles) float64 { return p.P99 })),
+			P999: median(single(func(p Percentiles) float64 { return p.P999 })),
+			Max:  median(single(func(p Percentiles) float64 { return p.Max })),
+		}
+	}
 	r.LatencyUS = Percentiles{
 		P50:  median(func(rr roundResult) float64 { return rr.pct.P50 }),
 		P90:  median(func(rr roundResult) float64 { return rr.pct.P90 }),
@@ -475,8 +521,15 @@ var runSeq atomic.Int64
 // runWorkload runs workload w on conn for d and, when r is not nil, records
 // into it (its CDF histogram and error counts) and returns the round.
 func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d time.Duration, r *Run) (roundResult, error) {
-	if w == Wanted {
+	switch w {
+	case Wanted:
 		return runWanted(ctx, conn, cfg, d, r)
+	case MultiKey:
+		return runMultiKey(ctx, conn, cfg, d, r)
+	case RW, Semaphore:
+		if err := needFeature(ctx, conn, modeFeature(w)); err != nil {
+			return roundResult{}, err
+		}
 	}
 	rc := &recorder{hist: newHist(), kinds: map[string]int64{}}
 	clients := conn.Clients[:clientsOf(w, len(conn.Clients))]
@@ -497,6 +550,11 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 			shared = append(shared, fmt.Sprintf("%s/shared/%d", prefix, k))
 		}
 	}
+
+	// unsupported is the first error matching lock.ErrUnsupported: the
+	// round ends with it.
+	var unsupported atomic.Pointer[error]
+	optsFor := cfg.Modes.opts(w, opts)
 
 	var wg sync.WaitGroup
 	for i, l := range clients {
@@ -535,8 +593,13 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 					next = next.Add(interval)
 				}
 				acqStart := time.Since(start)
-				lease, err := l.Acquire(runCtx, pick(), opts)
+				lease, err := l.Acquire(runCtx, pick(), optsFor())
 				if err != nil {
+					if errors.Is(err, lock.ErrUnsupported) {
+						unsupported.CompareAndSwap(nil, &err)
+						cancel()
+						return
+					}
 					if runCtx.Err() != nil {
 						return // the round ended while waiting
 					}
@@ -573,6 +636,9 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 	elapsed := time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return roundResult{}, err
+	}
+	if err := unsupported.Load(); err != nil {
+		return roundResult{}, *err
 	}
 	return rc.finish(elapsed, r), nil
 }

@@ -28,7 +28,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(tw, "BACKEND\tVIA\tCACHE\tWORKLOAD\tCLIENTS\tOPS\tOPS/S\tP50 µs\tP90 µs\tP99 µs\tP99.9 µs\tMAX µs\tERRORS\tFLOOR µs\tP50 ×FLOOR\tOPS ×FLOOR\tHIT/MISS/RECL\t")
 	for _, r := range rep.Runs {
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\tskipped\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.ref(), r.Via, r.Cache, r.Workload, r.Clients)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t\n", r.ref(), r.Via, r.Cache, r.Workload, r.Clients, r.skipWord())
 			continue
 		}
 		l := r.LatencyUS
@@ -48,6 +48,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}{
 		{[]string{"WORKLOAD", "VIA", "OURS", "PEER", "P50 RATIO", "OPS RATIO", "PEER LACKS"}, rep.comparisonRows()},
 		{cacheRowsHead, rep.cacheRows()},
+		{modeRowsHead, rep.modeRows()},
 		{signalRowsHead, rep.signalRows()},
 		{[]string{"FLOOR", "P50 µs", "P99 µs", "SAMPLES", "MODEL"}, rep.Floor.rows()},
 	}
@@ -370,8 +371,8 @@ func (rep *Report) htmlHeader() string {
 	b.WriteString("<tr><th>backend</th><th>via</th><th>cache</th><th>workload</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>errors</th><th>floor µs</th><th>p50 × floor</th><th>ops × floor</th><th>cache hits/misses/reclaimed</th></tr>\n")
 	for _, r := range rep.Runs {
 		if r.Skipped {
-			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td colspan=\"12\">skipped</td></tr>\n",
-				esc(r.ref()), esc(r.Via), esc(r.Cache), esc(r.Workload), r.Clients)
+			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td colspan=\"12\">%s</td></tr>\n",
+				esc(r.ref()), esc(r.Via), esc(r.Cache), esc(r.Workload), r.Clients, r.skipWord())
 			continue
 		}
 		l := r.LatencyUS
@@ -390,6 +391,15 @@ without (above 1: the cache does more), <i>p50 off/on</i> and <i>p99 off/on</i> 
 cache is faster); hits, misses and reclaimed are the cache-on run's totals over its clients.</p>
 `)
 		b.WriteString(htmlTable("cache", cacheRowsHead, rows))
+	}
+	if rows := rep.modeRows(); len(rows) > 0 {
+		b.WriteString(`<h2>Beyond the mutex</h2>
+<p>Issue 22's primitives beside their baseline in this run: <i>rw</i> (shared with the probability shown, else
+exclusive, one key) and <i>semaphore</i> (one key) as acquisitions/s over the <i>contended</i> workload's (same clients,
+one key, exclusive); <i>multikey</i> as the p50 of an AcquireAll of the keys shown over the p50 of a single-key acquire,
+the two alternating in each client on keys of its own.</p>
+`)
+		b.WriteString(htmlTable("modes", modeRowsHead, rows))
 	}
 	if rows := rep.signalRows(); len(rows) > 0 {
 		b.WriteString(`<h2>Wanted signal</h2>

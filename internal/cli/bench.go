@@ -29,6 +29,7 @@ func newBenchLatencyCmd() *cobra.Command {
 		caches                    []string
 		cfg                       bench.LatencyConfig
 		affinity                  = bench.DefaultAffinity()
+		modes                     = bench.DefaultModes()
 		servers, jsonOut, htmlOut string
 		serverLog                 string
 	)
@@ -50,7 +51,13 @@ shares; ops/s counts acquisitions), wanted (--clients/2 pairs: the holder of a
 key waits for its lease's Wanted signal while the waiter queues; latency is
 from the waiter's Acquire to the holder hearing it, shown beside the floor of
 one commit and one round trip; a backend whose Locker does not signal wanted
-is skipped with a note).
+is skipped with a note), and issue 22's primitives: rw (--clients clients, one
+key, each acquire shared with probability --rw-shared, else exclusive;
+acquisitions/s set beside contended's, goal ≥ 5×), semaphore (--clients
+clients, one key of --permits permits; beside contended's) and multikey
+(each client alternates an AcquireAll of --multi-keys keys of its own with a
+single-key acquire; AcquireAll's p50 over the single acquire's, goal ≤ 1.3×).
+A backend without the primitive has an "unsupported" row, not an error.
 --cache on,off runs the gateway path's SDK clients with the lease cache on
 (client.Options.CacheLeases) and off, each workload's rows side by side, and
 sets the cache-on row beside the cache-off row as ratios (acquisitions/s on
@@ -82,7 +89,7 @@ and sets each of ours beside its peers as ratios.
   --servers 'redlock=127.0.0.1:6379;postgres=postgres://u@h/db;etcd=http://h:2379;raft=h:50051,h:50052'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.Backends, cfg.Workloads, cfg.Vias, cfg.Caches, cfg.Affinity = backends, workloads, vias, caches, affinity
+			cfg.Backends, cfg.Workloads, cfg.Vias, cfg.Caches, cfg.Affinity, cfg.Modes = backends, workloads, vias, caches, affinity, modes
 			spec, err := bench.ParseSpec(servers)
 			if err != nil {
 				return err
@@ -133,6 +140,9 @@ and sets each of ours beside its peers as ratios.
 	f.IntVar(&affinity.Keys, "affinity-keys", bench.DefaultAffinityKeys, "affinity: keys each client has of its own")
 	f.IntVar(&affinity.SharedKeys, "shared-keys", bench.DefaultAffinitySharedKeys, "affinity: keys in the pool every client shares")
 	f.Float64Var(&affinity.Shared, "shared", bench.DefaultAffinityShared, "affinity: probability (0 to 1) that a cycle takes a shared key instead of one of its own")
+	f.Float64Var(&modes.SharedFraction, "rw-shared", bench.DefaultSharedFraction, "rw: probability (0 to 1) that an acquire is shared")
+	f.IntVar(&modes.Permits, "permits", bench.DefaultPermits, "semaphore: permits of the key")
+	f.IntVar(&modes.Keys, "multi-keys", bench.DefaultMultiKeys, "multikey: keys of each AcquireAll")
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per backend × path × workload, split over the rounds")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, interleaved across backends")
 	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unrecorded warm-up per backend × path")
