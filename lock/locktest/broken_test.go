@@ -26,6 +26,14 @@ var brokenLockers = []struct {
 	{"release-wakes-no-waiter", bugs{releaseWakesNobody: true}, "BlockedAcquire"},
 	{"never-tells-holder-wanted", bugs{neverWanted: true}, "Wanted"},
 	{"tells-every-holder-wanted", bugs{wantedByAny: true}, "Wanted"},
+	{"shared-admits-exclusive", bugs{sharedAdmitsExclusive: true}, "SharedExclusion"},
+	{"readers-bypass-writer", bugs{readersBypassWriter: true}, "WriterNotStarved"},
+	{"permits-exceeded", bugs{permitsExceeded: true}, "Semaphore"},
+	{"multikey-partial-hold", bugs{multiKeyPartialHold: true}, "MultiKey"},
+	{"watch-drops-expired", bugs{watchDropsExpired: true}, "Watch"},
+	{"watch-drops-queued-grant", bugs{watchDropsQueuedGrant: true}, "Election"},
+	{"lockdelay-ignored", bugs{lockDelayIgnored: true}, "LockDelay"},
+	{"pretends-shared", bugs{pretendsShared: true}, "Unsupported"},
 }
 
 const brokenEnv = "LOCKTEST_BROKEN"

@@ -11,17 +11,50 @@ import (
 )
 
 // MemStore is the in-memory reference implementation of the lock contract:
-// the "server" side, shared by every MemLocker made from it. It grants each
-// key to one holder at a time, queues waiters per key in FIFO order, expires
-// holders at their TTL, and mints tokens from one counter. It exists to prove
-// the conformance suite (and to serve as an executable specification); it is
-// not a backend that users select.
+// the "server" side, shared by every MemLocker made from it. It exists to
+// prove the conformance suite and to serve as its executable specification;
+// it is not a backend that users select. It offers every optional primitive
+// (lock.AllFeatures), and these are the rules every backend follows:
+//
+//   - A key has one exclusive holder, or any number of shared holders (a
+//     read lock, Permits 0), or at most N shared holders (a semaphore,
+//     Permits N; N is fixed by the first holder while any holder remains).
+//     A shared acquire whose Permits differ from the current holders' fails
+//     at once with lock.ErrPermitsMismatch.
+//   - Each key has one FIFO queue across modes. A waiter is granted only
+//     when it is compatible with the current holders and every waiter before
+//     it was granted, so a waiting exclusive caller is never starved by
+//     shared callers that came after it. When a key frees, the longest
+//     compatible prefix of its queue is granted together.
+//   - TryAcquire is refused (lock.HeldError) when the caller is incompatible
+//     with the holders or anyone waits; a free key within its lock-delay
+//     refuses with lock.DelayedError.
+//   - Every grant gets a new token from the store's one counter, so a grant
+//     after a release or expiry has a higher token than every earlier one.
+//   - AcquireAll joins every key's queue at once, under the store's mutex:
+//     arrival is one total order across keys, so two callers that list the
+//     same keys in different orders cannot deadlock. It is granted when it
+//     heads every queue and every key admits it, all keys in one step.
+//   - A lease acquired with LockDelay D that ends by expiry keeps its key
+//     from being granted until its expiry + D; a release ends no delay.
+//   - Watch sends the key's holders, EventSynced, then every grant, release
+//     and expiry with a store-wide Revision that increases by one per
+//     change. A watcher more than memWatchBuffer events behind is dropped
+//     with EventError{Err: lock.ErrWatchOverflow}.
+//   - A caller that waits while incompatible with the holders makes every
+//     holder wanted.
 type MemStore struct {
 	mu        sync.Mutex
 	keys      map[string]*memKey
 	lastToken lock.Token
-	bugs      bugs // deliberate defects, set only by the suite's own tests
+	rev       uint64        // the revision of the latest change, of any key
+	features  lock.Features // what the store offers; the rest it refuses
+	bugs      bugs          // deliberate defects, set only by the suite's own tests
 }
+
+// memWatchBuffer is how many events a watcher may fall behind before it is
+// dropped with lock.ErrWatchOverflow.
+const memWatchBuffer = 1024
 
 // bugs are the deliberate defects of the broken lockers that prove the suite
 // catches what it claims to (see broken_test.go). The zero value is correct.
@@ -36,33 +69,67 @@ type bugs struct {
 	releaseWakesNobody   bool // a release leaves the queued waiters queued
 	neverWanted          bool // holders are never told that a caller waits
 	wantedByAny          bool // a caller queueing for any key marks every holder wanted
+
+	sharedAdmitsExclusive bool // an exclusive acquire is admitted beside shared holders
+	readersBypassWriter   bool // a shared acquire joins shared holders although a writer waits
+	permitsExceeded       bool // a semaphore admits N+1 holders
+	multiKeyPartialHold   bool // AcquireAll takes the keys one by one, holding some while waiting
+	watchDropsExpired     bool // watchers are not told of expiries
+	watchDropsQueuedGrant bool // watchers are not told of grants to queued waiters
+	lockDelayIgnored      bool // an expired lease's lock-delay is ignored
+	pretendsShared        bool // a store without FeatureShared grants shared acquires exclusively
 }
 
 type memKey struct {
-	holder   *memHolder // nil when free
-	token    lock.Token // the token of the latest grant of this key
-	queue    []*memWaiter
-	timer    *time.Timer
-	acquires int  // counts acquires of a held key, for bugs.grantHeldKey
-	expired  bool // the last holder was freed by expiry, for bugs.reuseTokenOnTakeover
+	name       string
+	holders    []*memHolder // oldest grant first; empty when free
+	token      lock.Token   // the token of the latest grant of this key
+	queue      []*memWaiter
+	acquires   int       // counts acquires of a held key, for bugs.grantHeldKey
+	expired    bool      // the last holder was freed by expiry, for bugs.reuseTokenOnTakeover
+	delayUntil time.Time // the lock-delay of an expired lease ends then
+	delayTimer *time.Timer
+	watches    []*memWatch
 }
 
 type memHolder struct {
 	owner, handle string
 	token         lock.Token
 	value         []byte
+	mode          lock.Mode
+	permits       int
+	lockDelay     time.Duration
 	expires       time.Time
+	timer         *time.Timer
 	lease         *lock.Lease // the holder's Lease, once attached: told when it is wanted
 }
 
+// memWaiter is a queued Acquire (one key) or AcquireAll (several): it is in
+// the queue of each of its keys.
 type memWaiter struct {
-	opts  lock.AcquireOptions
-	grant chan lock.Grant // buffered: the granter never blocks
+	keys []string
+	opts lock.AcquireOptions
+	done chan memResult // buffered: the granter never blocks
 }
 
-// NewMemStore returns an empty store.
-func NewMemStore() *MemStore {
-	return &MemStore{keys: make(map[string]*memKey)}
+type memResult struct {
+	grants []lock.Grant // one per key, in the order of keys
+	err    error
+}
+
+type memWatch struct {
+	ch     chan lock.Event // memWatchBuffer + 1: the last slot is for the overflow error
+	closed bool
+}
+
+// NewMemStore returns an empty store that offers every primitive.
+func NewMemStore() *MemStore { return NewMemStoreWithFeatures(lock.AllFeatures) }
+
+// NewMemStoreWithFeatures returns an empty store that offers only the
+// primitives in f and refuses the others with lock.ErrUnsupported, as a
+// backend that lacks them must.
+func NewMemStoreWithFeatures(f lock.Features) *MemStore {
+	return &MemStore{keys: make(map[string]*memKey), features: f & lock.AllFeatures}
 }
 
 // NewLocker returns a new client of the store.
@@ -71,111 +138,286 @@ func (s *MemStore) NewLocker() *MemLocker {
 	return &MemLocker{store: s, clientID: "mem-" + lock.NewHandle()[:12], ctx: ctx, cancel: cancel}
 }
 
-// SignalsWanted implements lock.WantedSignaler: a holder's lease is marked
-// wanted when a caller queues for its key.
-func (l *MemLocker) SignalsWanted() bool { return true }
-
-// MemLocker is one client of a MemStore; it implements lock.Locker.
+// MemLocker is one client of a MemStore; it implements lock.Locker,
+// lock.MultiLocker and lock.Watcher.
 type MemLocker struct {
 	store    *MemStore
 	clientID string
-	ctx      context.Context // ends at Close: stops waits and keep-alives
+	ctx      context.Context // ends at Close: stops waits, watches and keep-alives
 	cancel   context.CancelFunc
 }
 
-var _ lock.Locker = (*MemLocker)(nil)
+var (
+	_ lock.Locker          = (*MemLocker)(nil)
+	_ lock.MultiLocker     = (*MemLocker)(nil)
+	_ lock.Watcher         = (*MemLocker)(nil)
+	_ lock.FeatureReporter = (*MemLocker)(nil)
+)
+
+// SignalsWanted implements lock.WantedSignaler: a holder's lease is marked
+// wanted when a caller that its holding blocks queues for its key.
+func (l *MemLocker) SignalsWanted() bool { return true }
+
+// Features implements lock.FeatureReporter.
+func (l *MemLocker) Features() lock.Features { return l.store.features }
+
+const memBackend = "locktest.MemStore"
+
+// check refuses options that need a primitive the store does not offer.
+func (l *MemLocker) check(need lock.Features) error {
+	have := l.store.features
+	if l.store.bugs.pretendsShared {
+		have |= lock.FeatureShared
+	}
+	return lock.CheckSupported(memBackend, have, need, func(lock.Features) string { return "not enabled in this MemStore" })
+}
 
 // Acquire implements lock.Locker.
 func (l *MemLocker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return l.acquire(ctx, key, opts, true)
+	leases, err := l.acquire(ctx, []string{key}, opts, true)
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
 }
 
 // TryAcquire implements lock.Locker.
 func (l *MemLocker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	return l.acquire(ctx, key, opts, false)
+	leases, err := l.acquire(ctx, []string{key}, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
 }
 
-func (l *MemLocker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, wait bool) (*lock.Lease, error) {
+// AcquireAll implements lock.MultiLocker.
+func (l *MemLocker) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	if err := l.checkMulti(keys); err != nil {
+		return nil, err
+	}
+	if l.store.bugs.multiKeyPartialHold {
+		return l.oneByOne(ctx, keys, opts, l.Acquire)
+	}
+	return l.acquire(ctx, keys, opts, true)
+}
+
+// TryAcquireAll implements lock.MultiLocker.
+func (l *MemLocker) TryAcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	if err := l.checkMulti(keys); err != nil {
+		return nil, err
+	}
+	if l.store.bugs.multiKeyPartialHold {
+		return l.oneByOne(ctx, keys, opts, l.TryAcquire)
+	}
+	return l.acquire(ctx, keys, opts, false)
+}
+
+func (l *MemLocker) checkMulti(keys []string) error {
+	if l.ctx.Err() != nil {
+		return lock.ErrClosed
+	}
+	if err := l.check(lock.FeatureMultiKey); err != nil {
+		return err
+	}
+	return lock.ValidateKeys(keys)
+}
+
+// oneByOne is bugs.multiKeyPartialHold: each key in turn, keeping the ones
+// it got while it waits for (or fails on) the next.
+func (l *MemLocker) oneByOne(ctx context.Context, keys []string, opts lock.AcquireOptions,
+	acquire func(context.Context, string, lock.AcquireOptions) (*lock.Lease, error)) ([]*lock.Lease, error) {
+	var leases []*lock.Lease
+	for _, k := range keys {
+		lease, err := acquire(ctx, k, opts)
+		if err != nil {
+			return nil, err
+		}
+		leases = append(leases, lease)
+	}
+	return leases, nil
+}
+
+func (l *MemLocker) acquire(ctx context.Context, keys []string, opts lock.AcquireOptions, wait bool) ([]*lock.Lease, error) {
 	if l.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	opts, err := opts.Normalize(key, l.clientID)
+	opts, err := opts.Normalize(keys[0], l.clientID)
 	if err != nil {
 		return nil, err
+	}
+	if err := l.check(opts.Needs()); err != nil {
+		return nil, err
+	}
+	if l.store.bugs.pretendsShared && !l.store.features.Has(lock.FeatureShared) && opts.Permits == 0 {
+		opts.Mode = lock.ModeExclusive // pretends: ignores the mode it does not offer
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s := l.store
+	now := time.Now()
 	s.mu.Lock()
-	k := s.keyLocked(key)
-	s.expireLocked(key, k, time.Now())
-	if k.holder != nil {
-		k.acquires++
+	ks := make([]*memKey, len(keys))
+	for i, name := range keys {
+		ks[i] = s.keyLocked(name)
+		s.expireLocked(ks[i], now)
 	}
-	if k.holder == nil || (s.bugs.grantHeldKey && k.acquires%4 == 0) {
-		g := s.grantLocked(key, k, opts)
+	for _, k := range ks {
+		if err := mismatch(k, opts); err != nil {
+			s.scheduleLocked(keys...)
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+	if refusal := s.refusalLocked(ks, opts, now); refusal == nil {
+		grants := make([]lock.Grant, len(ks))
+		for i, k := range ks {
+			grants[i] = s.grantLocked(k, opts, now, false)
+		}
 		s.mu.Unlock()
-		return l.lease(g, opts), nil
-	}
-	if !wait {
-		h := k.holder
-		// Read under mu: a renewal moves expires.
-		err := &lock.HeldError{Key: key, Owner: h.owner, Token: h.token, Expires: h.expires}
+		return l.leases(grants, opts), nil
+	} else if !wait {
+		s.scheduleLocked(keys...)
 		s.mu.Unlock()
-		return nil, err
+		return nil, refusal
 	}
-	w := &memWaiter{opts: opts, grant: make(chan lock.Grant, 1)}
-	if s.bugs.lifoWaiters {
-		k.queue = slices.Insert(k.queue, 0, w)
-	} else {
-		k.queue = append(k.queue, w)
+	w := &memWaiter{keys: keys, opts: opts, done: make(chan memResult, 1)}
+	var tell []*lock.Lease
+	for _, k := range ks {
+		if s.bugs.lifoWaiters {
+			k.queue = slices.Insert(k.queue, 0, w)
+		} else {
+			k.queue = append(k.queue, w)
+		}
+		tell = append(tell, s.wantedLocked(k, opts)...)
 	}
-	tell := s.wantedLocked(k)
+	s.scheduleLocked(keys...) // expiries above may have freed keys with waiters
 	s.mu.Unlock()
 	for _, lease := range tell {
 		lease.MarkWanted()
 	}
 
 	select {
-	case g := <-w.grant:
-		return l.lease(g, opts), nil
+	case r := <-w.done:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return l.leases(r.grants, opts), nil
 	case <-ctx.Done():
-		return nil, l.withdraw(key, w, fmt.Errorf("lock: waiting for %q: %w", key, ctx.Err()))
+		return nil, l.withdraw(w, fmt.Errorf("lock: waiting for %q: %w", keys, ctx.Err()))
 	case <-l.ctx.Done():
-		return nil, l.withdraw(key, w, lock.ErrClosed)
+		return nil, l.withdraw(w, lock.ErrClosed)
 	}
 }
 
-// withdraw takes a waiter that gave up out of the queue. If it was granted
-// in the meantime, the grant is released so that nobody is left holding a
-// lock that its caller will never see (no ghost grants).
-func (l *MemLocker) withdraw(key string, w *memWaiter, err error) error {
+// refusalLocked returns nil when every key of ks can be granted to opts now
+// (no waiter ahead, the holders admit it, no lock-delay), else the refusal
+// a TryAcquire returns for the first key that cannot.
+func (s *MemStore) refusalLocked(ks []*memKey, opts lock.AcquireOptions, now time.Time) error {
+	for _, k := range ks {
+		bypass := s.bugs.readersBypassWriter && opts.Mode == lock.ModeShared && len(k.holders) > 0
+		if (len(k.queue) > 0 && !bypass) || !s.admitsLocked(k, opts) {
+			if k.acquires++; s.bugs.grantHeldKey && len(k.holders) > 0 && k.acquires%4 == 0 {
+				continue
+			}
+			e := &lock.HeldError{Key: k.name}
+			if len(k.holders) > 0 {
+				h := k.holders[0] // read under mu: a renewal moves expires
+				e.Owner, e.Token, e.Expires = h.owner, h.token, h.expires
+			}
+			return e
+		}
+		if now.Before(k.delayUntil) {
+			return &lock.DelayedError{Key: k.name, Until: k.delayUntil}
+		}
+	}
+	return nil
+}
+
+// admitsLocked reports whether k's holders admit a new holder with opts
+// (whatever waits).
+func (s *MemStore) admitsLocked(k *memKey, opts lock.AcquireOptions) bool {
+	if len(k.holders) == 0 {
+		return true
+	}
+	first := k.holders[0]
+	switch {
+	case opts.Mode == lock.ModeExclusive:
+		return s.bugs.sharedAdmitsExclusive && first.mode == lock.ModeShared
+	case first.mode != lock.ModeShared || first.permits != opts.Permits:
+		return false
+	case opts.Permits > 0:
+		limit := opts.Permits
+		if s.bugs.permitsExceeded {
+			limit++
+		}
+		return len(k.holders) < limit
+	}
+	return true
+}
+
+// mismatch returns an error matching lock.ErrPermitsMismatch when opts is a
+// shared acquire whose Permits differ from k's shared holders'.
+func mismatch(k *memKey, opts lock.AcquireOptions) error {
+	if opts.Mode != lock.ModeShared || len(k.holders) == 0 || k.holders[0].mode != lock.ModeShared {
+		return nil
+	}
+	if have := k.holders[0].permits; have != opts.Permits {
+		return fmt.Errorf("%w: %q is held with %d permits, asked for %d", lock.ErrPermitsMismatch, k.name, have, opts.Permits)
+	}
+	return nil
+}
+
+// withdraw takes a waiter that gave up out of its queues. If it was granted
+// in the meantime, the grants are released so that nobody is left holding
+// a lock that its caller will never see (no ghost grants).
+func (l *MemLocker) withdraw(w *memWaiter, err error) error {
 	s := l.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.bugs.grantCancelledWaiter {
 		return err
 	}
-	k := s.keys[key]
-	if i := slices.Index(k.queue, w); i >= 0 {
-		k.queue = slices.Delete(k.queue, i, i+1)
+	if s.unqueueLocked(w) {
+		s.scheduleLocked(w.keys...) // it may have blocked the waiters behind it
 		return err
 	}
-	g := <-w.grant // not queued any more, so it was granted
-	if k.holder != nil && k.holder.handle == g.Handle {
-		s.freeLocked(key, k)
+	r := <-w.done // not queued any more, so it was granted (or refused)
+	for _, g := range r.grants {
+		k := s.keys[g.Key]
+		if i := slices.IndexFunc(k.holders, func(h *memHolder) bool { return h.handle == g.Handle }); i >= 0 {
+			s.removeLocked(k, i, lock.EventReleased)
+		}
 	}
+	s.scheduleLocked(w.keys...)
 	return err
 }
 
-func (l *MemLocker) lease(g lock.Grant, opts lock.AcquireOptions) *lock.Lease {
-	lease := lock.NewLease(g)
-	l.store.attach(lease)
-	if opts.AutoRenew {
-		go lock.KeepAlive(l.ctx, l, lease)
+// unqueueLocked removes w from every queue it is in and reports whether it
+// was queued.
+func (s *MemStore) unqueueLocked(w *memWaiter) bool {
+	queued := false
+	for _, name := range w.keys {
+		k := s.keys[name]
+		if i := slices.Index(k.queue, w); i >= 0 {
+			k.queue = slices.Delete(k.queue, i, i+1)
+			queued = true
+		}
 	}
-	return lease
+	return queued
+}
+
+func (l *MemLocker) leases(grants []lock.Grant, opts lock.AcquireOptions) []*lock.Lease {
+	out := make([]*lock.Lease, len(grants))
+	for i, g := range grants {
+		lease := lock.NewLease(g)
+		l.store.attach(lease)
+		if opts.AutoRenew {
+			go lock.KeepAlive(l.ctx, l, lease)
+		}
+		out[i] = lease
+	}
+	return out
 }
 
 // Renew implements lock.Locker.
@@ -191,20 +433,28 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	s := l.store
 	s.mu.Lock()
 	k := s.keyLocked(lease.Key)
-	s.expireLocked(lease.Key, k, sent)
-	h := k.holder
+	s.expireLocked(k, sent)
+	s.scheduleLocked(lease.Key)
+	i := k.holderIndex(lease)
+	var h *memHolder
 	switch {
-	case h == nil && s.bugs.renewRevivesExpired:
-		h = &memHolder{owner: lease.Owner, handle: lease.Handle, token: lease.Token, value: lease.Value}
-		k.holder = h
-	case h == nil || h.handle != lease.Handle || h.token != lease.Token:
+	case i < 0 && s.bugs.renewRevivesExpired:
+		h = &memHolder{owner: lease.Owner, handle: lease.Handle, token: lease.Token, value: lease.Value, mode: lease.Mode, permits: lease.Permits}
+		k.holders = append(k.holders, h)
+	case i < 0:
 		s.mu.Unlock()
 		return lease.Renewed(sent, ttl, false)
+	default:
+		h = k.holders[i]
 	}
 	h.expires = sent.Add(ttl)
-	s.armLocked(lease.Key, k, ttl)
+	s.armLocked(k, h, ttl)
 	s.mu.Unlock()
 	return lease.Renewed(sent, ttl, true)
+}
+
+func (k *memKey) holderIndex(lease *lock.Lease) int {
+	return slices.IndexFunc(k.holders, func(h *memHolder) bool { return h.handle == lease.Handle && h.token == lease.Token })
 }
 
 // Release implements lock.Locker.
@@ -218,12 +468,16 @@ func (l *MemLocker) Release(ctx context.Context, lease *lock.Lease) error {
 	s := l.store
 	s.mu.Lock()
 	k := s.keyLocked(lease.Key)
-	s.expireLocked(lease.Key, k, time.Now())
-	h := k.holder
-	ours := h != nil && h.handle == lease.Handle && h.token == lease.Token
-	if h != nil && (ours || s.bugs.releaseIgnoresHandle) {
-		s.freeLocked(lease.Key, k)
+	s.expireLocked(k, time.Now())
+	i := k.holderIndex(lease)
+	ours := i >= 0
+	if !ours && s.bugs.releaseIgnoresHandle && len(k.holders) > 0 {
+		i = 0
 	}
+	if i >= 0 {
+		s.removeLocked(k, i, lock.EventReleased)
+	}
+	s.scheduleLocked(lease.Key)
 	s.mu.Unlock()
 	return lease.Released(ours)
 }
@@ -240,15 +494,104 @@ func (l *MemLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, er
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.keyLocked(key)
-	s.expireLocked(key, k, time.Now())
-	if k.holder == nil {
+	s.expireLocked(k, time.Now())
+	s.scheduleLocked(key)
+	if len(k.holders) == 0 {
 		return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
 	}
-	h := k.holder
-	return &lock.LockInfo{
+	h := k.holders[0]
+	info := &lock.LockInfo{
 		Key: key, Owner: h.owner, Token: h.token, Value: slices.Clone(h.value),
-		Expires: h.expires, Waiters: len(k.queue),
-	}, nil
+		Expires: h.expires, Waiters: len(k.queue), Mode: h.mode, Permits: h.permits,
+	}
+	if s.features&(lock.FeatureShared|lock.FeatureSemaphore) != 0 {
+		for _, h := range k.holders {
+			info.Holders = append(info.Holders, lock.HolderInfo{Owner: h.owner, Token: h.token, Value: slices.Clone(h.value), Expires: h.expires})
+		}
+	}
+	return info, nil
+}
+
+// Watch implements lock.Watcher.
+func (l *MemLocker) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	if l.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	if err := l.check(lock.FeatureWatch); err != nil {
+		return nil, err
+	}
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := l.store
+	w := &memWatch{ch: make(chan lock.Event, memWatchBuffer+1)}
+	s.mu.Lock()
+	k := s.keyLocked(key)
+	s.expireLocked(k, time.Now())
+	s.scheduleLocked(key)
+	k.watches = append(k.watches, w)
+	for _, h := range k.holders {
+		s.sendLocked(k, w, holderEvent(lock.EventHolder, k, h, s.rev))
+	}
+	s.sendLocked(k, w, lock.Event{Type: lock.EventSynced, Key: key, Revision: s.rev})
+	s.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-l.ctx.Done():
+		}
+		s.mu.Lock()
+		s.dropWatchLocked(k, w)
+		s.mu.Unlock()
+	}()
+	return w.ch, nil
+}
+
+func holderEvent(typ lock.EventType, k *memKey, h *memHolder, rev uint64) lock.Event {
+	return lock.Event{Type: typ, Key: k.name, Owner: h.owner, Token: h.token, Value: slices.Clone(h.value), Mode: h.mode, Permits: h.permits, Revision: rev}
+}
+
+// emitLocked records a change of k's holders: the store's revision moves
+// on, and every watcher of k is told.
+func (s *MemStore) emitLocked(k *memKey, typ lock.EventType, h *memHolder, queued bool) {
+	s.rev++
+	switch {
+	case typ == lock.EventExpired && s.bugs.watchDropsExpired,
+		typ == lock.EventGranted && queued && s.bugs.watchDropsQueuedGrant:
+		return
+	}
+	ev := holderEvent(typ, k, h, s.rev)
+	for _, w := range slices.Clone(k.watches) {
+		s.sendLocked(k, w, ev)
+	}
+}
+
+// sendLocked queues ev for w, or drops a watcher that fell memWatchBuffer
+// events behind with lock.ErrWatchOverflow.
+func (s *MemStore) sendLocked(k *memKey, w *memWatch, ev lock.Event) {
+	if w.closed {
+		return
+	}
+	if len(w.ch) >= memWatchBuffer {
+		w.ch <- lock.Event{Type: lock.EventError, Key: k.name, Err: lock.ErrWatchOverflow}
+		s.dropWatchLocked(k, w)
+		return
+	}
+	w.ch <- ev
+}
+
+func (s *MemStore) dropWatchLocked(k *memKey, w *memWatch) {
+	if w.closed {
+		return
+	}
+	w.closed = true
+	close(w.ch)
+	if i := slices.Index(k.watches, w); i >= 0 {
+		k.watches = slices.Delete(k.watches, i, i+1)
+	}
 }
 
 // Close implements lock.Locker.
@@ -257,107 +600,194 @@ func (l *MemLocker) Close() error {
 	return nil
 }
 
-// attach records lease as its key's holder's Lease, to be told when a
-// caller waits; a lease granted while callers already wait is told now.
+// attach records lease as its holder's Lease, to be told when a caller
+// waits; a lease granted while such callers already wait is told now.
 func (s *MemStore) attach(lease *lock.Lease) {
 	s.mu.Lock()
 	k := s.keyLocked(lease.Key)
-	h := k.holder
-	if h == nil || h.handle != lease.Handle {
+	i := slices.IndexFunc(k.holders, func(h *memHolder) bool { return h.handle == lease.Handle })
+	if i < 0 {
 		s.mu.Unlock()
 		return
 	}
-	h.lease = lease
-	wanted := len(k.queue) > 0 && !s.bugs.neverWanted
+	k.holders[i].lease = lease
+	wanted := false
+	if !s.bugs.neverWanted {
+		for _, w := range k.queue {
+			wanted = wanted || !s.admitsLocked(k, w.opts)
+		}
+	}
 	s.mu.Unlock()
 	if wanted {
 		lease.MarkWanted()
 	}
 }
 
-// wantedLocked returns the leases to tell that a caller queued on k (to be
-// told once mu is released: MarkWanted runs callbacks).
-func (s *MemStore) wantedLocked(k *memKey) []*lock.Lease {
+// wantedLocked returns the leases to tell that a caller with opts queued on
+// k (to be told once mu is released: MarkWanted runs callbacks): every
+// holder, when the holders keep the caller out.
+func (s *MemStore) wantedLocked(k *memKey, opts lock.AcquireOptions) []*lock.Lease {
+	var out []*lock.Lease
 	switch {
 	case s.bugs.neverWanted:
-		return nil
 	case s.bugs.wantedByAny:
-		var all []*lock.Lease
 		for _, x := range s.keys {
-			if x.holder != nil && x.holder.lease != nil {
-				all = append(all, x.holder.lease)
+			for _, h := range x.holders {
+				if h.lease != nil {
+					out = append(out, h.lease)
+				}
 			}
 		}
-		return all
-	case k.holder != nil && k.holder.lease != nil:
-		return []*lock.Lease{k.holder.lease}
+	case !s.admitsLocked(k, opts):
+		for _, h := range k.holders {
+			if h.lease != nil {
+				out = append(out, h.lease)
+			}
+		}
 	}
-	return nil
+	return out
 }
 
 func (s *MemStore) keyLocked(key string) *memKey {
 	k := s.keys[key]
 	if k == nil {
-		k = &memKey{}
+		k = &memKey{name: key}
 		s.keys[key] = k
 	}
 	return k
 }
 
-// grantLocked makes the caller the holder of key. The grant's Sent is taken
-// here, when the TTL starts, so the holder's deadline is conservative.
-func (s *MemStore) grantLocked(key string, k *memKey, opts lock.AcquireOptions) lock.Grant {
-	now := time.Now()
+// grantLocked adds the caller to k's holders. now, the grant's Sent, is
+// taken before the TTL starts, so the holder's deadline is conservative.
+func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Time, queued bool) lock.Grant {
 	s.lastToken++
 	token := s.lastToken
-	if s.bugs.reuseTokenOnTakeover && k.expired {
+	if s.bugs.reuseTokenOnTakeover && k.expired && k.token != 0 {
 		token = k.token
 	}
 	k.token, k.expired = token, false
-	h := &memHolder{owner: opts.Owner, handle: lock.NewHandle(), token: token, value: slices.Clone(opts.Value), expires: now.Add(opts.TTL)}
-	k.holder = h
-	s.armLocked(key, k, opts.TTL)
-	return lock.Grant{Key: key, Owner: h.owner, Token: token, Handle: h.handle, Value: opts.Value, TTL: opts.TTL, Sent: now}
+	h := &memHolder{
+		owner: opts.Owner, handle: lock.NewHandle(), token: token, value: slices.Clone(opts.Value),
+		mode: opts.Mode, permits: opts.Permits, lockDelay: opts.LockDelay, expires: now.Add(opts.TTL),
+	}
+	k.holders = append(k.holders, h)
+	s.armLocked(k, h, opts.TTL)
+	s.emitLocked(k, lock.EventGranted, h, queued)
+	return lock.Grant{
+		Key: k.name, Owner: h.owner, Token: token, Handle: h.handle, Value: opts.Value, TTL: opts.TTL,
+		Mode: opts.Mode, Permits: opts.Permits, Sent: now,
+	}
 }
 
-// armLocked (re)starts the timer that frees key when its holder's TTL runs
-// out, so that waiters are served at expiry without polling.
-func (s *MemStore) armLocked(key string, k *memKey, ttl time.Duration) {
-	if k.timer != nil {
-		k.timer.Stop()
+// armLocked (re)starts the timer that frees h when its TTL runs out, so
+// that waiters are served at expiry without polling.
+func (s *MemStore) armLocked(k *memKey, h *memHolder, ttl time.Duration) {
+	if h.timer != nil {
+		h.timer.Stop()
 	}
 	if s.bugs.neverExpire {
 		return
 	}
-	k.timer = time.AfterFunc(ttl, func() {
+	h.timer = time.AfterFunc(ttl, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.expireLocked(key, k, time.Now())
+		s.expireLocked(k, time.Now())
+		s.scheduleLocked(k.name)
 	})
 }
 
-// expireLocked frees key if its holder's TTL has passed.
-func (s *MemStore) expireLocked(key string, k *memKey, now time.Time) {
-	if k.holder != nil && !s.bugs.neverExpire && !now.Before(k.holder.expires) {
+// expireLocked frees k's holders whose TTL has passed and starts the
+// lock-delay of those that asked for one. The caller schedules the key.
+func (s *MemStore) expireLocked(k *memKey, now time.Time) {
+	if s.bugs.neverExpire {
+		return
+	}
+	for i := 0; i < len(k.holders); {
+		h := k.holders[i]
+		if now.Before(h.expires) {
+			i++
+			continue
+		}
 		k.expired = true
-		s.freeLocked(key, k)
+		if until := h.expires.Add(h.lockDelay); h.lockDelay > 0 && !s.bugs.lockDelayIgnored && until.After(k.delayUntil) {
+			k.delayUntil = until
+		}
+		s.removeLocked(k, i, lock.EventExpired)
 	}
 }
 
-// freeLocked removes the holder and grants the key to the first waiter.
-func (s *MemStore) freeLocked(key string, k *memKey) {
-	k.holder = nil
-	if k.timer != nil {
-		k.timer.Stop()
-		k.timer = nil
+// removeLocked removes the i-th holder of k (released or expired).
+func (s *MemStore) removeLocked(k *memKey, i int, why lock.EventType) {
+	h := k.holders[i]
+	if h.timer != nil {
+		h.timer.Stop()
 	}
-	if len(k.queue) == 0 || s.bugs.releaseWakesNobody {
-		if len(k.queue) == 0 {
-			k.queue = nil
-		}
+	k.holders = slices.Delete(k.holders, i, i+1)
+	s.emitLocked(k, why, h, false)
+}
+
+// scheduleLocked grants the queues of keys, and of every key whose queue a
+// grant or refusal changes, as far as FIFO order and the holders allow.
+func (s *MemStore) scheduleLocked(keys ...string) {
+	if s.bugs.releaseWakesNobody {
 		return
 	}
-	w := k.queue[0]
-	k.queue = k.queue[1:]
-	w.grant <- s.grantLocked(key, k, w.opts)
+	now := time.Now()
+	work := slices.Clone(keys)
+	for len(work) > 0 {
+		k := s.keys[work[0]]
+		work = work[1:]
+		for len(k.queue) > 0 {
+			w := k.queue[0]
+			var err error
+			for _, name := range w.keys {
+				if err == nil {
+					err = mismatch(s.keys[name], w.opts)
+				}
+			}
+			if err == nil && !s.grantableLocked(w, now) {
+				break
+			}
+			s.unqueueLocked(w)
+			work = append(work, w.keys...)
+			if err != nil {
+				w.done <- memResult{err: err}
+				continue
+			}
+			grants := make([]lock.Grant, len(w.keys))
+			for i, name := range w.keys {
+				grants[i] = s.grantLocked(s.keys[name], w.opts, now, true)
+			}
+			w.done <- memResult{grants: grants}
+		}
+		s.delayLocked(k, now)
+	}
+}
+
+// grantableLocked reports whether w heads the queue of each of its keys and
+// each key admits it now.
+func (s *MemStore) grantableLocked(w *memWaiter, now time.Time) bool {
+	for _, name := range w.keys {
+		k := s.keys[name]
+		if k.queue[0] != w || !s.admitsLocked(k, w.opts) || now.Before(k.delayUntil) {
+			return false
+		}
+	}
+	return true
+}
+
+// delayLocked arms a timer that serves k's queue when its lock-delay ends.
+func (s *MemStore) delayLocked(k *memKey, now time.Time) {
+	if len(k.queue) == 0 || !now.Before(k.delayUntil) {
+		return
+	}
+	if k.delayTimer != nil {
+		k.delayTimer.Stop()
+	}
+	k.delayTimer = time.AfterFunc(k.delayUntil.Sub(now), func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.expireLocked(k, time.Now())
+		s.scheduleLocked(k.name)
+	})
 }

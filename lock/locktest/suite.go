@@ -117,26 +117,49 @@ func Run(t *testing.T, f Factory) {
 	if f.Caps.FIFO && !f.Caps.InspectWaiters {
 		t.Fatal("locktest: a FIFO backend must declare InspectWaiters: the FIFO case needs it to order its waiters")
 	}
+	probe := f.New(t)
+	if probe == nil {
+		t.Fatal("locktest: Factory.New returned nil")
+	}
+	features := lock.FeaturesOf(probe)
+	probe.Close()
 	s := &suite{f: f}
 	for _, c := range []struct {
 		name string
 		run  func(*testing.T)
+		// needs: the case runs only when the backend reports these
+		// features (lock.FeaturesOf); otherwise it is skipped.
+		needs lock.Features
 	}{
-		{"MutualExclusion", s.mutualExclusion},
-		{"CrashedHolderExpires", s.crashedHolderExpires},
-		{"Renew", s.renew},
-		{"StaleRelease", s.staleRelease},
-		{"FencingTokens", s.fencingTokens},
-		{"BlockedAcquire", s.blockedAcquire},
-		{"FIFO", s.fifo},
-		{"TryAcquireHeld", s.tryAcquireHeld},
-		{"CancelledWaiter", s.cancelledWaiter},
-		{"Inspect", s.inspect},
-		{"AutoRenew", s.autoRenew},
-		{"InvalidInput", s.invalidInput},
-		{"Wanted", s.wanted},
-		{"Close", s.close},
+		{"MutualExclusion", s.mutualExclusion, 0},
+		{"CrashedHolderExpires", s.crashedHolderExpires, 0},
+		{"Renew", s.renew, 0},
+		{"StaleRelease", s.staleRelease, 0},
+		{"FencingTokens", s.fencingTokens, 0},
+		{"BlockedAcquire", s.blockedAcquire, 0},
+		{"FIFO", s.fifo, 0},
+		{"TryAcquireHeld", s.tryAcquireHeld, 0},
+		{"CancelledWaiter", s.cancelledWaiter, 0},
+		{"Inspect", s.inspect, 0},
+		{"AutoRenew", s.autoRenew, 0},
+		{"InvalidInput", s.invalidInput, 0},
+		{"Wanted", s.wanted, 0},
+		{"Close", s.close, 0},
+		// Issue 22's primitives. Unsupported runs on every backend: it
+		// proves that a backend refuses what it does not offer.
+		{"Unsupported", s.unsupported, 0},
+		{"SharedExclusion", s.sharedExclusion, lock.FeatureShared},
+		{"WriterNotStarved", s.writerNotStarved, lock.FeatureShared},
+		{"Semaphore", s.semaphore, lock.FeatureSemaphore},
+		{"MultiKey", s.multiKey, lock.FeatureMultiKey},
+		{"Watch", s.watch, lock.FeatureWatch},
+		{"Election", s.electionCase, lock.FeatureWatch},
+		{"LockDelay", s.lockDelay, lock.FeatureLockDelay},
 	} {
+		if !features.Has(c.needs) {
+			t.Run(c.name, func(t *testing.T) { t.Skipf("backend does not offer %v", c.needs&^features) })
+			continue
+		}
 		t.Run(c.name, c.run)
 	}
 }
