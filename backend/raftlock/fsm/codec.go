@@ -6,8 +6,15 @@ import (
 	"time"
 )
 
-// entryVersion is the first byte of every encoded Entry.
-const entryVersion = 1
+// The entry format versions: the first byte of every encoded Entry.
+// Encode writes version 1 for an entry that version 1 can express (no
+// OpAcquireAll, no Mode, Permits or LockDelay), so that binaries that know
+// only version 1 still apply everything an exclusive-only workload writes
+// during a rolling upgrade, and version 2 otherwise.
+const (
+	entryVersion   = 1
+	entryVersionV2 = 2
+)
 
 // Field-presence bits of an encoded op: only non-zero fields are written.
 const (
@@ -17,7 +24,11 @@ const (
 	fToken
 	fTTL
 	fValue
-	fAll = fKey | fOwner | fHandle | fToken | fTTL | fValue
+	fMode    // version 2 on
+	fPermits // version 2 on
+	fDelay   // version 2 on
+	fAll   = fKey | fOwner | fHandle | fToken | fTTL | fValue
+	fAllV2 = fAll | fMode | fPermits | fDelay
 )
 
 // Encode returns the binary form of e, version 1:
@@ -29,6 +40,11 @@ const (
 //	         fields in the order Key, Owner, Handle (uvarint length + bytes),
 //	         Token (uvarint), TTL (varint), Value (uvarint length + bytes).
 //
+// Version 2 (written when an op needs it, see entryVersionV2) differs in
+// the presence flags, a uvarint instead of a byte, and in three more
+// optional fields after Value: Mode (byte), Permits (uvarint) and
+// LockDelay (varint); and it may hold OpAcquireAll.
+//
 // The encoding is canonical: Decode accepts exactly the outputs of Encode,
 // and Encode(Decode(b)) == b. An empty Value is encoded as absent, so it
 // decodes as nil. Encode does not check limits: an Entry that fails
@@ -39,13 +55,20 @@ func Encode(e Entry) []byte {
 		o := &e.Ops[i]
 		n += 2 + 5*3 + binary.MaxVarintLen64*3 + len(o.Key) + len(o.Owner) + len(o.Handle) + len(o.Value)
 	}
+	version := byte(entryVersion)
+	for i := range e.Ops {
+		if e.Ops[i].v2() {
+			version = entryVersionV2
+			break
+		}
+	}
 	b := make([]byte, 0, n)
-	b = append(b, entryVersion)
+	b = append(b, version)
 	b = binary.AppendVarint(b, e.Now)
 	b = binary.AppendUvarint(b, uint64(len(e.Ops)))
 	for i := range e.Ops {
 		o := &e.Ops[i]
-		var flags byte
+		var flags uint64
 		if o.Key != "" {
 			flags |= fKey
 		}
@@ -64,7 +87,21 @@ func Encode(e Entry) []byte {
 		if len(o.Value) != 0 {
 			flags |= fValue
 		}
-		b = append(b, byte(o.Type), flags)
+		if o.Mode != 0 {
+			flags |= fMode
+		}
+		if o.Permits != 0 {
+			flags |= fPermits
+		}
+		if o.LockDelay != 0 {
+			flags |= fDelay
+		}
+		b = append(b, byte(o.Type))
+		if version == entryVersion {
+			b = append(b, byte(flags))
+		} else {
+			b = binary.AppendUvarint(b, flags)
+		}
 		if flags&fKey != 0 {
 			b = appendString(b, o.Key)
 		}
@@ -83,6 +120,15 @@ func Encode(e Entry) []byte {
 		if flags&fValue != 0 {
 			b = binary.AppendUvarint(b, uint64(len(o.Value)))
 			b = append(b, o.Value...)
+		}
+		if flags&fMode != 0 {
+			b = append(b, o.Mode)
+		}
+		if flags&fPermits != 0 {
+			b = binary.AppendUvarint(b, uint64(o.Permits))
+		}
+		if flags&fDelay != 0 {
+			b = binary.AppendVarint(b, int64(o.LockDelay))
 		}
 	}
 	return b
@@ -107,10 +153,10 @@ func Decode(b []byte) (Entry, error) {
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty input", ErrMalformed)
 	}
-	if b[0] != entryVersion {
-		return e, fmt.Errorf("%w: unknown format version %d (want %d)", ErrMalformed, b[0], entryVersion)
+	if b[0] != entryVersion && b[0] != entryVersionV2 {
+		return e, fmt.Errorf("%w: unknown format version %d (want %d or %d)", ErrMalformed, b[0], entryVersion, entryVersionV2)
 	}
-	d := decoder{b: b, off: 1, op: -1, kind: ErrMalformed}
+	d := decoder{b: b, off: 1, op: -1, kind: ErrMalformed, version: b[0]}
 	e.Now = d.varint("now")
 	n := d.uvarint("op count")
 	if d.err != nil {
@@ -137,6 +183,19 @@ func Decode(b []byte) (Entry, error) {
 		d.op = -1
 		return Entry{}, d.fail("%d trailing bytes", len(b)-d.off)
 	}
+	if d.version == entryVersionV2 {
+		v2 := false
+		for i := range e.Ops {
+			v2 = v2 || e.Ops[i].v2()
+		}
+		if !v2 {
+			d.op = -1
+			return Entry{}, d.fail("version 2 entry that version 1 can express (non-canonical)")
+		}
+	}
+	if err := checkGroups(e.Ops); err != nil {
+		return Entry{}, err
+	}
 	return e, nil
 }
 
@@ -146,14 +205,26 @@ func (d *decoder) decodeOp(o *Op) {
 		return
 	}
 	o.Type, d.off = OpType(d.b[d.off]), d.off+1
-	if o.Type < OpAcquire || o.Type > maxOpType {
+	maxType, all := maxOpType, uint64(fAllV2)
+	if d.version == entryVersion {
+		maxType, all = maxV1OpType, fAll
+	}
+	if o.Type < OpAcquire || o.Type > maxType {
 		d.fail("unknown op type %d", uint8(o.Type))
 		return
 	}
-	flags := d.b[d.off]
-	d.off++
-	if flags&^fAll != 0 {
-		d.fail("unknown field flags %#x", flags&^fAll)
+	var flags uint64
+	if d.version == entryVersion {
+		flags = uint64(d.b[d.off])
+		d.off++
+	} else {
+		flags = d.uvarint("field flags")
+		if d.err != nil {
+			return
+		}
+	}
+	if flags&^all != 0 {
+		d.fail("unknown field flags %#x", flags&^all)
 		return
 	}
 	if flags&fKey != 0 {
@@ -182,6 +253,31 @@ func (d *decoder) decodeOp(o *Op) {
 			o.Value = append([]byte(nil), v...)
 		}
 	}
+	if flags&fMode != 0 {
+		if d.err == nil && d.off >= len(d.b) {
+			d.fail("truncated mode")
+			return
+		}
+		if d.err == nil {
+			o.Mode, d.off = d.b[d.off], d.off+1
+			d.nonZero(o.Mode == 0, "mode")
+		}
+	}
+	if flags&fPermits != 0 {
+		p := d.uvarint("permits")
+		if d.err == nil && p > MaxPermits {
+			d.fail("permits %d, limit %d", p, MaxPermits)
+		}
+		o.Permits = uint32(p)
+		d.nonZero(p == 0, "permits")
+	}
+	if flags&fDelay != 0 {
+		o.LockDelay = time.Duration(d.varint("lock delay"))
+		d.nonZero(o.LockDelay == 0, "lock delay")
+	}
+	if d.err == nil && o.Type == OpAcquireAll && (o.Token < 1 || o.Token > MaxGroup) {
+		d.fail("group of %d acquires, want 1..%d", o.Token, MaxGroup)
+	}
 }
 
 // decoder reads canonical varints and length-prefixed strings from b,
@@ -193,6 +289,9 @@ type decoder struct {
 	kind error  // the sentinel that errors wrap
 	what string // "op" or "record", for messages
 	err  error
+	// version is the entry format version being decoded (0 for
+	// snapshots).
+	version byte
 }
 
 func (d *decoder) fail(format string, args ...any) error {

@@ -36,6 +36,11 @@ func codecEntries() []Entry {
 			es = append(es, Entry{Now: s.now, Ops: s.ops})
 		}
 	}
+	for _, tc := range primTests {
+		for _, s := range tc.steps {
+			es = append(es, Entry{Now: s.now, Ops: s.ops})
+		}
+	}
 	return es
 }
 
@@ -46,7 +51,7 @@ func entriesEqual(a, b Entry) bool {
 	for i := range a.Ops {
 		x, y := a.Ops[i], b.Ops[i]
 		if !bytes.Equal(x.Value, y.Value) || x.Type != y.Type || x.Key != y.Key || x.Owner != y.Owner ||
-			x.Handle != y.Handle || x.Token != y.Token || x.TTL != y.TTL {
+			x.Handle != y.Handle || x.Token != y.Token || x.TTL != y.TTL || x.Mode != y.Mode || x.Permits != y.Permits || x.LockDelay != y.LockDelay {
 			return false
 		}
 	}
@@ -59,8 +64,14 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			t.Fatalf("entry %d: Validate: %v", i, err)
 		}
 		b := Encode(e)
-		if b[0] != 1 {
-			t.Fatalf("entry %d: version byte %d", i, b[0])
+		want := byte(1)
+		for _, o := range e.Ops {
+			if o.v2() {
+				want = 2
+			}
+		}
+		if b[0] != want {
+			t.Fatalf("entry %d: version byte %d, want %d", i, b[0], want)
 		}
 		got, err := Decode(b)
 		if err != nil {
@@ -103,7 +114,17 @@ func TestDecodeErrors(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "empty input"},
-		{"version", []byte{2, 0, 0}, "unknown format version 2"},
+		{"version", []byte{3, 0, 0}, "unknown format version 3"},
+		{"v2 without v2 ops", []byte{2, 0, 0}, "version 2 entry that version 1 can express"},
+		{"v2 op type in v1", with(3, byte(OpAcquireAll)), "unknown op type 9"},
+		{"v2 type 10", []byte{2, 0, 1, 10, 0}, "unknown op type 10"},
+		{"v2 unknown flags", []byte{2, 0, 1, byte(OpAcquire), 0x80, 0x04}, "unknown field flags 0x200"},
+		{"v2 zero mode", []byte{2, 0, 1, byte(OpAcquire), 0x40, 0}, "mode flagged present but zero"},
+		{"v2 permits", Encode(Entry{Ops: []Op{{Type: OpAcquire, Permits: MaxPermits + 1}}}), "permits 65537, limit 65536"},
+		{"group of 0", []byte{2, 0, 1, byte(OpAcquireAll), 0}, "group of 0 acquires"},
+		{"group beyond ops", Encode(Entry{Ops: []Op{{Type: OpAcquireAll, Token: 2}, {Type: OpAcquire}}}), "group of 2 acquires, 1 ops follow"},
+		{"group holds a release", Encode(Entry{Ops: []Op{{Type: OpAcquireAll, Token: 1}, {Type: OpRelease}}}), "release inside the group"},
+		{"nested group", Encode(Entry{Ops: []Op{{Type: OpAcquireAll, Token: 2}, {Type: OpAcquire}, {Type: OpAcquireAll, Token: 1}, {Type: OpAcquire}}}), "acquire-all inside the group"},
 		{"no now", []byte{1}, "truncated now"},
 		{"no count", []byte{1, 0}, "truncated op count"},
 		{"too many ops", manyOps, "100001 ops, limit 100000"},

@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"math"
 	"sync"
 	"time"
@@ -16,10 +18,10 @@ const (
 )
 
 // record is one entry of the keyspace: a lock holder under lockPrefix, a data
-// value (value only) under dataPrefix.
+// value (value only) under dataPrefix, or one shared holder of a group.
 //
-// Records are immutable once stored in FSM.kv: every change stores a new
-// record. Snapshot relies on this to copy only pointers.
+// Records are immutable once stored in FSM.kv or in a group: every change
+// stores a new record. Snapshot relies on this to copy only pointers.
 type record struct {
 	owner   string
 	hstr    string // the handle, unless it is 32 lowercase hex chars: then "" and h holds its 16 bytes
@@ -28,55 +30,132 @@ type record struct {
 	token   uint64
 	ttl     int64
 	expires int64
+	delay   int64 // the grant's lock-delay (ns), 0 for none
+}
+
+// group is the shared holders of one key (a read lock, or a semaphore of
+// permits holders), oldest grant (lowest token) first. Groups are immutable
+// once stored in FSM.groups, as records are: every change stores a new
+// group with a new slice (copy-on-write).
+type group struct {
+	permits uint32
+	holders []*record
+}
+
+// find returns the index of the holder with token, or -1.
+func (g *group) find(token uint64) int {
+	i, ok := slices.BinarySearchFunc(g.holders, token, func(r *record, t uint64) int { return cmp.Compare(r.token, t) })
+	if !ok {
+		return -1
+	}
+	return i
 }
 
 // FSM is the lock service's state machine. It implements raft.FSM. Apply,
 // Snapshot and Restore are called by raft from one goroutine; the read
 // methods are safe to call concurrently with them and with each other, and
 // always see the state between two entries, never in the middle of one.
+//
+// A key is held exclusively (one record in kv, under lockPrefix) or shared
+// (a group in groups), never both: exclusive locks keep the compact layout
+// of one record per key, and shared holders live apart.
 type FSM struct {
 	mu       sync.RWMutex
-	kv       map[string]*record // lockPrefix+key → holder, dataPrefix+key → data
+	kv       map[string]*record // lockPrefix+key → exclusive holder, dataPrefix+key → data
+	groups   map[string]*group  // key → its shared holders (never empty)
+	delays   map[string]int64   // key → end of its lock-delay (FSM clock); entries whose end passed are stale
 	members  map[string]string  // raft server id → client API address
 	counter  uint64             // fencing counter: the last token granted
 	now      int64              // max Entry.Now applied
 	index    uint64             // raft index of the last applied entry
-	nlocks   int                // lock records in kv
-	observer func(index uint64, key string, l *Lock)
+	nlocks   int                // exclusive lock records in kv
+	nshared  int                // shared holders in groups
+	observer func(index uint64, ev Event)
 }
 
 var _ raft.FSM = (*FSM)(nil)
 
 // New returns an empty FSM: no locks, no data, no members, counter 0.
 func New() *FSM {
-	return &FSM{kv: make(map[string]*record), members: make(map[string]string)}
+	return &FSM{kv: make(map[string]*record), groups: make(map[string]*group), delays: make(map[string]int64), members: make(map[string]string)}
+}
+
+// EventKind is what happened to a key's holder (an observer Event).
+type EventKind uint8
+
+// The event kinds.
+const (
+	EventGranted  EventKind = iota + 1 // a new grant (a new token)
+	EventRenewed                       // a holder's expiry moved (renew, extend-all)
+	EventReleased                      // a holder released its lease (or was force-released)
+	EventExpired                       // a holder's lease ran out (expire, or taken over by an acquire)
+)
+
+// String returns "granted", "renewed", "released" or "expired".
+func (k EventKind) String() string {
+	switch k {
+	case EventGranted:
+		return "granted"
+	case EventRenewed:
+		return "renewed"
+	case EventReleased:
+		return "released"
+	case EventExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is one change of a key's holders, as the observer hears it.
+type Event struct {
+	Kind EventKind
+	Key  string
+	// Lock is the holder granted or renewed (as it is now), or the one
+	// that left (as it was); Lock.Token is the token granted, renewed or
+	// freed. Lock.Handle is set: the observer is the node's own.
+	Lock Lock
+	// DelayUntil, for an EventExpired of a lease with a LockDelay, is the
+	// end of the key's lock-delay (FSM clock, unix ns) when it is still
+	// ahead; 0 otherwise.
+	DelayUntil int64
 }
 
 // SetObserver registers fn (nil removes it). Apply calls fn synchronously,
 // after it has released the FSM's lock (so fn may call the read methods,
-// which then see the state after the whole entry), once per op that changed
-// a key's holder, in op order:
-//   - acquire that granted a new token, renew, and extend-all for each lock
-//     whose expiry it moved (those calls in no particular order): l is a
-//     copy of the new holder;
-//   - release and expire that freed the key: l is nil.
+// which then see the state after the whole entry), once per change of a
+// key's holders, in op order:
+//   - acquire that granted a new token: EventGranted (preceded by an
+//     EventExpired for each expired holder it took over);
+//   - renew, and extend-all for each lock whose expiry it moved (those in
+//     no particular order): EventRenewed;
+//   - release: EventReleased; expire: EventExpired (with DelayUntil).
 //
 // An idempotent acquire (same handle, still live) and ops that failed call
-// nothing. A takeover of an expired lock calls fn once, with the new holder.
-// index is the raft log index of the entry. fn runs on raft's FSM goroutine,
-// so it must be cheap, must not block, and must not call Apply, Snapshot or
-// Restore. Restore does not call fn: after a restore, rebuild derived state
-// with ForEachLock.
-func (f *FSM) SetObserver(fn func(index uint64, key string, l *Lock)) {
+// nothing. index is the raft log index of the entry. fn runs on raft's FSM
+// goroutine, so it must be cheap, must not block, and must not call Apply,
+// Snapshot or Restore. Restore does not call fn: after a restore, rebuild
+// derived state with ForEachLock and ForEachDelay.
+func (f *FSM) SetObserver(fn func(index uint64, ev Event)) {
 	f.mu.Lock()
 	f.observer = fn
 	f.mu.Unlock()
 }
 
-// event is one observer call: rec is the new holder, nil when freed.
+// event is a (key, record) pair: a snapshot's record, a ForEachLock item.
 type event struct {
 	key string
 	rec *record
+}
+
+// change is one observer event, converted to an Event after the lock is
+// released.
+type change struct {
+	kind    EventKind
+	key     string
+	rec     *record
+	mode    uint8
+	permits uint32
+	until   int64
 }
 
 // Apply applies a committed raft log entry. For a raft.LogCommand entry whose
@@ -97,105 +176,307 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 
 	f.mu.Lock()
 	obs := f.observer
-	var events []event
-	var evp *[]event
+	var changes []change
+	var evp *[]change
 	if obs != nil {
-		evp = &events
+		evp = &changes
 	}
 	f.now = max(f.now, e.Now)
-	for i := range e.Ops {
+	for i := 0; i < len(e.Ops); i++ {
+		if e.Ops[i].Type == OpAcquireAll {
+			k := int(e.Ops[i].Token)
+			if k < 1 || k > MaxGroup || k > len(e.Ops)-i-1 {
+				res.Results[i] = Result{Status: StatusInvalid} // Decode rejects this; hand-built entries only
+				continue
+			}
+			f.applyGroup(e.Ops[i+1:i+1+k], res.Results[i:i+1+k], evp)
+			i += k
+			continue
+		}
 		res.Results[i] = f.applyOp(&e.Ops[i], evp)
 	}
 	f.index = l.Index
+	if len(f.delays) > 0 && l.Index%1024 == 0 {
+		for k, until := range f.delays {
+			if until <= f.now {
+				delete(f.delays, k) // stale: memory only, snapshots skip them anyway
+			}
+		}
+	}
 	f.mu.Unlock()
 
-	for _, ev := range events {
-		if ev.rec == nil {
-			obs(l.Index, ev.key, nil)
-			continue
-		}
-		lk := ev.rec.lock(ev.key)
-		obs(l.Index, ev.key, &lk)
+	for _, c := range changes {
+		ev := Event{Kind: c.kind, Key: c.key, Lock: c.rec.lock(c.key), DelayUntil: c.until}
+		ev.Lock.Mode, ev.Lock.Permits = c.mode, c.permits
+		obs(l.Index, ev)
 	}
 	return res
 }
 
+// applyGroup applies an OpAcquireAll group: ops are its acquires, res[0]
+// the marker's result and res[1:] theirs. Every acquire is checked first;
+// only if all can be granted is any applied.
+func (f *FSM) applyGroup(ops []Op, res []Result, ev *[]change) {
+	seen := make(map[string]struct{}, len(ops))
+	for i := range ops {
+		if _, dup := seen[ops[i].Key]; dup || ops[i].Type != OpAcquire {
+			for j := range res {
+				res[j] = Result{Status: StatusInvalid}
+			}
+			return
+		}
+		seen[ops[i].Key] = struct{}{}
+	}
+	grants := uint64(0)
+	var failed *Result
+	fresh := make([]bool, len(ops))
+	for i := range ops {
+		r, grant := f.checkAcquire(&ops[i])
+		res[i+1] = r
+		fresh[i] = grant
+		if grant {
+			grants++
+		} else if r.Status != StatusOK && failed == nil {
+			failed = &res[i+1]
+		}
+	}
+	if failed == nil && f.counter > math.MaxUint64-grants {
+		res[0] = Result{Status: StatusInvalid}
+		for i := range ops {
+			res[i+1] = Result{Status: StatusAborted}
+		}
+		return
+	}
+	if failed != nil {
+		res[0] = *failed
+		for i := range ops {
+			if res[i+1].Status == StatusOK {
+				res[i+1] = Result{Status: StatusAborted}
+			}
+		}
+		return
+	}
+	res[0] = Result{Status: StatusOK}
+	for i := range ops {
+		if fresh[i] {
+			res[i+1] = f.grant(&ops[i], ev)
+		}
+	}
+}
+
+// checkAcquire decides an acquire at f.now without changing anything. It
+// returns the result and whether a new grant is due (then the result is
+// only StatusOK, without a token); StatusOK with grant false is an
+// idempotent re-send, answered with the existing grant.
+func (f *FSM) checkAcquire(o *Op) (Result, bool) {
+	if o.Key == "" || o.Handle == "" || o.TTL <= 0 || o.Mode > ModeShared ||
+		(o.Permits > 0 && o.Mode != ModeShared) || o.Permits > MaxPermits || o.LockDelay < 0 || o.LockDelay > MaxLockDelay {
+		return Result{Status: StatusInvalid}, false
+	}
+	now := f.now
+	var until int64 // the latest end of a lock-delay still ahead
+	if r := f.kv[lockPrefix+o.Key]; r != nil {
+		if r.expires > now {
+			if r.handleIs(o.Handle) {
+				return r.result(StatusOK), false // a resend: same grant, no new token
+			}
+			return r.result(StatusHeld), false
+		}
+		until = max(until, r.delayEnd())
+	}
+	if g := f.groups[o.Key]; g != nil {
+		live := 0
+		var oldest *record
+		for _, h := range g.holders {
+			if h.expires <= now {
+				until = max(until, h.delayEnd())
+				continue
+			}
+			if h.handleIs(o.Handle) {
+				return h.result(StatusOK), false
+			}
+			live++
+			if oldest == nil {
+				oldest = h
+			}
+		}
+		if live > 0 {
+			switch {
+			case o.Mode != ModeShared:
+				return oldest.result(StatusHeld), false
+			case g.permits != o.Permits:
+				return oldest.result(StatusPermitsMismatch), false
+			case (o.Permits > 0 && live >= int(o.Permits)) || live >= MaxHolders:
+				return oldest.result(StatusHeld), false
+			}
+		}
+	}
+	until = max(until, f.delays[o.Key])
+	if until > now {
+		return Result{Status: StatusDelayed, Expires: until}, false
+	}
+	if f.counter == math.MaxUint64 {
+		return Result{Status: StatusInvalid}, false // fencing counter exhausted
+	}
+	return Result{Status: StatusOK}, true
+}
+
+// delayEnd is when the lock-delay of r ends if r ends by expiry: its
+// expiry plus its delay (0 without a delay).
+func (r *record) delayEnd() int64 {
+	if r.delay <= 0 {
+		return 0
+	}
+	return addTTL(r.expires, r.delay)
+}
+
+// grant applies an acquire that checkAcquire allowed: expired holders are
+// dropped, and o's grant stored with the next token.
+func (f *FSM) grant(o *Op, ev *[]change) Result {
+	now := f.now
+	lk := lockPrefix + o.Key
+	if r := f.kv[lk]; r != nil { // expired (checkAcquire): taken over
+		delete(f.kv, lk)
+		f.nlocks--
+		addChange(ev, change{kind: EventExpired, key: o.Key, rec: r})
+	}
+	var keep []*record
+	if g := f.groups[o.Key]; g != nil {
+		keep = make([]*record, 0, len(g.holders)+1)
+		for _, h := range g.holders {
+			if h.expires > now {
+				keep = append(keep, h)
+				continue
+			}
+			f.nshared--
+			addChange(ev, change{kind: EventExpired, key: o.Key, rec: h, mode: ModeShared, permits: g.permits})
+		}
+		delete(f.groups, o.Key)
+	}
+	delete(f.delays, o.Key) // passed (checkAcquire)
+	f.counter++
+	r := &record{
+		owner:   o.Owner,
+		value:   string(o.Value),
+		token:   f.counter,
+		ttl:     int64(o.TTL),
+		expires: addTTL(now, int64(o.TTL)),
+		delay:   int64(o.LockDelay),
+	}
+	r.h, r.hstr = packHandle(o.Handle)
+	if o.Mode == ModeExclusive {
+		f.kv[lk] = r
+		f.nlocks++
+		addChange(ev, change{kind: EventGranted, key: o.Key, rec: r})
+	} else {
+		f.groups[o.Key] = &group{permits: o.Permits, holders: append(keep, r)}
+		f.nshared++
+		addChange(ev, change{kind: EventGranted, key: o.Key, rec: r, mode: ModeShared, permits: o.Permits})
+	}
+	return r.result(StatusOK)
+}
+
+// expired records r's end by expiry: its lock-delay, if still ahead,
+// becomes the key's tombstone. It returns the delay's end (0: none).
+func (f *FSM) expired(key string, r *record) int64 {
+	until := r.delayEnd()
+	if until <= f.now {
+		return 0
+	}
+	if until > f.delays[key] {
+		f.delays[key] = until
+	}
+	return f.delays[key]
+}
+
 // applyOp applies one op at f.now; f.mu is held for writing. When ev is not
 // nil it gets the op's observer events.
-func (f *FSM) applyOp(o *Op, ev *[]event) Result {
+func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 	now := f.now
 	switch o.Type {
 	case OpAcquire:
-		if o.Key == "" || o.Handle == "" || o.TTL <= 0 {
-			return Result{Status: StatusInvalid}
+		r, grant := f.checkAcquire(o)
+		if !grant {
+			return r
 		}
-		k := lockPrefix + o.Key
-		old := f.kv[k]
-		if old != nil && old.expires > now {
-			if old.handleIs(o.Handle) {
-				return old.result(StatusOK) // a resend: same grant, no new token
-			}
-			return old.result(StatusHeld)
-		}
-		if f.counter == math.MaxUint64 {
-			return Result{Status: StatusInvalid} // fencing counter exhausted
-		}
-		if old == nil {
-			f.nlocks++
-		}
-		f.counter++
-		r := &record{
-			owner:   o.Owner,
-			value:   string(o.Value),
-			token:   f.counter,
-			ttl:     int64(o.TTL),
-			expires: addTTL(now, int64(o.TTL)),
-		}
-		r.h, r.hstr = packHandle(o.Handle)
-		f.kv[k] = r
-		addEvent(ev, o.Key, r)
-		return r.result(StatusOK)
+		return f.grant(o, ev)
 
 	case OpRelease, OpRenew:
 		if o.Key == "" || o.Handle == "" || (o.Type == OpRenew && o.TTL <= 0) {
 			return Result{Status: StatusInvalid}
 		}
 		k := lockPrefix + o.Key
-		r := f.kv[k]
-		if r == nil {
+		if r := f.kv[k]; r != nil {
+			if r.expires <= now || r.token != o.Token || !r.handleIs(o.Handle) {
+				return r.result(StatusNotHeld)
+			}
+			if o.Type == OpRelease {
+				delete(f.kv, k)
+				f.nlocks--
+				addChange(ev, change{kind: EventReleased, key: o.Key, rec: r})
+				return Result{Status: StatusOK}
+			}
+			nr := *r
+			nr.ttl = int64(o.TTL)
+			nr.expires = addTTL(now, int64(o.TTL))
+			f.kv[k] = &nr
+			addChange(ev, change{kind: EventRenewed, key: o.Key, rec: &nr})
+			return nr.result(StatusOK)
+		}
+		g := f.groups[o.Key]
+		if g == nil {
 			return Result{Status: StatusNotHeld}
 		}
-		if r.expires <= now || r.token != o.Token || !r.handleIs(o.Handle) {
-			return r.result(StatusNotHeld)
+		i := g.find(o.Token)
+		if i < 0 {
+			return g.holders[0].result(StatusNotHeld)
+		}
+		h := g.holders[i]
+		if h.expires <= now || !h.handleIs(o.Handle) {
+			return h.result(StatusNotHeld)
 		}
 		if o.Type == OpRelease {
-			delete(f.kv, k)
-			f.nlocks--
-			addEvent(ev, o.Key, nil)
+			f.removeShared(o.Key, g, i)
+			addChange(ev, change{kind: EventReleased, key: o.Key, rec: h, mode: ModeShared, permits: g.permits})
 			return Result{Status: StatusOK}
 		}
-		nr := *r
-		nr.ttl = int64(o.TTL)
-		nr.expires = addTTL(now, int64(o.TTL))
-		f.kv[k] = &nr
-		addEvent(ev, o.Key, &nr)
-		return nr.result(StatusOK)
+		nh := *h
+		nh.ttl = int64(o.TTL)
+		nh.expires = addTTL(now, int64(o.TTL))
+		hs := slices.Clone(g.holders)
+		hs[i] = &nh
+		f.groups[o.Key] = &group{permits: g.permits, holders: hs}
+		addChange(ev, change{kind: EventRenewed, key: o.Key, rec: &nh, mode: ModeShared, permits: g.permits})
+		return nh.result(StatusOK)
 
 	case OpExpire:
 		if o.Key == "" {
 			return Result{Status: StatusInvalid}
 		}
 		k := lockPrefix + o.Key
-		r := f.kv[k]
-		if r == nil {
+		if r := f.kv[k]; r != nil {
+			if r.token != o.Token || r.expires > now {
+				return r.result(StatusNotHeld)
+			}
+			delete(f.kv, k)
+			f.nlocks--
+			addChange(ev, change{kind: EventExpired, key: o.Key, rec: r, until: f.expired(o.Key, r)})
+			return Result{Status: StatusOK}
+		}
+		g := f.groups[o.Key]
+		if g == nil {
 			return Result{Status: StatusNotHeld}
 		}
-		if r.token != o.Token || r.expires > now {
-			return r.result(StatusNotHeld)
+		i := g.find(o.Token)
+		if i < 0 {
+			return g.holders[0].result(StatusNotHeld)
 		}
-		delete(f.kv, k)
-		f.nlocks--
-		addEvent(ev, o.Key, nil)
+		h := g.holders[i]
+		if h.expires > now {
+			return h.result(StatusNotHeld)
+		}
+		f.removeShared(o.Key, g, i)
+		addChange(ev, change{kind: EventExpired, key: o.Key, rec: h, mode: ModeShared, permits: g.permits, until: f.expired(o.Key, h)})
 		return Result{Status: StatusOK}
 
 	case OpExtendAll:
@@ -210,7 +491,26 @@ func (f *FSM) applyOp(o *Op, ev *[]event) Result {
 			nr := *r
 			nr.expires = exp
 			f.kv[k] = &nr
-			addEvent(ev, k[len(lockPrefix):], &nr)
+			addChange(ev, change{kind: EventRenewed, key: k[len(lockPrefix):], rec: &nr})
+		}
+		for k, g := range f.groups {
+			var hs []*record
+			for i, h := range g.holders {
+				exp := addTTL(now, h.ttl)
+				if h.expires <= now || exp <= h.expires {
+					continue
+				}
+				if hs == nil {
+					hs = slices.Clone(g.holders)
+				}
+				nh := *h
+				nh.expires = exp
+				hs[i] = &nh
+				addChange(ev, change{kind: EventRenewed, key: k, rec: &nh, mode: ModeShared, permits: g.permits})
+			}
+			if hs != nil {
+				f.groups[k] = &group{permits: g.permits, holders: hs}
+			}
 		}
 		return Result{Status: StatusOK}
 
@@ -235,13 +535,27 @@ func (f *FSM) applyOp(o *Op, ev *[]event) Result {
 		delete(f.members, o.Key)
 		return Result{Status: StatusOK}
 	}
-	// Decode rejects unknown types; this is for hand-built ops in tests.
+	// Decode rejects unknown types, and a marker outside Apply's group
+	// handling; this is for hand-built ops in tests.
 	return Result{Status: StatusInvalid}
 }
 
-func addEvent(ev *[]event, key string, r *record) {
+// removeShared stores key's group without its holder i (copy-on-write),
+// or deletes the group when i was its last holder.
+func (f *FSM) removeShared(key string, g *group, i int) {
+	f.nshared--
+	if len(g.holders) == 1 {
+		delete(f.groups, key)
+		return
+	}
+	hs := make([]*record, 0, len(g.holders)-1)
+	hs = append(append(hs, g.holders[:i]...), g.holders[i+1:]...)
+	f.groups[key] = &group{permits: g.permits, holders: hs}
+}
+
+func addChange(ev *[]change, c change) {
 	if ev != nil {
-		*ev = append(*ev, event{key, r})
+		*ev = append(*ev, c)
 	}
 }
 
@@ -266,6 +580,9 @@ func (r *record) lock(key string) Lock {
 		Token:   r.token,
 		TTL:     time.Duration(r.ttl),
 		Expires: r.expires,
+		// Mode and Permits are the caller's to set: a record does not
+		// know whether it is a group member.
+		LockDelay: time.Duration(r.delay),
 	}
 	if r.value != "" {
 		l.Value = []byte(r.value)
@@ -349,15 +666,103 @@ func (r *record) handle() string {
 
 // Lock returns a copy of key's holder as stored, even if it is expired by
 // some clock (judge with Expires against your own time, or FSM.Now), and
-// false when the key has no holder.
+// false when the key has no holder. For a shared key it returns the oldest
+// stored holder (Holders lists them all).
 func (f *FSM) Lock(key string) (Lock, bool) {
 	f.mu.RLock()
 	r := f.kv[lockPrefix+key]
+	g := f.groups[key]
 	f.mu.RUnlock()
-	if r == nil {
-		return Lock{}, false
+	if r != nil {
+		return r.lock(key), true // records are immutable: no lock needed
 	}
-	return r.lock(key), true // records are immutable: no lock needed
+	if g != nil {
+		return g.lock(key, 0), true
+	}
+	return Lock{}, false
+}
+
+// lock returns holder i of g as the Lock of key.
+func (g *group) lock(key string, i int) Lock {
+	l := g.holders[i].lock(key)
+	l.Mode, l.Permits = ModeShared, g.permits
+	return l
+}
+
+// Holders returns copies of every holder stored for key (expired ones
+// included), oldest grant first, and the index of the last applied entry
+// they reflect: a watch that starts from them misses no later entry.
+func (f *FSM) Holders(key string) ([]Lock, uint64) {
+	f.mu.RLock()
+	r := f.kv[lockPrefix+key]
+	g := f.groups[key]
+	index := f.index
+	f.mu.RUnlock()
+	switch {
+	case r != nil:
+		return []Lock{r.lock(key)}, index
+	case g != nil:
+		ls := make([]Lock, len(g.holders))
+		for i := range g.holders {
+			ls[i] = g.lock(key, i)
+		}
+		return ls, index
+	}
+	return nil, index
+}
+
+// Holder returns the holder of key with token, as stored (perhaps
+// expired), and false when there is none.
+func (f *FSM) Holder(key string, token uint64) (Lock, bool) {
+	f.mu.RLock()
+	r := f.kv[lockPrefix+key]
+	g := f.groups[key]
+	f.mu.RUnlock()
+	if r != nil && r.token == token {
+		return r.lock(key), true
+	}
+	if g != nil {
+		if i := g.find(token); i >= 0 {
+			return g.lock(key, i), true
+		}
+	}
+	return Lock{}, false
+}
+
+// Delay returns the end of key's lock-delay (FSM clock, unix ns), or 0 when
+// it has none ahead of the FSM clock. (An expired holder not yet freed may
+// hold a delay of its own: see Lock.LockDelay.)
+func (f *FSM) Delay(key string) int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if until := f.delays[key]; until > f.now {
+		return until
+	}
+	return 0
+}
+
+// ForEachDelay calls fn with every lock-delay still ahead of the FSM clock
+// (key, end), in no particular order, until fn returns false; as
+// ForEachLock, over a point-in-time copy.
+func (f *FSM) ForEachDelay(fn func(key string, until int64) bool) {
+	f.mu.RLock()
+	ds := make([]kvInt, 0, len(f.delays))
+	for k, until := range f.delays {
+		if until > f.now {
+			ds = append(ds, kvInt{k, until})
+		}
+	}
+	f.mu.RUnlock()
+	for _, d := range ds {
+		if !fn(d.k, d.v) {
+			return
+		}
+	}
+}
+
+type kvInt struct {
+	k string
+	v int64
 }
 
 // Data returns a copy of the value last stored for key by OpAppendData, and
@@ -372,9 +777,9 @@ func (f *FSM) Data(key string) ([]byte, bool) {
 	return []byte(r.value), true
 }
 
-// ForEachLock calls fn with a copy of every stored lock (expired ones
-// included; compare Expires with Now), in no particular order, until fn
-// returns false. It iterates over a point-in-time copy of the table taken
+// ForEachLock calls fn with a copy of every stored lock, each shared holder
+// on its own (expired ones included; compare Expires with Now), in no
+// particular order, until fn returns false. It iterates over a point-in-time copy of the table taken
 // before the first call, so fn may call any method of the FSM, and entries
 // applied meanwhile are not seen.
 func (f *FSM) ForEachLock(fn func(Lock) bool) {
@@ -385,10 +790,27 @@ func (f *FSM) ForEachLock(fn func(Lock) bool) {
 			locks = append(locks, event{k[len(lockPrefix):], r})
 		}
 	}
+	groups := make([]struct {
+		key string
+		g   *group
+	}, 0, len(f.groups))
+	for k, g := range f.groups {
+		groups = append(groups, struct {
+			key string
+			g   *group
+		}{k, g})
+	}
 	f.mu.RUnlock()
 	for _, e := range locks {
 		if !fn(e.rec.lock(e.key)) {
 			return
+		}
+	}
+	for _, kg := range groups {
+		for i := range kg.g.holders {
+			if !fn(kg.g.lock(kg.key, i)) {
+				return
+			}
 		}
 	}
 }
@@ -429,9 +851,10 @@ func (f *FSM) AppliedIndex() uint64 {
 	return f.index
 }
 
-// NumLocks returns how many locks are stored, expired ones included.
+// NumLocks returns how many holders are stored (exclusive and shared),
+// expired ones included.
 func (f *FSM) NumLocks() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.nlocks
+	return f.nlocks + f.nshared
 }

@@ -358,13 +358,15 @@ func TestObserver(t *testing.T) {
 	type call struct {
 		index uint64
 		key   string
+		kind  EventKind
 		l     *Lock
 	}
 	var calls []call
-	f.SetObserver(func(index uint64, key string, l *Lock) {
+	f.SetObserver(func(index uint64, ev Event) {
 		// Reads must not deadlock and must see the whole entry applied.
 		_ = f.NumLocks()
-		calls = append(calls, call{index, key, l})
+		l := ev.Lock
+		calls = append(calls, call{index, ev.Key, ev.Kind, &l})
 	})
 	// The observer reads the FSM: if Apply called it under the FSM's lock,
 	// this would deadlock.
@@ -383,20 +385,21 @@ func TestObserver(t *testing.T) {
 	want := []struct {
 		index uint64
 		key   string
-		token uint64 // 0: freed
+		kind  EventKind
+		token uint64 // the token granted, renewed or freed
 		exp   int64
 	}{
-		{1, "a", 1, t0 + 10*sec}, {1, "b", 2, t0 + sec},
-		{2, "a", 1, t0 + 11*sec},
-		{3, "a", 0, 0}, {3, "a", 3, t0 + 12*sec}, {3, "b", 0, 0},
+		{1, "a", EventGranted, 1, t0 + 10*sec}, {1, "b", EventGranted, 2, t0 + sec},
+		{2, "a", EventRenewed, 1, t0 + 11*sec},
+		{3, "a", EventReleased, 1, t0 + 11*sec}, {3, "a", EventGranted, 3, t0 + 12*sec}, {3, "b", EventExpired, 2, t0 + sec},
 	}
 	if len(calls) != len(want) {
 		t.Fatalf("%d observer calls, want %d: %+v", len(calls), len(want), calls)
 	}
 	for i, w := range want {
 		c := calls[i]
-		if c.index != w.index || c.key != w.key || (w.token == 0) != (c.l == nil) || (c.l != nil && (c.l.Token != w.token || c.l.Expires != w.exp || c.l.Key != w.key)) {
-			t.Errorf("call %d: %d %q %+v, want %+v", i, c.index, c.key, c.l, w)
+		if c.index != w.index || c.key != w.key || c.kind != w.kind || c.l.Token != w.token || c.l.Expires != w.exp || c.l.Key != w.key {
+			t.Errorf("call %d: %d %q %v %+v, want %+v", i, c.index, c.key, c.kind, c.l, w)
 		}
 	}
 	// ExtendAll calls for each lock it moved.

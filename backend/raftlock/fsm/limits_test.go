@@ -47,9 +47,26 @@ func TestOpValidateLimits(t *testing.T) {
 			t.Errorf("Validate(type %d) = %v, want a *LimitError for the type", typ, err)
 		}
 	}
-	for _, typ := range []OpType{OpAcquire, maxOpType} {
+	for _, typ := range []OpType{OpAcquire, maxV1OpType} {
 		if err := (Op{Type: typ}).Validate(); err != nil {
 			t.Errorf("Validate(type %s) = %v", typ, err)
+		}
+	}
+	for _, k := range []uint64{0, 1, MaxGroup, MaxGroup + 1} {
+		err := (Op{Type: OpAcquireAll, Token: k}).Validate()
+		var le *LimitError
+		if ok := k >= 1 && k <= MaxGroup; ok != (err == nil) || (!ok && (!errors.As(err, &le) || le.Field != FieldGroup)) {
+			t.Errorf("Validate(acquire-all of %d) = %v", k, err)
+		}
+	}
+	for _, p := range []uint32{MaxPermits, MaxPermits + 1} {
+		err := (Op{Type: OpAcquire, Mode: ModeShared, Permits: p}).Validate()
+		var le *LimitError
+		if ok := p <= MaxPermits; ok != (err == nil) || (!ok && (!errors.As(err, &le) || le.Field != FieldPermits)) {
+			t.Errorf("Validate(permits %d) = %v", p, err)
+		}
+		if _, derr := Decode(Encode(Entry{Ops: []Op{{Type: OpAcquire, Mode: ModeShared, Permits: p}}})); (derr == nil) != (err == nil) {
+			t.Errorf("permits %d: Validate and Decode disagree: %v vs %v", p, err, derr)
 		}
 	}
 	for _, n := range []int{MaxOps - 1, MaxOps, MaxOps + 1} {

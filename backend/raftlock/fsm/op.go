@@ -41,10 +41,20 @@ const (
 	OpExtendAll    OpType = 6 // a newly elected leader: for every live lock, Expires = max(Expires, now + lock.TTL)
 	OpSetMember    OpType = 7 // member directory: Key = raft server id, Value = its client API address
 	OpRemoveMember OpType = 8 // member directory: delete Key
+	// OpAcquireAll opens an all-or-nothing group: the next Token ops of the
+	// entry (1..MaxGroup of them, every one an OpAcquire, each on another
+	// key) are granted together or not at all. Its own Result is the
+	// group's: StatusOK when every acquire was granted, else the status of
+	// the first that could not be (the others then answer StatusAborted
+	// and change nothing). Entry format version 2 only.
+	OpAcquireAll OpType = 9
 )
 
 // maxOpType is the highest OpType that Decode accepts.
-const maxOpType = OpRemoveMember
+const maxOpType = OpAcquireAll
+
+// maxV1OpType is the highest OpType of entry format version 1.
+const maxV1OpType = OpRemoveMember
 
 // String returns the op's name, e.g. "acquire", or "op(N)" for an unknown N.
 func (t OpType) String() string {
@@ -65,6 +75,8 @@ func (t OpType) String() string {
 		return "set-member"
 	case OpRemoveMember:
 		return "remove-member"
+	case OpAcquireAll:
+		return "acquire-all"
 	}
 	return fmt.Sprintf("op(%d)", uint8(t))
 }
@@ -80,6 +92,22 @@ const (
 	MaxHandleLen = 256     // bytes of Op.Handle
 	MaxValueLen  = 1 << 20 // bytes of Op.Value
 	MaxOps       = 100000  // ops in one Entry
+	MaxGroup     = 64      // acquires in one OpAcquireAll group (the lock package's MaxMultiKeys)
+	MaxPermits   = 1 << 16 // Op.Permits: the largest semaphore
+	// MaxHolders bounds the shared holders of one key, whatever the
+	// leader's own (lower, configured) bound: an acquire past it is
+	// StatusHeld.
+	MaxHolders = 1 << 16
+	// MaxLockDelay is the longest Op.LockDelay Apply accepts (a minute,
+	// as the lock package's MaxLockDelay).
+	MaxLockDelay = time.Minute
+)
+
+// Lock modes (Op.Mode, Lock.Mode): the lock package's ModeExclusive and
+// ModeShared.
+const (
+	ModeExclusive uint8 = 0
+	ModeShared    uint8 = 1
 )
 
 // The Field names of a LimitError.
@@ -89,6 +117,8 @@ const (
 	FieldOwner  = "owner"
 	FieldHandle = "handle"
 	FieldValue  = "value"
+	FieldPermits = "permits"
+	FieldGroup   = "group"
 )
 
 // LimitError is Op.Validate's error: which field of which op is outside the
@@ -96,13 +126,18 @@ const (
 type LimitError struct {
 	Op    OpType
 	Field string // one of the Field constants
-	Len   int    // the field's length in bytes (the type's value for FieldType)
+	Len   int    // the field's length in bytes (the value for FieldType, FieldPermits and FieldGroup)
 	Limit int    // the field's limit
 }
 
 func (e *LimitError) Error() string {
-	if e.Field == FieldType {
+	switch e.Field {
+	case FieldType:
 		return fmt.Sprintf("%v: unknown op type %d", ErrMalformed, e.Len)
+	case FieldPermits:
+		return fmt.Sprintf("%v: %s: permits %d, limit %d", ErrMalformed, e.Op, e.Len, e.Limit)
+	case FieldGroup:
+		return fmt.Sprintf("%v: %s: a group of %d acquires, want 1..%d", ErrMalformed, e.Op, e.Len, e.Limit)
 	}
 	return fmt.Sprintf("%v: %s: %s is %d bytes, limit %d", ErrMalformed, e.Op, e.Field, e.Len, e.Limit)
 }
@@ -120,6 +155,18 @@ type Op struct {
 	Token  uint64 // release/renew/expire: the fencing token of the grant
 	TTL    time.Duration
 	Value  []byte // acquire: the lock's value; append-data: the data; set-member: the address
+	// Acquire only (entry format version 2): the mode (ModeExclusive or
+	// ModeShared), the semaphore's N (Permits > 0 needs ModeShared; 0 is a
+	// mutex or a read lock), and the lock-delay that keeps the key from
+	// being granted again for that long after this grant ends by expiry.
+	Mode      uint8
+	Permits   uint32
+	LockDelay time.Duration
+}
+
+// v2 reports whether o needs entry format version 2.
+func (o *Op) v2() bool {
+	return o.Type > maxV1OpType || o.Mode != 0 || o.Permits != 0 || o.LockDelay != 0
 }
 
 // Validate reports whether o can be encoded and decoded: a known Type and
@@ -141,6 +188,10 @@ func (o Op) Validate() error {
 		return limit(FieldHandle, len(o.Handle), MaxHandleLen)
 	case len(o.Value) > MaxValueLen:
 		return limit(FieldValue, len(o.Value), MaxValueLen)
+	case o.Permits > MaxPermits:
+		return limit(FieldPermits, int(o.Permits), MaxPermits)
+	case o.Type == OpAcquireAll && (o.Token < 1 || o.Token > MaxGroup):
+		return limit(FieldGroup, int(min(o.Token, MaxGroup+1)), MaxGroup)
 	}
 	return nil
 }
@@ -164,6 +215,28 @@ func (e Entry) Validate() error {
 			return fmt.Errorf("op %d: %w", i, err)
 		}
 	}
+	return checkGroups(e.Ops)
+}
+
+// checkGroups checks the structure of OpAcquireAll groups: each marker is
+// followed by Token ops, all OpAcquire (so groups never nest). Decode
+// rejects an entry that breaks it, as Entry.Validate does.
+func checkGroups(ops []Op) error {
+	for i := 0; i < len(ops); i++ {
+		if ops[i].Type != OpAcquireAll {
+			continue
+		}
+		k := ops[i].Token
+		if k < 1 || k > MaxGroup || uint64(len(ops)-i-1) < k {
+			return fmt.Errorf("%w: op %d: group of %d acquires, %d ops follow", ErrMalformed, i, k, len(ops)-i-1)
+		}
+		for j := i + 1; j <= i+int(k); j++ {
+			if ops[j].Type != OpAcquire {
+				return fmt.Errorf("%w: op %d: %s inside the group of op %d (only acquires may follow)", ErrMalformed, j, ops[j].Type, i)
+			}
+		}
+		i += int(k)
+	}
 	return nil
 }
 
@@ -180,6 +253,17 @@ const (
 	StatusHeld                  // acquire: another live holder has the key; Result names it
 	StatusNotHeld               // release/renew/expire: no matching live holder (expire: no matching expired holder); nothing changed
 	StatusInvalid               // bad arguments (TTL <= 0, empty key or handle, empty address, unknown member); nothing changed
+	// StatusPermitsMismatch: a shared acquire whose Permits differ from
+	// those of the key's live shared holders; Result names the oldest.
+	StatusPermitsMismatch
+	// StatusDelayed: acquire of a key in its lock-delay (a lease with a
+	// LockDelay ended by expiry); Result.Expires is when the delay ends
+	// (FSM clock), Token and Owner are zero.
+	StatusDelayed
+	// StatusAborted: an acquire of an OpAcquireAll group that failed
+	// because another acquire of the group could not be granted; nothing
+	// changed.
+	StatusAborted
 )
 
 // String returns the status's name.
@@ -193,6 +277,12 @@ func (s Status) String() string {
 		return "not-held"
 	case StatusInvalid:
 		return "invalid"
+	case StatusPermitsMismatch:
+		return "permits-mismatch"
+	case StatusDelayed:
+		return "delayed"
+	case StatusAborted:
+		return "aborted"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
@@ -233,4 +323,8 @@ type Lock struct {
 	TTL     time.Duration // the TTL of the last grant or renewal
 	Expires int64         // leader clock, unix ns; the lock is expired iff Expires <= FSM.Now()
 	Value   []byte
+	// Mode, Permits and LockDelay as the grant asked for them.
+	Mode      uint8
+	Permits   uint32
+	LockDelay time.Duration
 }

@@ -26,11 +26,29 @@ import (
 //	  "d/": string value
 //	uint32 little-endian CRC-32C of everything before it
 //
-// where string is uvarint length + bytes. Restore accepts exactly this
-// canonical form.
+// where string is uvarint length + bytes.
+//
+// Version 2, written only when version 1 cannot express the state (shared
+// holders, a lock-delay on a grant, or a lock-delay still ahead), so that
+// a binary that knows only version 1 still installs the snapshots of an
+// exclusive-only workload:
+//
+//	"LGFS" byte(2)
+//	the header, members and records as in version 1, except that a lock
+//	  record has one more field after expires: varint lock-delay
+//	uvarint #groups, then per group (sorted by key, unprefixed):
+//	  string key, uvarint permits, uvarint #holders, then per holder
+//	  (oldest first, tokens strictly increasing): the fields of a lock
+//	  record after its key (owner … lock-delay, then value)
+//	uvarint #delays, then per lock-delay ahead of now (sorted by key):
+//	  string key, varint end
+//	uint32 little-endian CRC-32C of everything before it
+//
+// Restore accepts exactly these canonical forms.
 const (
-	snapMagic   = "LGFS"
-	snapVersion = 1
+	snapMagic     = "LGFS"
+	snapVersion   = 1
+	snapVersionV2 = 2
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -46,6 +64,14 @@ type snapshot struct {
 	now            int64
 	members        []kv
 	recs           []event
+	groups         []keyGroup
+	delays         []kvInt
+	version        byte
+}
+
+type keyGroup struct {
+	key string
+	g   *group
 }
 
 type kv struct{ k, v string }
@@ -68,8 +94,23 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for k, v := range f.members {
 		s.members = append(s.members, kv{k, v})
 	}
+	s.version = snapVersion
 	for k, r := range f.kv {
 		s.recs = append(s.recs, event{k, r})
+		if r.delay != 0 {
+			s.version = snapVersionV2
+		}
+	}
+	for k, g := range f.groups {
+		s.groups = append(s.groups, keyGroup{k, g})
+	}
+	for k, until := range f.delays {
+		if until > f.now {
+			s.delays = append(s.delays, kvInt{k, until})
+		}
+	}
+	if len(s.groups) > 0 || len(s.delays) > 0 {
+		s.version = snapVersionV2
 	}
 	return s, nil
 }
@@ -84,7 +125,7 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 // Release drops the snapshot's references.
-func (s *snapshot) Release() { s.members, s.recs = nil, nil }
+func (s *snapshot) Release() { s.members, s.recs, s.groups, s.delays = nil, nil, nil, nil }
 
 // crcWriter computes the CRC-32C of what passes through it.
 type crcWriter struct {
@@ -102,11 +143,17 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 func (s *snapshot) writeTo(w io.Writer) error {
 	slices.SortFunc(s.members, func(a, b kv) int { return strings.Compare(a.k, b.k) })
 	slices.SortFunc(s.recs, func(a, b event) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(s.groups, func(a, b keyGroup) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(s.delays, func(a, b kvInt) int { return strings.Compare(a.k, b.k) })
+	version := s.version
+	if version == 0 {
+		version = snapVersion
+	}
 	cw := &crcWriter{w: w}
 	bw := bufio.NewWriterSize(cw, 64<<10)
 	buf := make([]byte, 0, 256)
 	buf = append(buf, snapMagic...)
-	buf = append(buf, snapVersion)
+	buf = append(buf, version)
 	buf = binary.AppendUvarint(buf, s.index)
 	buf = binary.AppendUvarint(buf, s.counter)
 	buf = binary.AppendVarint(buf, s.now)
@@ -124,23 +171,34 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		r := e.rec
 		buf = appendString(buf, e.key)
 		if strings.HasPrefix(e.key, lockPrefix) {
-			buf = appendString(buf, r.owner)
-			if r.hstr == "" {
-				buf = append(buf, 0)
-				buf = append(buf, r.h[:]...)
-			} else {
-				buf = append(buf, 1)
-				buf = appendString(buf, r.hstr)
-			}
-			buf = binary.AppendUvarint(buf, r.token)
-			buf = binary.AppendVarint(buf, r.ttl)
-			buf = binary.AppendVarint(buf, r.expires)
+			buf = appendLock(buf, r, version)
 		}
 		buf = appendString(buf, r.value)
 		if _, err := bw.Write(buf); err != nil {
 			return err
 		}
 		buf = buf[:0]
+	}
+	if version == snapVersionV2 {
+		buf = binary.AppendUvarint(buf, uint64(len(s.groups)))
+		for _, kg := range s.groups {
+			buf = appendString(buf, kg.key)
+			buf = binary.AppendUvarint(buf, uint64(kg.g.permits))
+			buf = binary.AppendUvarint(buf, uint64(len(kg.g.holders)))
+			for _, r := range kg.g.holders {
+				buf = appendLock(buf, r, version)
+				buf = appendString(buf, r.value)
+				if _, err := bw.Write(buf); err != nil {
+					return err
+				}
+				buf = buf[:0]
+			}
+		}
+		buf = binary.AppendUvarint(buf, uint64(len(s.delays)))
+		for _, d := range s.delays {
+			buf = appendString(buf, d.k)
+			buf = binary.AppendVarint(buf, d.v)
+		}
 	}
 	if _, err := bw.Write(buf); err != nil {
 		return err
@@ -152,13 +210,35 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	return err
 }
 
+// appendLock appends a lock record's fields after its key, before its
+// value.
+func appendLock(buf []byte, r *record, version byte) []byte {
+	buf = appendString(buf, r.owner)
+	if r.hstr == "" {
+		buf = append(buf, 0)
+		buf = append(buf, r.h[:]...)
+	} else {
+		buf = append(buf, 1)
+		buf = appendString(buf, r.hstr)
+	}
+	buf = binary.AppendUvarint(buf, r.token)
+	buf = binary.AppendVarint(buf, r.ttl)
+	buf = binary.AppendVarint(buf, r.expires)
+	if version == snapVersionV2 {
+		buf = binary.AppendVarint(buf, r.delay)
+	}
+	return buf
+}
+
 // state is a decoded snapshot, ready to be swapped into an FSM.
 type state struct {
-	kv             map[string]*record
-	members        map[string]string
-	counter, index uint64
-	now            int64
-	nlocks         int
+	kv              map[string]*record
+	groups          map[string]*group
+	delays          map[string]int64
+	members         map[string]string
+	counter, index  uint64
+	now             int64
+	nlocks, nshared int
 }
 
 // Restore replaces all state with the snapshot read from r (and closes r).
@@ -183,8 +263,14 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 // install replaces f's state with st.
 func (f *FSM) install(st *state) {
 	f.mu.Lock()
-	f.kv, f.members = st.kv, st.members
-	f.counter, f.index, f.now, f.nlocks = st.counter, st.index, st.now, st.nlocks
+	f.kv, f.members, f.groups, f.delays = st.kv, st.members, st.groups, st.delays
+	if f.groups == nil {
+		f.groups = make(map[string]*group)
+	}
+	if f.delays == nil {
+		f.delays = make(map[string]int64)
+	}
+	f.counter, f.index, f.now, f.nlocks, f.nshared = st.counter, st.index, st.now, st.nlocks, st.nshared
 	f.mu.Unlock()
 }
 
@@ -198,14 +284,15 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 	if string(data[:len(snapMagic)]) != snapMagic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, data[:len(snapMagic)])
 	}
-	if v := data[len(snapMagic)]; v != snapVersion {
-		return nil, fmt.Errorf("%w: unknown format version %d (want %d)", ErrCorruptSnapshot, v, snapVersion)
+	version := data[len(snapMagic)]
+	if version != snapVersion && version != snapVersionV2 {
+		return nil, fmt.Errorf("%w: unknown format version %d (want %d or %d)", ErrCorruptSnapshot, version, snapVersion, snapVersionV2)
 	}
 	body := data[:len(data)-4]
 	if want, got := binary.LittleEndian.Uint32(data[len(body):]), crc32.Checksum(body, crcTable); checkCRC && want != got {
 		return nil, fmt.Errorf("%w: checksum mismatch (stored %#08x, computed %#08x)", ErrCorruptSnapshot, want, got)
 	}
-	d := decoder{b: body, off: head, op: -1, kind: ErrCorruptSnapshot, what: "record"}
+	d := decoder{b: body, off: head, op: -1, kind: ErrCorruptSnapshot, what: "record", version: version}
 	st := &state{}
 	st.index = d.uvarint("applied index")
 	st.counter = d.uvarint("fencing counter")
@@ -246,6 +333,7 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		return nil, d.err
 	}
 	st.kv = make(map[string]*record, n)
+	v2 := false // the state needs version 2
 	d.what = "record"
 	for i := 0; i < int(n) && d.err == nil; i++ {
 		d.op = i
@@ -263,6 +351,7 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		case len(k) > len(lockPrefix) && strings.HasPrefix(k, lockPrefix):
 			d.decodeLock(r, st.counter)
 			st.nlocks++
+			v2 = v2 || r.delay != 0
 		case len(k) > len(dataPrefix) && strings.HasPrefix(k, dataPrefix):
 		default:
 			d.fail("key %q has no known prefix", k)
@@ -271,6 +360,13 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		st.kv[k] = r
 	}
 	d.op = -1
+	if version == snapVersionV2 && d.err == nil {
+		d.decodeGroups(st, body)
+		v2 = v2 || len(st.groups) > 0 || len(st.delays) > 0
+		if d.err == nil && !v2 {
+			d.fail("version 2 snapshot of a state that version 1 can express (non-canonical)")
+		}
+	}
 	if d.err == nil && d.off != len(body) {
 		d.fail("%d trailing bytes", len(body)-d.off)
 	}
@@ -278,6 +374,91 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		return nil, d.err
 	}
 	return st, nil
+}
+
+// decodeGroups reads version 2's groups and lock-delays into st.
+func (d *decoder) decodeGroups(st *state, body []byte) {
+	// Groups: each takes at least 3 bytes (key, permits, count).
+	n := d.uvarint("group count")
+	if d.err == nil && n > uint64(len(body)-d.off)/3 {
+		d.fail("%d groups declared but only %d bytes left", n, len(body)-d.off)
+	}
+	if d.err != nil {
+		return
+	}
+	st.groups = make(map[string]*group, n)
+	d.what = "group"
+	prev := ""
+	for i := 0; i < int(n) && d.err == nil; i++ {
+		d.op = i
+		k := d.str("key", MaxKeyLen)
+		p := d.uvarint("permits")
+		m := d.uvarint("holder count")
+		switch {
+		case d.err != nil:
+			return
+		case k == "":
+			d.fail("empty key")
+		case i > 0 && k <= prev:
+			d.fail("keys not strictly increasing")
+		case st.kv[lockPrefix+k] != nil:
+			d.fail("key %q held both exclusively and shared", k)
+		case p > MaxPermits:
+			d.fail("permits %d, limit %d", p, MaxPermits)
+		case m == 0 || m > MaxHolders || (p > 0 && m > p):
+			d.fail("%d holders (permits %d)", m, p)
+		case m > uint64(len(body)-d.off)/8:
+			d.fail("%d holders declared but only %d bytes left", m, len(body)-d.off)
+		}
+		if d.err != nil {
+			return
+		}
+		prev = k
+		g := &group{permits: uint32(p), holders: make([]*record, 0, m)}
+		for j := 0; j < int(m) && d.err == nil; j++ {
+			r := &record{}
+			d.decodeLock(r, st.counter)
+			r.value = d.str("value", MaxValueLen)
+			if d.err == nil && j > 0 && r.token <= g.holders[j-1].token {
+				d.fail("holder tokens not strictly increasing")
+			}
+			g.holders = append(g.holders, r)
+		}
+		st.groups[k] = g
+		st.nshared += len(g.holders)
+	}
+	d.op = -1
+	if d.err != nil {
+		return
+	}
+	// Lock-delays: each takes at least 2 bytes.
+	n = d.uvarint("delay count")
+	if d.err == nil && n > uint64(len(body)-d.off)/2 {
+		d.fail("%d delays declared but only %d bytes left", n, len(body)-d.off)
+	}
+	if d.err != nil {
+		return
+	}
+	st.delays = make(map[string]int64, n)
+	d.what = "delay"
+	prev = ""
+	for i := 0; i < int(n) && d.err == nil; i++ {
+		d.op = i
+		k := d.str("key", MaxKeyLen)
+		until := d.varint("end")
+		switch {
+		case d.err != nil:
+		case k == "":
+			d.fail("empty key")
+		case i > 0 && k <= prev:
+			d.fail("keys not strictly increasing")
+		case until <= st.now:
+			d.fail("lock-delay ended at %d, before now %d (non-canonical)", until, st.now)
+		}
+		prev = k
+		st.delays[k] = until
+	}
+	d.op = -1
 }
 
 // decodeLock reads a lock record's fields after its key (but not its value).
@@ -315,11 +496,16 @@ func (d *decoder) decodeLock(r *record, counter uint64) {
 	r.token = d.uvarint("token")
 	r.ttl = d.varint("ttl")
 	r.expires = d.varint("expires")
+	if d.version == snapVersionV2 {
+		r.delay = d.varint("lock delay")
+	}
 	switch {
 	case d.err != nil:
 	case r.token == 0 || r.token > counter:
 		d.fail("token %d outside 1..%d (the fencing counter)", r.token, counter)
 	case r.ttl <= 0:
 		d.fail("ttl %d is not positive", r.ttl)
+	case r.delay < 0 || r.delay > int64(MaxLockDelay):
+		d.fail("lock delay %d outside 0..%d", r.delay, int64(MaxLockDelay))
 	}
 }

@@ -289,6 +289,11 @@ func FuzzRestore(f *testing.F) {
 	}
 	f.Add(snapBytes(f, src))
 	f.Add(snapBytes(f, New()))
+	v2 := New()
+	for i, e := range randomPrimLog(f, 5, 40) {
+		apply(f, v2, uint64(i+1), e)
+	}
+	f.Add(snapBytes(f, v2))
 	header := append(append(uv(7), uv(5)...), sv(t0)...)
 	f.Add(snapWith(header, uv(1), str("n1"), str("addr"), uv(2), str("d/x"), str("v"), lockRec("x", 5, 1)))
 	f.Fuzz(func(t *testing.T, b []byte) {
