@@ -34,6 +34,12 @@ type contender struct {
 	// up must delete it.
 	created bool
 	rev     int64 // the key's create revision: its place and fencing token
+	// delay is the lock-delay in whole seconds, added to the lease's TTL
+	// (primitives.go); multi marks one of an AcquireAll's keys, granted
+	// only once flagged so.
+	delay   int64
+	multi   bool
+	granted bool
 	// seenAt is the revision of the last read of the key's directory, and
 	// later says whether it saw a contender newer than c's key (someone
 	// waits behind it): what the wanted register needs at the grant.
@@ -63,7 +69,17 @@ func (c *contender) lastSent() (time.Time, time.Duration) {
 }
 
 func (c *contender) value() string {
-	return encode(record{Owner: c.opts.Owner, Value: c.opts.Value, Own: c.own})
+	return encode(c.record())
+}
+
+func (c *contender) record() record {
+	return record{
+		// The keys of an AcquireAll share one lease: releasing one must
+		// not revoke it (it runs out at its TTL after the last release).
+		Owner: c.opts.Owner, Value: c.opts.Value, Own: c.own && !c.multi,
+		Shared: c.opts.Mode == lock.ModeShared, Permits: c.opts.Permits,
+		Delay: c.delay, Multi: c.multi, Granted: c.granted,
+	}
 }
 
 // Acquire implements lock.Locker. The caller's key joins the queue of
@@ -98,12 +114,16 @@ func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.Ac
 	if try {
 		op = "try-acquire"
 	}
+	if err := l.checkSupported(opts); err != nil {
+		return nil, err
+	}
 	if ctx.Err() != nil {
 		return nil, l.fail(ctx, op, key, nil)
 	}
 	if !try {
-		// A waiter of this Locker tells its holder of the key at once.
-		l.wanted.localWaiter(l.dir(key))
+		// A waiter of this Locker tells its holders of the key at once
+		// (those it certainly cannot share the key with).
+		l.wanted.localWaiter(l.dir(key), opts.Mode == lock.ModeExclusive)
 	}
 	// wctx ends with the caller's ctx or at Close.
 	wctx, cancel := context.WithCancel(ctx)
@@ -115,21 +135,28 @@ func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.Ac
 			return nil, l.fail(ctx, op, key, err)
 		}
 		var lease *lock.Lease
-		if try {
+		switch shared := opts.Mode == lock.ModeShared; {
+		case try && shared:
+			lease, err = l.tryShared(wctx, c)
+		case try:
 			lease, err = l.try(wctx, c)
-		} else {
+		case shared:
+			lease, err = l.queueShared(wctx, c)
+		default:
 			lease, err = l.queue(wctx, c)
 		}
 		if err == nil && wctx.Err() != nil {
 			// The grant raced the cancellation: never leave it behind.
 			lease.End(lock.ErrReleased)
 			lease, err = nil, wctx.Err()
+			c.granted = true // its removal is a release (watch.go)
 		}
 		if err != nil {
 			l.abandon(c)
 			var held *lock.HeldError
+			var delayed *lock.DelayedError
 			switch {
-			case errors.As(err, &held):
+			case errors.As(err, &held), errors.As(err, &delayed), errors.Is(err, lock.ErrPermitsMismatch):
 				return nil, err
 			case errors.Is(err, errLost) && wctx.Err() == nil && (!try || restarts < maxTryRestarts):
 				l.cfg.Logger.Warn("zklike: contender lost its lease while waiting; queueing again", "key", key, "token", c.rev)
@@ -145,9 +172,9 @@ func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.Ac
 // enter prepares a contender: its lease (the session lease for
 // auto-renewed locks, a lease of its own otherwise) and its key name.
 func (l *Locker) enter(ctx context.Context, key string, opts lock.AcquireOptions) (*contender, error) {
-	c := &contender{key: key, dir: l.dir(key), opts: opts}
+	c := &contender{key: key, dir: l.dir(key), opts: opts, delay: delaySeconds(opts.LockDelay)}
 	secs := ttlSeconds(opts.TTL)
-	if opts.AutoRenew {
+	if opts.AutoRenew && c.delay == 0 {
 		s, err := l.session(ctx, secs)
 		if err != nil {
 			return nil, err
@@ -158,7 +185,7 @@ func (l *Locker) enter(ctx context.Context, key string, opts lock.AcquireOptions
 		var sent time.Time
 		err := l.do(ctx, func(rc context.Context) (err error) {
 			sent = time.Now()
-			resp, err = l.cli.Grant(rc, secs)
+			resp, err = l.cli.Grant(rc, secs+c.delay)
 			return err
 		})
 		if err != nil {
@@ -215,8 +242,7 @@ func (l *Locker) try(ctx context.Context, c *contender) (*lock.Lease, error) {
 		return l.grant(ctx, c)
 	}
 	c.created = false // the Txn took the Else branch on every attempt
-	rec := decode(first.Value)
-	return nil, &lock.HeldError{Key: c.key, Owner: rec.Owner, Token: lock.Token(first.CreateRevision)}
+	return nil, l.delayedOr(ctx, c.key, entry{kv: first, rec: decode(first.Value)})
 }
 
 // queue creates c's key (or finds it, if an earlier attempt whose reply
@@ -298,7 +324,8 @@ func (c *contender) adopt(l *Locker, kv *mvccpb.KeyValue) {
 		c.sess.unuse()
 		c.sess = nil
 	}
-	c.lease, c.own = id, decode(kv.Value).Own
+	rec := decode(kv.Value)
+	c.lease, c.own, c.delay = id, rec.Own, rec.Delay
 	c.mu.Lock()
 	c.ttl, c.sent = 0, time.Time{} // unknown: grant renews it to learn them
 	c.mu.Unlock()
@@ -487,9 +514,11 @@ func (l *Locker) grant(ctx context.Context, c *contender) (*lock.Lease, error) {
 			c.refreshed(sent, resp.TTL)
 		}
 	}
+	// A lock-delay lengthened the lease; the holder's TTL is without it.
+	ttl -= time.Duration(c.delay) * time.Second
 	lease := lock.NewLease(lock.Grant{
 		Key: c.key, Owner: c.opts.Owner, Token: lock.Token(c.rev), Handle: c.handle, Value: c.opts.Value,
-		TTL: ttl, Sent: sent, DriftFactor: l.cfg.DriftFactor,
+		TTL: ttl, Sent: sent, DriftFactor: l.cfg.DriftFactor, Mode: c.opts.Mode, Permits: c.opts.Permits,
 	})
 	if lease.Err() != nil {
 		return nil, errLost // over before it began: the lease may be gone
@@ -535,8 +564,15 @@ func (l *Locker) abandon(c *contender) {
 		return
 	}
 	own, id, name := c.own, c.lease, c.name
+	granted, rev := c.granted, c.rev
 	clean := func(ctx context.Context) error {
 		var err error
+		if granted && rev != 0 {
+			// A holder's key: removed with a release mark (watch.go).
+			if _, err = l.deleteMarked(ctx, c.key, name, rev); err != nil || !own {
+				return err
+			}
+		}
 		if own {
 			_, err = l.cli.Revoke(ctx, id)
 			if leaseNotFound(err) {

@@ -45,12 +45,7 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	if !ok {
 		return lease.Released(false)
 	}
-	var resp *clientv3.TxnResponse
-	err := l.do(ctx, func(rc context.Context) (err error) {
-		resp, err = l.cli.Txn(rc).If(isHolder(name, lease.Token)).
-			Then(clientv3.OpDelete(name, clientv3.WithPrevKV())).Commit()
-		return err
-	})
+	resp, err := l.deleteMarked(ctx, lease.Key, name, int64(lease.Token))
 	if err != nil {
 		return l.fail(ctx, "release", lease.Key, err)
 	}
@@ -58,7 +53,7 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 		return lease.Released(false)
 	}
 	l.wanted.drop(lease, l.dir(lease.Key))
-	if prev := resp.Responses[0].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
+	if prev := resp.Responses[1].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
 		if kv := prev[0]; kv.Lease != 0 && decode(kv.Value).Own {
 			l.revokeLater(clientv3.LeaseID(kv.Lease))
 		}
@@ -90,7 +85,10 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	dir := l.dir(lease.Key)
 	fresh := !l.wanted.join(lease, dir)
 	ops := []clientv3.Op{clientv3.OpGet(name)}
-	if fresh {
+	switch {
+	case fresh && lease.Mode == lock.ModeShared:
+		ops = append(ops, dirOp(dir))
+	case fresh:
 		ops = append(ops, clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...))
 	}
 	var kv *mvccpb.KeyValue
@@ -104,7 +102,12 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 			}
 			if fresh {
 				newest := resp.Responses[1].GetResponseRange().Kvs
-				seenAt, later = resp.Header.Revision, len(newest) > 0 && newest[0].CreateRevision > int64(lease.Token)
+				seenAt = resp.Header.Revision
+				if lease.Mode == lock.ModeShared {
+					later = waitersBehind(entries(newest), int64(lease.Token))
+				} else {
+					later = len(newest) > 0 && newest[0].CreateRevision > int64(lease.Token)
+				}
 			}
 		}
 		return err
@@ -130,10 +133,12 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		return l.fail(ctx, "renew", lease.Key, err)
 	}
 	l.sessionRefreshed(id, sent)
-	if want := ttlSeconds(ttl); want > ka.TTL {
-		err = l.migrate(ctx, lease, name, kv, want)
+	// A lock-delay lengthens the lease by its seconds (primitives.go).
+	delay := decode(kv.Value).Delay
+	if want := ttlSeconds(ttl); want > ka.TTL-delay {
+		err = l.migrate(ctx, lease, name, kv, want+delay)
 	} else {
-		err = lease.Renewed(sent, time.Duration(ka.TTL)*time.Second, true)
+		err = lease.Renewed(sent, time.Duration(ka.TTL-delay)*time.Second, true)
 	}
 	if err == nil && fresh {
 		l.wanted.register(lease, dir, seenAt, later)
@@ -167,12 +172,12 @@ func (l *Locker) migrate(ctx context.Context, lease *lock.Lease, name string, kv
 		if err != nil {
 			return l.fail(ctx, "renew", lease.Key, err)
 		}
-		return lease.Renewed(sent, time.Duration(g.TTL)*time.Second, false)
+		return lease.Renewed(sent, time.Duration(g.TTL-old.Delay)*time.Second, false)
 	}
 	if old.Own {
 		l.revokeLater(clientv3.LeaseID(kv.Lease))
 	}
-	return lease.Renewed(sent, time.Duration(g.TTL)*time.Second, true)
+	return lease.Renewed(sent, time.Duration(g.TTL-old.Delay)*time.Second, true)
 }
 
 // sessionRefreshed tells the session with lease id, if it is one of this
@@ -200,31 +205,47 @@ func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 }
 
 func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
-	var resp *clientv3.GetResponse
 	now := time.Now()
-	err := l.do(ctx, func(rc context.Context) (err error) {
-		resp, err = l.cli.Get(rc, l.dir(key), clientv3.WithFirstCreate()...)
-		return err
-	})
+	dirs, _, err := l.readDirs(ctx, []string{l.dir(key)})
 	if err != nil {
 		return nil, l.fail(ctx, "inspect", key, err)
 	}
-	if resp.Count == 0 || len(resp.Kvs) == 0 {
-		return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
-	}
-	kv := resp.Kvs[0]
-	rec := decode(kv.Value)
-	info := &lock.LockInfo{
-		Key: key, Owner: rec.Owner, Token: lock.Token(kv.CreateRevision),
-		Value: rec.Value, Waiters: int(resp.Count - 1),
-	}
-	if kv.Lease != 0 {
-		rc, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
-		ttl, err := l.cli.TimeToLive(rc, clientv3.LeaseID(kv.Lease))
-		cancel()
-		if err == nil && ttl.TTL >= 0 {
-			info.Expires = now.Add(time.Duration(ttl.TTL) * time.Second)
+	es := dirs[0]
+	h := holders(es)
+	info := &lock.LockInfo{Key: key}
+	ttls := make(map[int64]time.Time)
+	for i, e := range es {
+		if !h[i] {
+			info.Waiters++
+			continue
 		}
+		hi := lock.HolderInfo{Owner: e.rec.Owner, Token: lock.Token(e.kv.CreateRevision), Value: e.rec.Value}
+		if id := e.kv.Lease; id != 0 {
+			exp, ok := ttls[id]
+			if !ok {
+				rc, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+				ttl, err := l.cli.TimeToLive(rc, clientv3.LeaseID(id))
+				cancel()
+				if err == nil && ttl.TTL >= 0 {
+					exp = now.Add(time.Duration(ttl.TTL) * time.Second)
+				}
+				ttls[id] = exp
+			}
+			if !exp.IsZero() {
+				// The holder's TTL ends a lock-delay before its lease.
+				hi.Expires = exp.Add(-time.Duration(e.rec.Delay) * time.Second)
+			}
+		}
+		if len(info.Holders) == 0 {
+			info.Owner, info.Token, info.Value, info.Expires = hi.Owner, hi.Token, hi.Value, hi.Expires
+			if e.rec.Shared {
+				info.Mode, info.Permits = lock.ModeShared, e.rec.Permits
+			}
+		}
+		info.Holders = append(info.Holders, hi)
+	}
+	if len(info.Holders) == 0 {
+		return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
 	}
 	return info, nil
 }

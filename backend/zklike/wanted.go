@@ -71,6 +71,25 @@ type holding struct {
 	handle string
 	leases []*lock.Lease
 	wanted bool // a newer contender was seen: every copy that joins is wanted
+	// shared: a read lock or semaphore permit (permits N), which only a
+	// contender that must wait makes wanted (see wantedBy).
+	shared  bool
+	permits int
+}
+
+// wantedBy says whether the creation of a contender rec newer than g
+// makes g wanted: yes when either wants the key exclusively (it then
+// waits for g); no for a reader behind a reader (it holds at once, unless
+// an exclusive waiter is before it, which made g wanted already); and
+// for semaphore permits it depends on how many are before it: reread.
+func (g *holding) wantedBy(rec record) (wanted, reread bool) {
+	switch {
+	case !g.shared || !rec.Shared:
+		return true, false
+	case g.permits == 0 && rec.Permits == 0:
+		return false, false
+	}
+	return false, true
 }
 
 func newWantedHub(l *Locker) *wantedHub {
@@ -90,10 +109,13 @@ func (l *Locker) SignalsWanted() bool { return true }
 
 // localWaiter marks wanted the leases this Locker holds on dir, before the
 // waiter's own requests: no round trip for a waiter in the same process.
-func (h *wantedHub) localWaiter(dir string) {
+func (h *wantedHub) localWaiter(dir string, exclusive bool) {
 	h.mu.Lock()
 	var leases []*lock.Lease
 	for _, g := range h.held[dir] {
+		if !exclusive && g.shared {
+			continue // the watch tells whether it must wait
+		}
 		g.wanted = true
 		leases = append(leases, g.leases...)
 	}
@@ -154,7 +176,7 @@ func (h *wantedHub) register(lease *lock.Lease, dir string, rev int64, later boo
 		h.join(lease, dir)
 		return
 	}
-	g := &holding{token: lease.Token, handle: lease.Handle, leases: []*lock.Lease{lease}}
+	g := &holding{token: lease.Token, handle: lease.Handle, leases: []*lock.Lease{lease}, shared: lease.Mode == lock.ModeShared, permits: lease.Permits}
 	h.held[dir] = append(h.held[dir], g)
 	h.n++
 	if h.idle != nil {
@@ -166,8 +188,10 @@ func (h *wantedHub) register(lease *lock.Lease, dir string, rev int64, later boo
 	case later:
 	case h.gen == 0:
 		h.startLocked(rev)
-	case h.recent[dir] > rev:
+	case h.recent[dir] > rev && !g.shared:
 		later = true
+	case h.recent[dir] > rev:
+		reread = true
 	case h.covered > rev:
 		// The watch applied, and forgot, events after rev.
 		reread = true
@@ -188,14 +212,23 @@ func (h *wantedHub) register(lease *lock.Lease, dir string, rev int64, later boo
 func (h *wantedHub) reread(g *holding, dir string) {
 	l := h.l
 	var newest int64
+	var behind bool
 	err := l.do(l.ctx, func(rc context.Context) error {
+		if g.shared {
+			// Wanted only if a contender behind it waits.
+			resp, err := l.cli.Get(rc, dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+			if err == nil {
+				behind = waitersBehind(entries(resp.Kvs), int64(g.token))
+			}
+			return err
+		}
 		resp, err := l.cli.Get(rc, dir, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly())...)
 		if err == nil && len(resp.Kvs) > 0 {
 			newest = resp.Kvs[0].CreateRevision
 		}
 		return err
 	})
-	if err == nil && newest > int64(g.token) {
+	if err == nil && (newest > int64(g.token) || behind) {
 		h.mu.Lock()
 		g.wanted = true
 		leases := slices.Clone(g.leases)
@@ -316,6 +349,16 @@ func (h *wantedHub) run(ctx context.Context, gen int) {
 // registered leases older than a creation in their directory.
 func (h *wantedHub) apply(gen int, events []*clientv3.Event) {
 	var marks []*lock.Lease
+	type look struct {
+		g   *holding
+		dir string
+	}
+	var looks []look
+	defer func() {
+		for _, x := range looks {
+			h.l.life.Go(func() { h.reread(x.g, x.dir) })
+		}
+	}()
 	h.mu.Lock()
 	if h.gen != gen {
 		h.mu.Unlock()
@@ -340,10 +383,17 @@ func (h *wantedHub) apply(gen int, events []*clientv3.Event) {
 			}
 			h.recent[dir] = kv.CreateRevision
 		}
+		rec := decode(kv.Value)
 		for _, g := range h.held[dir] {
-			if int64(g.token) < kv.CreateRevision {
+			if int64(g.token) >= kv.CreateRevision || g.wanted {
+				continue
+			}
+			switch wanted, reread := g.wantedBy(rec); {
+			case wanted:
 				g.wanted = true
 				marks = append(marks, g.leases...)
+			case reread:
+				looks = append(looks, look{g, dir})
 			}
 		}
 	}
@@ -410,7 +460,11 @@ func (h *wantedHub) rescan(ctx context.Context, gen int) {
 	}
 	for dir, gs := range h.held {
 		for _, g := range gs {
-			if int64(g.token) < newest[dir] {
+			switch {
+			case int64(g.token) >= newest[dir]:
+			case g.shared:
+				h.l.life.Go(func() { h.reread(g, dir) })
+			default:
 				g.wanted = true
 				marks = append(marks, g.leases...)
 			}

@@ -43,6 +43,9 @@ type Locker struct {
 	// behind them (wanted.go).
 	wanted *wantedHub
 
+	// marks is the short lease of the release marks (watch.go).
+	marks markLease
+
 	// suspended, when set, blocks every lease keep-alive this Locker sends
 	// until the channel is closed: a test hook that stands for a holder
 	// process paused past its TTL (see suspendKeepAlives).
@@ -50,8 +53,11 @@ type Locker struct {
 }
 
 var (
-	_ lock.Locker         = (*Locker)(nil)
-	_ lock.WantedSignaler = (*Locker)(nil)
+	_ lock.Locker          = (*Locker)(nil)
+	_ lock.WantedSignaler  = (*Locker)(nil)
+	_ lock.FeatureReporter = (*Locker)(nil)
+	_ lock.MultiLocker     = (*Locker)(nil)
+	_ lock.Watcher         = (*Locker)(nil)
 )
 
 // New connects to the etcd cluster of cfg and returns a Locker. Connecting
@@ -87,6 +93,7 @@ func New(cfg Config) (*Locker, error) {
 		life:     life,
 		ctx:      life.Context(),
 		sessions: make(map[int64]*session),
+		marks:    markLease{mu: make(chan struct{}, 1)},
 	}
 	l.wanted = newWantedHub(l)
 	return l, nil
@@ -148,6 +155,17 @@ type record struct {
 	// Own: the key's lease belongs to this grant alone and is revoked
 	// with it; otherwise it is a Locker's shared session lease.
 	Own bool `json:"x,omitempty"`
+	// Shared: a read lock (Permits 0) or a semaphore permit (Permits N);
+	// otherwise the contender wants the key exclusively.
+	Shared  bool `json:"s,omitempty"`
+	Permits int  `json:"p,omitempty"`
+	// Delay is the lock-delay in whole seconds: the key's lease was
+	// granted Delay seconds longer than the holder's TTL (primitives.go).
+	Delay int64 `json:"d,omitempty"`
+	// Multi: one of an AcquireAll's keys, which holds its key only once
+	// Granted is set (by the Txn that finds it first on every key).
+	Multi   bool `json:"m,omitempty"`
+	Granted bool `json:"g,omitempty"`
 }
 
 func encode(r record) string {

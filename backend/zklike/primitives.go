@@ -1,0 +1,704 @@
+package zklike
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Issue 22's primitives on the same recipe: every contender is a key of
+// the lock's directory, ordered by create revision, and what a contender
+// may do depends only on the contenders before it (ZooKeeper's shared-lock
+// recipe, Curator's InterProcessReadWriteLock and a sequence-numbered
+// semaphore):
+//
+//   - an exclusive contender holds the key when nobody is before it;
+//   - a shared one (a read lock, Permits 0) when no exclusive contender is
+//     before it, so a waiting writer is not overtaken by later readers;
+//   - a semaphore permit (Permits N) when no exclusive contender and fewer
+//     than N contenders are before it.
+//
+// Contenders before a key only ever leave, so a contender that may hold
+// stays able to. One order for every mode makes the queue FIFO across
+// modes. A shared contender is created only by a Txn that fails if the
+// directory changed since it was read, after the read found no shared
+// contender with another N (ErrPermitsMismatch): so every shared
+// contender of a directory has the same N.
+//
+// AcquireAll creates its contender on every key in one Txn (one create
+// revision on every key: one total order, no cycle of waits), waits until
+// it may hold each key, then flags them all granted in one Txn. Until
+// flagged, it holds none of them (Inspect and Watch do not count it), but
+// those behind it on a key wait for it.
+//
+// Lock-delay: a key acquired with LockDelay D is put under a lease of its
+// own of TTL + D, while the Lease reports TTL. A holder that releases
+// deletes its key at once; one that stops renewing has lost the lock at
+// its deadline (TTL), but etcd deletes its key, and grants it on, only D
+// later.
+
+// features is what zklike offers: all of issue 22's primitives.
+const features = lock.FeatureShared | lock.FeatureSemaphore | lock.FeatureMultiKey | lock.FeatureWatch | lock.FeatureLockDelay
+
+// Features implements lock.FeatureReporter.
+func (l *Locker) Features() lock.Features { return features }
+
+func (l *Locker) checkSupported(opts lock.AcquireOptions) error {
+	return lock.CheckSupported("zklike", features, opts.Needs(), nil)
+}
+
+// delaySeconds rounds a lock-delay up to etcd's whole seconds.
+func delaySeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// entry is one contender of a directory as read from etcd.
+type entry struct {
+	kv  *mvccpb.KeyValue
+	rec record
+}
+
+func entries(kvs []*mvccpb.KeyValue) []entry {
+	es := make([]entry, len(kvs))
+	for i, kv := range kvs {
+		es[i] = entry{kv: kv, rec: decode(kv.Value)}
+	}
+	return es
+}
+
+// eligibility says, for contenders in create-revision order, which may
+// hold the key (see above).
+func eligibility(es []entry) []bool {
+	out := make([]bool, len(es))
+	excl, n := false, -1 // an exclusive contender seen; the first shared one's N
+	for i, e := range es {
+		if !e.rec.Shared {
+			out[i] = i == 0
+			excl = true
+			continue
+		}
+		out[i] = !excl && (n < 0 || n == e.rec.Permits) && (e.rec.Permits == 0 || i < e.rec.Permits)
+		if n < 0 {
+			n = e.rec.Permits
+		}
+	}
+	return out
+}
+
+// holders says which contenders hold the key: those eligible, and for an
+// AcquireAll's contender only once it is flagged granted.
+func holders(es []entry) []bool {
+	out := eligibility(es)
+	for i, e := range es {
+		out[i] = out[i] && (!e.rec.Multi || e.rec.Granted)
+	}
+	return out
+}
+
+// index is the position of the contender created at rev, or -1.
+func index(es []entry, rev int64) int {
+	for i, e := range es {
+		if e.kv.CreateRevision == rev {
+			return i
+		}
+	}
+	return -1
+}
+
+// waitersBehind reports whether a contender after the one created at rev
+// waits: may not hold the key (so it waits for the holders).
+func waitersBehind(es []entry, rev int64) bool {
+	el := eligibility(es)
+	for i, e := range es {
+		if e.kv.CreateRevision > rev && !el[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// mismatch is the ErrPermitsMismatch of a shared acquire with permits on
+// a directory whose shared contenders have another N; nil otherwise.
+func mismatch(key string, es []entry, permits int) error {
+	for _, e := range es {
+		if e.rec.Shared && e.rec.Permits != permits {
+			have := "as a read lock"
+			if e.rec.Permits > 0 {
+				have = fmt.Sprintf("with %d permits", e.rec.Permits)
+			}
+			return fmt.Errorf("%w: %q is held %s, not %d", lock.ErrPermitsMismatch, key, have, permits)
+		}
+	}
+	return nil
+}
+
+// heldError names the oldest holder of es (or its oldest contender).
+func heldError(key string, es []entry) error {
+	h := holders(es)
+	for i, e := range es {
+		if h[i] {
+			return &lock.HeldError{Key: key, Owner: e.rec.Owner, Token: lock.Token(e.kv.CreateRevision)}
+		}
+	}
+	if len(es) > 0 {
+		return &lock.HeldError{Key: key, Owner: es[0].rec.Owner, Token: lock.Token(es[0].kv.CreateRevision)}
+	}
+	return &lock.HeldError{Key: key}
+}
+
+// dirOp reads a directory's contenders, oldest first.
+func dirOp(dir string) clientv3.Op {
+	return clientv3.OpGet(dir, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+}
+
+// unchanged holds while no key of dir was created or modified after rev
+// (deletions only remove contenders, which never makes a decision taken at
+// rev unsafe).
+func unchanged(dir string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(dir), "<", rev+1).WithPrefix()
+}
+
+// readDirs reads the contenders of every directory at one revision.
+func (l *Locker) readDirs(ctx context.Context, dirs []string) ([][]entry, int64, error) {
+	ops := make([]clientv3.Op, len(dirs))
+	for i, d := range dirs {
+		ops[i] = dirOp(d)
+	}
+	var out [][]entry
+	var rev int64
+	err := l.do(ctx, func(rc context.Context) error {
+		resp, err := l.cli.Txn(rc).Then(ops...).Commit()
+		if err != nil {
+			return err
+		}
+		out = make([][]entry, len(dirs))
+		for i := range dirs {
+			out[i] = entries(resp.Responses[i].GetResponseRange().Kvs)
+		}
+		rev = resp.Header.Revision
+		return nil
+	})
+	return out, rev, err
+}
+
+// create puts the contenders cs (one per directory, one lease) in one Txn
+// that fails if any of their directories changed since rev; the directory
+// reads es (at rev) decide first: check returns an error to refuse. A Txn
+// retried after a lost reply finds its own keys. It returns false when a
+// directory changed (read again).
+func (l *Locker) create(ctx context.Context, cs []*contender, rev int64) (bool, error) {
+	var cmps []clientv3.Cmp
+	var puts []clientv3.Op
+	for _, c := range cs {
+		cmps = append(cmps, unchanged(c.dir, rev), clientv3.Compare(clientv3.CreateRevision(c.name), "=", 0))
+		puts = append(puts, clientv3.OpPut(c.name, c.value(), clientv3.WithLease(c.lease)))
+	}
+	var resp *clientv3.TxnResponse
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		for _, c := range cs {
+			c.created = true
+		}
+		resp, err = l.cli.Txn(rc).If(cmps...).Then(puts...).Else(clientv3.OpGet(cs[0].name)).Commit()
+		return err
+	})
+	if err != nil {
+		return false, l.lostSession(cs[0], err)
+	}
+	if resp.Succeeded {
+		for _, c := range cs {
+			c.rev = resp.Header.Revision
+		}
+		return true, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		// An earlier attempt whose reply was lost created them all.
+		for _, c := range cs {
+			c.rev = kvs[0].CreateRevision
+		}
+		return true, nil
+	}
+	for _, c := range cs {
+		c.created = false
+	}
+	return false, nil
+}
+
+// queueShared creates a shared contender (after checking its N against
+// the directory's) and waits until it may hold the key.
+func (l *Locker) queueShared(ctx context.Context, c *contender) (*lock.Lease, error) {
+	for {
+		dirs, rev, err := l.readDirs(ctx, []string{c.dir})
+		if err != nil {
+			return nil, err
+		}
+		if err := mismatch(c.key, dirs[0], c.opts.Permits); err != nil {
+			return nil, err
+		}
+		ok, err := l.create(ctx, []*contender{c}, rev)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			break
+		}
+	}
+	if err := l.waitTurn(ctx, c); err != nil {
+		return nil, err
+	}
+	return l.grant(ctx, c)
+}
+
+// tryShared creates a shared contender only if it may hold the key at
+// once and nobody waits for it.
+func (l *Locker) tryShared(ctx context.Context, c *contender) (*lock.Lease, error) {
+	for {
+		dirs, rev, err := l.readDirs(ctx, []string{c.dir})
+		if err != nil {
+			return nil, err
+		}
+		if err := l.refuseTry(ctx, c, dirs[0]); err != nil {
+			return nil, err
+		}
+		ok, err := l.create(ctx, []*contender{c}, rev)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			c.seenAt = c.rev
+			return l.grant(ctx, c)
+		}
+	}
+}
+
+// refuseTry is the error of a TryAcquire of c on a directory of es: a
+// permits mismatch, a waiter, or a holder c cannot share the key with.
+func (l *Locker) refuseTry(ctx context.Context, c *contender, es []entry) error {
+	shared := c.opts.Mode == lock.ModeShared
+	if shared {
+		if err := mismatch(c.key, es, c.opts.Permits); err != nil {
+			return err
+		}
+	}
+	h := holders(es)
+	for i := range es {
+		if !h[i] {
+			return heldError(c.key, es) // someone waits
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	if !shared {
+		return l.delayedOr(ctx, c.key, es[0])
+	}
+	probe := append(append([]entry(nil), es...), entry{kv: &mvccpb.KeyValue{CreateRevision: 1 << 62}, rec: c.record()})
+	if el := eligibility(probe); !el[len(el)-1] {
+		return heldError(c.key, es)
+	}
+	return nil
+}
+
+// delayedOr is the error of a TryAcquire that found e holding the key: a
+// DelayedError when e's holder is past its TTL and only its lock-delay
+// keeps the key (its lease has less than the delay left), else a
+// HeldError.
+func (l *Locker) delayedOr(ctx context.Context, key string, e entry) error {
+	held := &lock.HeldError{Key: key, Owner: e.rec.Owner, Token: lock.Token(e.kv.CreateRevision)}
+	if e.rec.Delay == 0 || e.kv.Lease == 0 {
+		return held
+	}
+	now := time.Now()
+	rc, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
+	ttl, err := l.cli.TimeToLive(rc, clientv3.LeaseID(e.kv.Lease))
+	cancel()
+	if err != nil || ttl.TTL < 0 || ttl.TTL >= e.rec.Delay {
+		return held
+	}
+	return &lock.DelayedError{Key: key, Until: now.Add(time.Duration(ttl.TTL+1) * time.Second)}
+}
+
+// waitTurn blocks until c may hold its key: for an exclusive contender,
+// until nobody is before it (the predecessor recipe); for a shared one,
+// until no exclusive contender (and, for a semaphore, fewer than N) is
+// before it. It sets c.seenAt and c.later for the wanted signal.
+func (l *Locker) waitTurn(ctx context.Context, c *contender) error {
+	if c.opts.Mode == lock.ModeExclusive {
+		mine, pred, rev, err := l.check(ctx, c)
+		switch {
+		case err != nil:
+			return err
+		case !mine:
+			return errLost
+		case pred == nil:
+			return nil
+		}
+		return l.wait(ctx, c, pred, rev)
+	}
+	lost, stop := l.keepWaiting(c)
+	defer stop()
+	for {
+		var es []entry
+		var mine bool
+		var rev int64
+		err := l.do(ctx, func(rc context.Context) error {
+			resp, err := l.cli.Txn(rc).Then(clientv3.OpGet(c.name, clientv3.WithCountOnly()), dirOp(c.dir)).Commit()
+			if err != nil {
+				return err
+			}
+			mine = resp.Responses[0].GetResponseRange().Count > 0
+			es = entries(resp.Responses[1].GetResponseRange().Kvs)
+			rev = resp.Header.Revision
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		i := index(es, c.rev)
+		if !mine || i < 0 {
+			return errLost
+		}
+		if eligibility(es)[i] {
+			c.seenAt, c.later = rev, waitersBehind(es, c.rev)
+			return nil
+		}
+		// An exclusive contender before c: wait for the newest of them
+		// (the older ones go first). Otherwise, a full semaphore: wait
+		// for any contender before c to go.
+		var lastExcl string
+		for _, e := range es[:i] {
+			if !e.rec.Shared {
+				lastExcl = string(e.kv.Key)
+			}
+		}
+		if lastExcl != "" {
+			err = l.awaitDelete(ctx, lastExcl, rev, lost)
+		} else {
+			err = l.awaitDeleteBefore(ctx, c, rev, lost)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// awaitDeleteBefore returns when a contender older than c may have left
+// its directory (a watch of the directory's deletes; see awaitDelete for
+// why it starts at the current revision).
+func (l *Locker) awaitDeleteBefore(ctx context.Context, c *contender, rev int64, lost <-chan struct{}) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := l.cli.Watch(wctx, c.dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut(), clientv3.WithPrevKV())
+	for {
+		select {
+		case <-lost:
+			return errLost
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-wch:
+			if !ok {
+				return ctx.Err()
+			}
+			if err := wr.Err(); err != nil {
+				sleepCtx(ctx, 50*time.Millisecond)
+				return ctx.Err()
+			}
+			if wr.Created {
+				if wr.Header.Revision > rev {
+					return nil // something may have changed meanwhile: look again
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.PrevKv == nil || ev.PrevKv.CreateRevision < c.rev {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// AcquireAll implements lock.MultiLocker (see above): one Txn queues a
+// contender on every key at one create revision; the call waits until it
+// may hold every key, then one Txn flags them granted.
+func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return l.acquireAll(ctx, keys, opts, false)
+}
+
+// TryAcquireAll implements lock.MultiLocker: one read of every key's
+// directory, and one Txn that creates the granted contenders on every key
+// only if no directory changed since; a key held or waited for refuses the
+// whole call with its HeldError.
+func (l *Locker) TryAcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return l.acquireAll(ctx, keys, opts, true)
+}
+
+func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions, try bool) ([]*lock.Lease, error) {
+	if err := lock.ValidateKeys(keys); err != nil {
+		return nil, err
+	}
+	zero := opts.TTL == 0
+	var leases []*lock.Lease
+	_, err := l.life.Acquire(keys[0], opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if zero {
+			opts.TTL = l.cfg.SessionTTL
+		}
+		var err error
+		leases, err = l.acquireAllNormalized(ctx, keys, opts, try)
+		return nil, err
+	})
+	return leases, err
+}
+
+func (l *Locker) acquireAllNormalized(ctx context.Context, keys []string, opts lock.AcquireOptions, try bool) ([]*lock.Lease, error) {
+	op := "acquire-all"
+	if try {
+		op = "try-acquire-all"
+	}
+	if err := l.checkSupported(opts); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, l.fail(ctx, op, keys[0], nil)
+	}
+	if !try {
+		for _, k := range keys {
+			l.wanted.localWaiter(l.dir(k), opts.Mode == lock.ModeExclusive)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
+	for restarts := 0; ; restarts++ {
+		cs, err := l.enterAll(wctx, keys, opts)
+		if err != nil {
+			return nil, l.fail(ctx, op, keys[0], err)
+		}
+		leases, err := l.multi(wctx, cs, try)
+		if err == nil && wctx.Err() != nil {
+			for _, lease := range leases {
+				lease.End(lock.ErrReleased)
+			}
+			leases, err = nil, wctx.Err()
+		}
+		if err != nil {
+			for _, c := range cs {
+				l.abandon(c)
+			}
+			var held *lock.HeldError
+			var delayed *lock.DelayedError
+			switch {
+			case errors.As(err, &held), errors.As(err, &delayed), errors.Is(err, lock.ErrPermitsMismatch):
+				return nil, err
+			case errors.Is(err, errLost) && wctx.Err() == nil && (!try || restarts < maxTryRestarts):
+				l.cfg.Logger.Warn("zklike: multi-key contender lost its lease while waiting; queueing again", "keys", keys)
+				continue
+			}
+			return nil, l.fail(ctx, op, keys[0], err)
+		}
+		for i, c := range cs {
+			l.hold(c, leases[i])
+		}
+		return leases, nil
+	}
+}
+
+// enterAll prepares one contender per key, under one lease and handle.
+func (l *Locker) enterAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*contender, error) {
+	first, err := l.enter(ctx, keys[0], opts)
+	if err != nil {
+		return nil, err
+	}
+	first.multi = true
+	cs := []*contender{first}
+	for _, k := range keys[1:] {
+		c := &contender{
+			key: k, dir: l.dir(k), opts: opts, delay: first.delay, multi: true,
+			lease: first.lease, sess: first.sess, own: first.own, handle: first.handle,
+		}
+		c.name = c.dir + c.handle
+		c.sent, c.ttl = first.lastSent()
+		if c.sess != nil && !c.sess.use() {
+			// The session died meanwhile: give back what was taken.
+			for _, d := range cs {
+				d.sess.unuse()
+			}
+			return nil, errLost
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// multi creates the contenders cs and waits until they may hold every key
+// (try: only if they may at once), then flags them granted.
+func (l *Locker) multi(ctx context.Context, cs []*contender, try bool) ([]*lock.Lease, error) {
+	dirs := make([]string, len(cs))
+	for i, c := range cs {
+		dirs[i] = c.dir
+	}
+	for {
+		es, rev, err := l.readDirs(ctx, dirs)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range cs {
+			switch {
+			case try:
+				err = l.refuseTry(ctx, c, es[i])
+			case c.opts.Mode == lock.ModeShared:
+				err = mismatch(c.key, es[i], c.opts.Permits)
+			}
+			if err != nil {
+				return nil, err
+			}
+			c.granted = try // a try creates its keys granted
+		}
+		ok, err := l.create(ctx, cs, rev)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			break
+		}
+	}
+	if !try {
+		for _, c := range cs {
+			if err := l.waitTurn(ctx, c); err != nil {
+				return nil, err
+			}
+		}
+		if err := l.flagGranted(ctx, cs); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, c := range cs {
+			c.seenAt = c.rev
+		}
+	}
+	leases := make([]*lock.Lease, 0, len(cs))
+	for _, c := range cs {
+		lease, err := l.grant(ctx, c)
+		if err != nil {
+			for _, g := range leases {
+				g.End(lock.ErrReleased)
+			}
+			return nil, err
+		}
+		leases = append(leases, lease)
+		// One lease: its keep-alive is fresh for the other keys too.
+		sent, ttl := c.lastSent()
+		for _, d := range cs {
+			d.refreshed(sent, int64(ttl/time.Second))
+		}
+	}
+	return leases, nil
+}
+
+// flagGranted marks every contender of cs granted, if all are still
+// there, and reads their directories for the wanted signal.
+func (l *Locker) flagGranted(ctx context.Context, cs []*contender) error {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, c := range cs {
+		c.granted = true
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(c.name), "=", c.rev))
+		ops = append(ops, clientv3.OpPut(c.name, c.value(), clientv3.WithIgnoreLease()))
+	}
+	for _, c := range cs {
+		ops = append(ops, dirOp(c.dir))
+	}
+	var resp *clientv3.TxnResponse
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		resp, err = l.cli.Txn(rc).If(cmps...).Then(ops...).Commit()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return errLost
+	}
+	for i, c := range cs {
+		es := entries(resp.Responses[len(cs)+i].GetResponseRange().Kvs)
+		c.seenAt, c.later = resp.Header.Revision, waitersBehind(es, c.rev)
+	}
+	return nil
+}
+
+// markLease is a short lease for the release marks: a mark needs to live
+// only in the revision of its release, where a watch reads it, so the
+// lease is granted for markTTL, never renewed, and replaced once half of it
+// has passed.
+type markLease struct {
+	mu    chan struct{} // a one-slot lock that a context can abandon
+	id    clientv3.LeaseID
+	until time.Time
+}
+
+const markTTL = 60 * time.Second
+
+// markID returns a lease for release marks that lives for a while yet.
+func (l *Locker) markID(ctx context.Context, fresh bool) (clientv3.LeaseID, error) {
+	m := &l.marks
+	select {
+	case m.mu <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-m.mu }()
+	if !fresh && m.id != 0 && time.Now().Before(m.until) {
+		return m.id, nil
+	}
+	var resp *clientv3.LeaseGrantResponse
+	sent := time.Now()
+	err := l.do(ctx, func(rc context.Context) (err error) {
+		sent = time.Now()
+		resp, err = l.cli.Grant(rc, int64(markTTL/time.Second))
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	m.id, m.until = resp.ID, sent.Add(markTTL/2)
+	return m.id, nil
+}
+
+// markKey is the key of key's release marks: <prefix>/<escaped key>, next
+// to (and outside) its directory, so that one watch range covers both.
+func (l *Locker) markKey(key string) string {
+	return l.cfg.Prefix + "/" + escapeKey(key)
+}
+
+// deleteMarked deletes name, whose create revision must be token, with a
+// release mark in the same Txn (the watch tells a release from an expiry
+// by it). ok is false when name is not that grant's key.
+func (l *Locker) deleteMarked(ctx context.Context, key, name string, token int64) (resp *clientv3.TxnResponse, err error) {
+	for attempt := 0; attempt < 2; attempt++ {
+		var id clientv3.LeaseID
+		if id, err = l.markID(ctx, attempt > 0); err != nil {
+			return nil, err
+		}
+		err = l.do(ctx, func(rc context.Context) (err error) {
+			resp, err = l.cli.Txn(rc).If(clientv3.Compare(clientv3.CreateRevision(name), "=", token)).
+				Then(
+					clientv3.OpPut(l.markKey(key), strconv.FormatInt(token, 10), clientv3.WithLease(id)),
+					clientv3.OpDelete(name, clientv3.WithPrevKV()),
+				).Commit()
+			return err
+		})
+		if !leaseNotFound(err) {
+			return resp, err
+		}
+	}
+	return resp, err
+}
