@@ -27,8 +27,8 @@ const (
 	fMode    // version 2 on
 	fPermits // version 2 on
 	fDelay   // version 2 on
-	fAll   = fKey | fOwner | fHandle | fToken | fTTL | fValue
-	fAllV2 = fAll | fMode | fPermits | fDelay
+	fAll     = fKey | fOwner | fHandle | fToken | fTTL | fValue
+	fAllV2   = fAll | fMode | fPermits | fDelay
 )
 
 // Encode returns the binary form of e, version 1:

@@ -3,8 +3,8 @@ package fsm
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"math"
+	"slices"
 	"sync"
 	"time"
 

@@ -112,11 +112,11 @@ const (
 
 // The Field names of a LimitError.
 const (
-	FieldType   = "type"
-	FieldKey    = "key"
-	FieldOwner  = "owner"
-	FieldHandle = "handle"
-	FieldValue  = "value"
+	FieldType    = "type"
+	FieldKey     = "key"
+	FieldOwner   = "owner"
+	FieldHandle  = "handle"
+	FieldValue   = "value"
 	FieldPermits = "permits"
 	FieldGroup   = "group"
 )
