@@ -19,7 +19,110 @@ func newBenchCmd() *cobra.Command {
 		Short: "Measure the backends side by side: latency, and safety under faults",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd())
+	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(),
+		newBenchElectionCmd(), newBenchCampaignCmd())
+	return cmd
+}
+
+func newBenchElectionCmd() *cobra.Command {
+	var (
+		cfg              bench.ElectionConfig
+		endpoints        []string
+		jsonOut, htmlOut string
+		serverLog        string
+	)
+	cmd := &cobra.Command{
+		Use:   "election",
+		Short: "Measure leader election failover: kill the leader's process, time the next leader",
+		Long: `Start a three-node raftlock cluster of 'lockgate node' processes on free
+127.0.0.1 ports (or use --endpoints), run --campaigners campaigner processes
+('lockgate bench campaign': lock/election's Campaign through the Go SDK, with
+a lease of --ttl), observe the election with lock/election's Observe, and
+SIGKILL the leader's process --kills times, starting a new campaigner after
+each kill. For each kill it reports the time from the SIGKILL to the next
+leader observed (and to the observer seeing no leader, and to the next
+leader's process saying it leads), then the p50 and max beside the bound of
+issue 22: the lease TTL plus one commit, the commit being the p50 of an
+uncontended acquire on the same endpoints measured in the same run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg.Lockgate = self
+			ctx, stop := signalContext()
+			defer stop()
+			errw := cmd.ErrOrStderr()
+			var logw io.Writer
+			if serverLog != "" {
+				f, err := os.Create(serverLog)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				logw = f
+			}
+			cfg.Log, cfg.Progress = logw, errw
+			cfg.Endpoints = endpoints
+			if len(endpoints) == 0 {
+				fmt.Fprintf(errw, "starting a %d-node raftlock cluster\n", bench.RaftNodes)
+				s, err := bench.Provision(ctx, []string{bench.Raft}, bench.ProvisionOptions{Lockgate: self, Log: logw})
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				cfg.Endpoints, cfg.Backend = s.Spec.Raft, bench.Raft
+			} else if cfg.Backend == "" {
+				cfg.Backend = "endpoints " + strings.Join(endpoints, ",")
+			}
+			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
+			rep, err := bench.RunElection(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			return writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&endpoints, "endpoints", nil, "gateway-protocol endpoints to campaign on (default: start a raftlock cluster)")
+	f.IntVar(&cfg.Campaigners, "campaigners", 3, "campaigner processes at once")
+	f.IntVar(&cfg.Kills, "kills", 20, "leaders to kill")
+	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "the leader's lease TTL")
+	f.IntVar(&cfg.CommitSamples, "commit-samples", 200, "uncontended acquires that measure the commit latency (half before the kills, half after)")
+	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the waits before the kills")
+	f.StringVar(&jsonOut, "json", "", "write the report as JSON to this file")
+	f.StringVar(&htmlOut, "html", "", "write an HTML report to this file")
+	f.StringVar(&serverLog, "server-log", "", "write the servers' and campaigners' output to this file (default: discard)")
+	return cmd
+}
+
+// newBenchCampaignCmd is one campaigner of 'bench election' (hidden).
+func newBenchCampaignCmd() *cobra.Command {
+	var (
+		cfg       bench.CampaignConfig
+		endpoints []string
+	)
+	cmd := &cobra.Command{
+		Use:    "campaign",
+		Short:  "Campaign for an election and hold the leadership (a campaigner of bench election)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Endpoints = endpoints
+			ctx, stop := signalContext()
+			defer stop()
+			return bench.Campaign(ctx, cfg, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&endpoints, "endpoints", nil, "gateway-protocol endpoints")
+	f.StringVar(&cfg.Key, "key", "", "the election's key")
+	f.StringVar(&cfg.Owner, "owner", "", "this campaigner's owner id, published as its value")
+	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "the leader's lease TTL")
+	cmd.MarkFlagRequired("endpoints")
+	cmd.MarkFlagRequired("key")
+	cmd.MarkFlagRequired("owner")
 	return cmd
 }
 
