@@ -42,6 +42,20 @@ type ChaosConfig struct {
 	// next acquire, drawn uniformly from [0, Think) (default 0: none).
 	// After a failed acquire a client always pauses 20–100 ms.
 	Think time.Duration
+	// Mode is how the clients hold their keys (issue 22): ChaosExclusive
+	// (the zero value: a mutex), ChaosRW (each acquire shared with
+	// probability SharedFraction, else exclusive) or ChaosSemaphore
+	// (every acquire one of Permits permits). Shared holders read: they
+	// write nothing, and record their read as a write no store applied
+	// (it marks how long they believed they held the key). The checkers
+	// judge the modes: an exclusive holder alone, or shared holders
+	// only, at most Permits of them.
+	Mode string
+	// SharedFraction is ChaosRW's probability of a shared acquire
+	// (default 0.5).
+	SharedFraction float64
+	// Permits is ChaosSemaphore's N (default 3).
+	Permits int
 	// Command is the command line that reproduces the campaign; it is
 	// printed when the campaign starts and kept in its report.
 	Command string
@@ -99,11 +113,37 @@ func (c *ChaosConfig) fill() error {
 
 // defaults fills in the workload's defaults and checks its sizes.
 func (c *ChaosConfig) defaults() error {
+	switch c.Mode {
+	case "", ChaosExclusive:
+		c.Mode = ChaosExclusive
+	case ChaosRW:
+		if c.SharedFraction == 0 {
+			c.SharedFraction = 0.5
+		}
+		if !(c.SharedFraction > 0 && c.SharedFraction <= 1) {
+			return fmt.Errorf("shared fraction %v: want above 0, at most 1", c.SharedFraction)
+		}
+	case ChaosSemaphore:
+		if c.Permits == 0 {
+			c.Permits = 3
+		}
+		if c.Permits < 1 || c.Permits > lock.MaxPermits {
+			return fmt.Errorf("permits %d: want 1 to %d", c.Permits, lock.MaxPermits)
+		}
+		if c.Keys == 0 && c.Clients != 0 {
+			c.Keys = max(1, c.Clients/8) // enough holders per key to fill its permits
+		}
+	default:
+		return fmt.Errorf("mode %q: want %s", c.Mode, strings.Join(ChaosModes, ", "))
+	}
 	if c.Clients == 0 {
 		c.Clients = 32
 		if kindOf(c.Backend) == backends.KindPostgres {
 			c.Clients = 16
 		}
+	}
+	if c.Keys == 0 && c.Mode == ChaosSemaphore {
+		c.Keys = max(1, c.Clients/8)
 	}
 	if c.Keys == 0 {
 		c.Keys = max(1, c.Clients/2)
@@ -152,6 +192,20 @@ type ChaosReport struct {
 	// them ran out of time (Linearizable is then false).
 	LinearizabilityKeys        int `json:"linearizability_keys"`
 	LinearizabilityUnknownKeys int `json:"linearizability_unknown_keys"`
+	// Holds is the workload's mode (ChaosConfig.Mode: ChaosExclusive,
+	// ChaosRW, ChaosSemaphore), with its SharedFraction or Permits.
+	Holds          string  `json:"holds"`
+	SharedFraction float64 `json:"shared_fraction,omitempty"`
+	Permits        int     `json:"permits,omitempty"`
+	// PermitExcess counts the grants of a semaphore's permit while its
+	// permits were all held (included in Overlaps); ModeTokenViolations
+	// the grants whose token was not above every grant of the other mode
+	// received before (included in TokenRegressions); SharedKeys the keys
+	// with shared holds, left out of the linearizability search (its
+	// model is a mutex's).
+	PermitExcess        int `json:"permit_excess,omitempty"`
+	ModeTokenViolations int `json:"mode_token_violations,omitempty"`
+	SharedKeys          int `json:"shared_keys,omitempty"`
 	// TokenCheck is "checked", or why the fencing tokens were not checked
 	// (a backend without them: the campaign numbers its grants itself).
 	// TokensReused counts grants of a key whose token an earlier grant
@@ -317,7 +371,14 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 	info := infoOf(cfg.Backend)
 	rep := &ChaosReport{Backend: cfg.Backend, Variant: info.Variant, Mode: info.Mode, Caps: info.Caps,
 		Faults: cfg.Faults, Seed: cfg.Seed, Clients: cfg.Clients, Keys: cfg.Keys,
-		TTLMs: cfg.TTL.Milliseconds(), HoldMs: ms(cfg.Hold), ThinkMs: ms(cfg.Think), Errors: map[string]int{}, Command: cfg.Command}
+		TTLMs: cfg.TTL.Milliseconds(), HoldMs: ms(cfg.Hold), ThinkMs: ms(cfg.Think), Errors: map[string]int{}, Command: cfg.Command,
+		Holds: cfg.Mode}
+	switch cfg.Mode {
+	case ChaosRW:
+		rep.SharedFraction = cfg.SharedFraction
+	case ChaosSemaphore:
+		rep.Permits = cfg.Permits
+	}
 	if !info.Caps.Fencing {
 		rep.Notes = append(rep.Notes, cfg.Backend+" gives no fencing token: its writes go to the unfenced store only")
 	}
@@ -326,6 +387,7 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 			rep.Notes = append(rep.Notes, f.Name+": "+n)
 		}
 	}
+	rep.Notes = append(rep.Notes, rep.modeNotes()...)
 	lockers := make([]lock.Locker, cfg.Clients)
 	links := make([]clientLinks, cfg.Clients)
 	for i := range lockers {
@@ -333,6 +395,9 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 			return nil, fmt.Errorf("client %d: %w", i, err)
 		}
 		defer lockers[i].Close()
+	}
+	if err := chaosNeeds(ctx, cfg, lockers[0]); err != nil {
+		return nil, err
 	}
 
 	w := &workload{cfg: cfg, store: store, unfenced: newUnfenced(), base: time.Now(), fencing: info.Caps.Fencing, session: info.Caps.Session}
@@ -415,6 +480,7 @@ func (rep *ChaosReport) check() {
 		rep.TokenCheck = "skipped: " + rep.Backend + " gives no fencing tokens (the campaign numbered its grants)"
 	}
 	rep.TokensReused, rep.TokenRegressions, rep.TokenExamples = r.TokensReused, r.TokenRegressions, r.TokenExamples
+	rep.PermitExcess, rep.ModeTokenViolations, rep.SharedKeys = r.PermitExcess, r.ModeTokenViolations, r.SharedKeys
 	rep.UnavailableS, rep.MaxRecoveryS = r.Unavailable.Seconds(), r.MaxRecovery.Seconds()
 	rep.Cycles = 0
 	for _, o := range rep.history {

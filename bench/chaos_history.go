@@ -106,6 +106,10 @@ func (r *ChaosReport) Verdicts() []string {
 		fmt.Sprintf("max_recovery_s %.3f", r.MaxRecoveryS),
 		fmt.Sprintf("valid %v", r.Valid),
 	}
+	if r.Holds != "" && r.Holds != ChaosExclusive {
+		v = append(v, fmt.Sprintf("holds %s (permit_excess %d, mode_token_violations %d, shared_keys %d)",
+			r.Holds, r.PermitExcess, r.ModeTokenViolations, r.SharedKeys))
+	}
 	for _, f := range r.Failures() {
 		v = append(v, "FAILED "+f)
 	}

@@ -28,6 +28,9 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "duration\t%.1f s, %d clients on %d keys, TTL %d ms, hold < %g ms, think < %g ms\n",
 		r.DurationS, r.Clients, r.Keys, r.TTLMs, r.HoldMs, r.ThinkMs)
 	fmt.Fprintf(tw, "cycles\t%d (%.1f/s)\n", r.Cycles, r.CyclesPerS)
+	if h := r.holdsText(); h != "" {
+		fmt.Fprintf(tw, "holds\t%s\n", h)
+	}
 	fmt.Fprintf(tw, "overlaps\t%d\n", r.Overlaps)
 	fmt.Fprintf(tw, "stale writes accepted\t%d\n", r.StaleWritesAccepted)
 	fmt.Fprintf(tw, "stale writes rejected\t%d\n", r.StaleWritesRejected)
@@ -207,6 +210,9 @@ func (r *ChaosReport) htmlHeader() string {
 	b.WriteString(`<table style="border-collapse:collapse;font-size:14px" border="1" cellpadding="4">`)
 	fmt.Fprintf(&b, "<tr><td>faults</td><td>%s (seed %d), %.1f s, %d clients on %d keys, TTL %d ms, hold &lt; %g ms, think &lt; %g ms, %d cycles (%.1f/s)</td></tr>\n",
 		esc(strings.Join(r.Faults, ", ")), r.Seed, r.DurationS, r.Clients, r.Keys, r.TTLMs, r.HoldMs, r.ThinkMs, r.Cycles, r.CyclesPerS)
+	if h := r.holdsText(); h != "" {
+		fmt.Fprintf(&b, "<tr><td>holds</td><td>%s</td></tr>\n", esc(h))
+	}
 	verdict("overlaps", fmt.Sprint(r.Overlaps), r.Overlaps == 0)
 	verdict("stale writes accepted", fmt.Sprint(r.StaleWritesAccepted), r.StaleWritesAccepted == 0)
 	verdict("stale writes rejected (the fence at work)", fmt.Sprint(r.StaleWritesRejected), true)

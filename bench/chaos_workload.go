@@ -82,9 +82,11 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 	ttl := w.cfg.TTL
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("chaos/%d", rng.IntN(w.cfg.Keys))
-		acq := check.Op{Client: id, Key: key, Kind: check.Acquire, TTL: ttl, Start: w.now()}
+		opts := w.acquireOptions(rng, ttl)
+		acq := check.Op{Client: id, Key: key, Kind: check.Acquire, TTL: ttl, Start: w.now(),
+			Shared: opts.Mode == lock.ModeShared, Permits: opts.Permits}
 		actx, cancel := context.WithTimeout(ctx, 2*ttl)
-		lease, err := l.Acquire(actx, key, lock.AcquireOptions{TTL: ttl})
+		lease, err := l.Acquire(actx, key, opts)
 		cancel()
 		acq.End = w.now()
 		if err != nil {
@@ -126,7 +128,11 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 				w.fail("heal", err)
 			}
 		}
-		if paused || time.Now().Before(lease.Deadline()) {
+		switch {
+		case !paused && !time.Now().Before(lease.Deadline()):
+		case acq.Shared:
+			w.read(id, key, token)
+		default:
 			w.write(ctx, id, key, token)
 		}
 		hold := w.cfg.Hold

@@ -300,6 +300,15 @@ cut clients from a minority of servers), clock (raft: a node's leader clock
 jumps forward; redlock: a quorum's clocks, emulated), client-pause (a client
 stalls 1.5 × TTL after checking its deadline, then writes).
 
+--mode rw and --mode semaphore run the same faults over issue 22's
+primitives: shared holders read (they write to no store), exclusive ones
+write as above, and the overlap check judges the modes — an exclusive
+holder alone, or shared holders only, at most --permits of them; an
+exclusive grant's token must be above every shared grant's received before
+it. Keys with shared holds are left out of the linearizability search,
+whose model is a mutex's. A backend without the primitive is refused at
+once (unsupported).
+
 The campaign prints its seed and the command that reproduces it. The exit
 status is 1 when a checker failed (an overlap where no fault injected was
 expected to break mutual exclusion, a stale write accepted, a token reused or
@@ -379,6 +388,10 @@ check FILE' runs the checkers on it again.`,
 	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL (etcd's smallest is 2s; keep it above the election time)")
 	f.DurationVar(&cfg.Hold, "hold", 20*time.Millisecond, "longest hold of a lock after the writes (each drawn uniformly below it)")
 	f.DurationVar(&cfg.Think, "think", 0, "longest pause between a release and the next acquire (each drawn uniformly below it; 0: none)")
+	f.StringVar(&cfg.Mode, "mode", bench.ChaosExclusive, "how clients hold their keys: "+strings.Join(bench.ChaosModes, ", ")+
+		" (rw: shared with probability --rw-shared, else exclusive; semaphore: one of --permits permits, on clients/8 keys by default)")
+	f.Float64Var(&cfg.SharedFraction, "rw-shared", 0.5, "--mode rw: probability (above 0, at most 1) that an acquire is shared")
+	f.IntVar(&cfg.Permits, "permits", 3, "--mode semaphore: the permits of each key")
 	f.StringVar(&historyOut, "history", "", "write the whole history (JSON) here; without it, a failed campaign writes it next to --json/--html or to chaos-history-SEED.json")
 	f.StringVar(&jsonOut, "json", "", "write the verdicts as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write an HTML report (timeline of faults and verdicts) to this file")
