@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -134,3 +137,65 @@ func TestCompareModes(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestModesLatencySmoke runs rw, semaphore and multikey (with contended,
+// their baseline) briefly on every backend of ours over both paths: each
+// run either measured acquisitions without errors, or says "unsupported"
+// (never an error that fails the run); the backends that offer the
+// primitives are measured (zklike offers all three: etcd:lease is zklike
+// itself) and set beside their baselines.
+func TestModesLatencySmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts every backend's servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	backends := append(slices.Clone(smokeBackends), Etcd+":lease")
+	s, err := Provision(ctx, backends, ProvisionOptions{Lockgate: testenv.BuildLockgate(t), Log: &log})
+	if err != nil {
+		t.Fatalf("provision: %v\n%s", err, log.String())
+	}
+	defer s.Close()
+	rep, err := RunLatency(ctx, s, LatencyConfig{
+		Backends:  backends,
+		Workloads: []string{Contended, RW, Semaphore, MultiKey},
+		Vias:      Vias,
+		Clients:   4,
+		Duration:  500 * time.Millisecond,
+		Rounds:    1,
+		Progress:  testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logTable(t, rep)
+	measured := map[string]int{}
+	for _, r := range rep.Runs {
+		switch {
+		case r.Unsupported:
+			if !strings.Contains(r.Note, "not supported") && !strings.Contains(r.Note, "does not offer") {
+				t.Errorf("%s via %s %s: unsupported with the note %q", r.Backend, r.Via, r.Workload, r.Note)
+			}
+		case r.Ops == 0 || !tolerable(r):
+			t.Errorf("%s via %s %s: ops %d, errors %d %v", r.Backend, r.Via, r.Workload, r.Ops, r.Errors, r.ErrorKinds)
+		default:
+			measured[r.Workload]++
+			if r.Workload == MultiKey && (r.SingleUS == nil || r.SingleUS.P50 <= 0) {
+				t.Errorf("%s via %s multikey: no single-key latency", r.Backend, r.Via)
+			}
+		}
+	}
+	for _, w := range []string{RW, Semaphore, MultiKey} {
+		if measured[w] == 0 {
+			t.Errorf("no backend measured %s", w)
+		}
+	}
+	compared := map[string]int{}
+	for _, c := range rep.ModeComparisons {
+		compared[c.Workload]++
+	}
+	if compared[RW] != measured[RW] || compared[Semaphore] != measured[Semaphore] || compared[MultiKey] != measured[MultiKey] {
+		t.Errorf("comparisons %v for measured runs %v", compared, measured)
+	}
+}
