@@ -113,7 +113,7 @@ func (lc *leaseCache) take(key string, opts lock.AcquireOptions) (hit, stale *lo
 // half its TTL left (a lease whose renewals lag is not handed out).
 func (e *cacheEntry) serves(opts lock.AcquireOptions, broken bool) bool {
 	l := e.lease
-	return (broken || l.Err() == nil && !l.IsWanted()) &&
+	return (broken || l.Err() == nil && !l.IsWanted()) && cacheable(opts) &&
 		opts.Owner == e.opts.Owner && opts.TTL == e.opts.TTL && opts.AutoRenew == e.opts.AutoRenew &&
 		bytes.Equal(opts.Value, e.opts.Value) && (opts.Handle == "" || opts.Handle == l.Handle) &&
 		time.Until(l.Deadline()) > l.TTL()/2
@@ -319,4 +319,22 @@ func (c *Client) releaseQuietly(lease *lock.Lease) {
 	if err := c.release(ctx, lease); err != nil {
 		c.log.Info("lockgate client: releasing a cached lease failed; it ends at its TTL", "key", lease.Key, "token", lease.Token, "err", err)
 	}
+}
+
+// evict takes the unused leases of keys out of the cache, for the caller
+// to release for real: an acquire of several keys (never served from the
+// cache) would otherwise wait behind them.
+func (lc *leaseCache) evict(keys []string) (stale []*lock.Lease) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for _, k := range keys {
+		e := lc.entries[k]
+		if e == nil || e.inUse {
+			continue
+		}
+		lc.stopLocked(e)
+		delete(lc.entries, k)
+		stale = append(stale, e.lease)
+	}
+	return stale
 }

@@ -34,7 +34,12 @@ type call struct {
 // what names the call in errors and logs, e.g. `acquire "orders/42"`. It
 // is built only when needed: formatting it on every call costs more than the
 // rest of the client's bookkeeping.
-func (k *call) what() string { return fmt.Sprintf("%s %q", k.op, k.req.Key) }
+func (k *call) what() string {
+	if k.req.Key == "" && k.req.Keys != nil {
+		return fmt.Sprintf("%s %q", k.op, k.req.Keys)
+	}
+	return fmt.Sprintf("%s %q", k.op, k.req.Key)
+}
 
 // do sends k on the live connection and returns the first answer that is
 // not a transient failure. Dropped connections, not_leader redirects,
@@ -225,16 +230,12 @@ func (c *Client) abandon(wc *wsConn, id string, ch chan *reply, k *call) {
 				if r.Type == "queued" {
 					continue
 				}
-				if r.Type == wire.TypeGrant {
-					c.releaseRaced(wc, r)
-				}
+				c.releaseGranted(wc, r)
 				return
 			case <-wc.done:
 				select {
 				case r := <-ch:
-					if r.Type == wire.TypeGrant {
-						c.releaseRaced(wc, r)
-					}
+					c.releaseGranted(wc, r)
 				default:
 					c.log.Warn("lockgate client: connection lost while giving up an acquire; a grant that raced in stays held until its TTL", "key", k.req.Key)
 				}
@@ -256,6 +257,19 @@ func (c *Client) abandon(wc *wsConn, id string, ch chan *reply, k *call) {
 	settle()
 }
 
+// releaseGranted releases what a reply to a given-up acquire granted: a
+// grant, or each lease of an acquireAll's grants.
+func (c *Client) releaseGranted(wc *wsConn, r *reply) {
+	switch r.Type {
+	case wire.TypeGrant:
+		c.releaseRaced(wc, r)
+	case wire.TypeGrants:
+		for _, l := range r.Leases {
+			c.releaseRaced(wc, &reply{Reply: wire.Reply{Key: l.Key, LockToken: l.LockToken, FencingToken: l.FencingToken}})
+		}
+	}
+}
+
 // releaseRaced releases a grant that arrived for a request its caller gave
 // up, first on the connection it came on, else through a fresh call.
 func (c *Client) releaseRaced(wc *wsConn, r *reply) {
@@ -263,7 +277,9 @@ func (c *Client) releaseRaced(wc *wsConn, r *reply) {
 		FencingToken: &wire.FencingToken{Key: r.Key, Value: uint64(r.token())}, Ack: true}
 	c.log.Debug("lockgate client: releasing a grant that raced with giving up", "key", r.Key, "token", r.token())
 	id := c.newID()
-	if ch, ok := wc.register(id); ok {
+	if wc == nil {
+		// No connection to try first (the caller has none at hand).
+	} else if ch, ok := wc.register(id); ok {
 		req.ID = id
 		if wc.send(&req) == nil {
 			t := time.NewTimer(c.opts.RequestTimeout)

@@ -208,6 +208,10 @@ type Client struct {
 	held          map[string]*lock.Lease
 	early         map[string]bool // lock tokens of acquires in flight: true once a "wanted" push came for one
 	signalsWanted atomic.Bool
+	// features: what the last gateway announced; connected closes at the
+	// first connection (Features waits for it).
+	features  atomic.Uint32
+	connected chan struct{}
 	cache         *leaseCache // nil unless Options.CacheLeases
 
 	mu       sync.Mutex
@@ -258,6 +262,7 @@ func New(endpoints []string, opts Options) (*Client, error) {
 		stop:      make(chan struct{}),
 		runDone:   make(chan struct{}),
 		ready:     make(chan struct{}),
+		connected: make(chan struct{}),
 	}
 	if opts.CacheLeases {
 		c.cache = newLeaseCache(c)
@@ -366,7 +371,13 @@ func (c *Client) run() {
 		lastAddr = wc.addr
 		c.log.Debug("lockgate client: connected", "addr", wc.addr)
 		c.signalsWanted.Store(wc.wanted)
+		c.features.Store(uint32(wc.features))
 		c.mu.Lock()
+		select {
+		case <-c.connected:
+		default:
+			close(c.connected)
+		}
 		c.cur = wc
 		close(c.ready)
 		c.ready = make(chan struct{})

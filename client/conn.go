@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/lock"
 )
 
 // Connection liveness: the client pings every pingInterval and drops a
@@ -47,6 +48,8 @@ type wsConn struct {
 	// wanted: the gateway announced (wire.FeaturesHeader) that it pushes
 	// "wanted" to holders whose key another caller waits for.
 	wanted bool
+	// features: what the gateway's backend offers (wire.FeaturesHeader).
+	features lock.Features
 
 	wmu     sync.Mutex
 	writeBy time.Time // the write deadline, under wmu
@@ -54,6 +57,9 @@ type wsConn struct {
 
 	pmu     sync.Mutex
 	pending map[string]chan *reply
+	// streams are the open watches by request id: their "event" messages
+	// go there (watch.go), never to pending.
+	streams map[string]*stream
 
 	done     chan struct{} // closed when the reader has exited
 	closeMu  sync.Mutex
@@ -66,8 +72,9 @@ type wsConn struct {
 	useful  atomic.Bool // it answered a request normally
 }
 
-func newConn(c *Client, ws *websocket.Conn, addr string, wanted bool) *wsConn {
-	wc := &wsConn{c: c, ws: ws, addr: addr, born: time.Now(), wanted: wanted, pending: map[string]chan *reply{}, done: make(chan struct{})}
+func newConn(c *Client, ws *websocket.Conn, addr string, wanted bool, features lock.Features) *wsConn {
+	wc := &wsConn{c: c, ws: ws, addr: addr, born: time.Now(), wanted: wanted, features: features,
+		pending: map[string]chan *reply{}, streams: map[string]*stream{}, done: make(chan struct{})}
 	ws.SetReadLimit(64 << 10)
 	// extend pushes the read deadline idleTimeout ahead, but only once half
 	// of it has passed: moving a deadline costs a timer update, too much
@@ -124,7 +131,12 @@ func (wc *wsConn) read(extend func()) {
 		}
 		wc.pmu.Lock()
 		ch := wc.pending[r.ID]
+		st := wc.streams[r.ID]
 		wc.pmu.Unlock()
+		if st != nil && ch == nil {
+			st.deliver(r)
+			continue
+		}
 		if ch == nil {
 			continue // a request that gave up (e.g. the reply to a cancel)
 		}
@@ -140,6 +152,7 @@ func (wc *wsConn) read(extend func()) {
 func (wc *wsConn) failPending() {
 	wc.pmu.Lock()
 	wc.pending = nil
+	wc.streams = nil
 	wc.pmu.Unlock()
 }
 
@@ -314,7 +327,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 		ws, resp, err := d.DialContext(dctx, u, h)
 		cancel()
 		if err == nil {
-			return newConn(c, ws, addr, hasFeature(resp, wire.FeatureWanted)), nil
+			return newConn(c, ws, addr, hasFeature(resp, wire.FeatureWanted), featuresOf(resp)), nil
 		}
 		next := ""
 		if resp != nil {
@@ -349,6 +362,20 @@ func hasFeature(resp *http.Response, feature string) bool {
 		}
 	}
 	return false
+}
+
+// featuresOf reads the features the upgrade's response announces in
+// wire.FeaturesHeader (names this client does not know are ignored).
+func featuresOf(resp *http.Response) lock.Features {
+	if resp == nil {
+		return 0
+	}
+	var names []string
+	for _, v := range resp.Header.Values(wire.FeaturesHeader) {
+		names = append(names, strings.Split(v, ",")...)
+	}
+	f, _ := lock.ParseFeatures(names)
+	return f
 }
 
 // redirectOf reads the leader's address from a refused handshake.

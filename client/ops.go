@@ -49,6 +49,9 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			c.releaseQuietly(stale) // or this acquire would wait behind it
 		}
 	}
+	// Issue 22's options go to the gateway as they are (it answers
+	// unsupported when its backend lacks one); none of them is cached.
+	mode, permits, delay := primitiveFields(opts)
 	octx, cancel := ctx, context.CancelFunc(func() {})
 	if !wait {
 		octx, cancel = c.opCtx(ctx)
@@ -62,7 +65,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		defer c.expect(handle)()
 		k := &call{wait: wait, grantable: true, req: wire.Request{
 			CommandType: wire.CmdTryAcquire, Key: key, ClientID: opts.Owner,
-			TTL: ms(opts.TTL), LockToken: handle,
+			TTL: ms(opts.TTL), LockToken: handle, Mode: mode, Permits: permits, LockDelayMS: delay,
 		}}
 		k.op = "try-acquire"
 		if wait {
@@ -80,24 +83,50 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		if r.Type != wire.TypeGrant {
 			return nil, unexpected(r, key, wire.TypeGrant)
 		}
-		lease, err := c.lease(r, key, opts, k.first)
+		lease, err := c.lease(grantOf(r), key, opts, k.first)
 		if errors.Is(err, errLostAtOnce) && wait && opts.Handle == "" {
 			c.log.Info("lockgate client: grant expired on arrival; queueing again", "key", key)
 			handle = ""
 			continue
 		}
-		if err == nil && c.cache != nil {
+		if err == nil && c.cache != nil && cacheable(opts) {
 			c.cache.hold(lease, opts)
 		}
 		return lease, err
 	}
 }
 
+// primitiveFields are issue 22's options on the wire: mode ("" for
+// exclusive), permits, lockDelayMs.
+func primitiveFields(opts lock.AcquireOptions) (mode string, permits int, delayMS int64) {
+	if opts.Mode != lock.ModeExclusive {
+		mode = opts.Mode.String()
+	}
+	return mode, opts.Permits, ms(opts.LockDelay)
+}
+
+// cacheable reports whether a lease acquired with opts may be kept by the
+// lease cache: an exclusive lease without lock-delay. A shared or
+// semaphore lease is not (the cache keeps one lease per key, and the
+// gateway's "wanted" push tells a reader of waiting writers only; a kept
+// permit would also count against the semaphore), nor one with a
+// lock-delay (a kept lease that expired unseen would hold the key for
+// its delay).
+func cacheable(opts lock.AcquireOptions) bool {
+	return opts.Needs() == 0
+}
+
+// grantOf is a grant reply's lease.
+func grantOf(r *reply) wire.Grant {
+	return wire.Grant{Key: r.Key, FencingToken: r.FencingToken, LockToken: r.LockToken, TTL: r.TTL,
+		Owner: r.Owner, Mode: r.Mode, Permits: r.Permits, Wanted: r.Wanted}
+}
+
 // lease turns a grant into a Lease. sent is the send time of the first copy
 // of the acquire: the TTL started on the server after it. If less than half
 // the TTL is left of sent + ttl (the grant came after a long wait), the
 // lease is renewed at once and the renewal's send time used instead.
-func (c *Client) lease(r *reply, key string, opts lock.AcquireOptions, sent time.Time) (*lock.Lease, error) {
+func (c *Client) lease(r wire.Grant, key string, opts lock.AcquireOptions, sent time.Time) (*lock.Lease, error) {
 	if r.LockToken == "" || r.FencingToken == nil {
 		return nil, fmt.Errorf("lockgate client: acquire %q: grant without lockToken or fencingToken: %w", key, lock.ErrUnavailable)
 	}
@@ -109,7 +138,7 @@ func (c *Client) lease(r *reply, key string, opts lock.AcquireOptions, sent time
 	if owner == "" {
 		owner = opts.Owner
 	}
-	token := r.token()
+	token := lock.Token(r.FencingToken.Value)
 	if time.Until(sent.Add(ttl)) < ttl/2 {
 		// The renewal must not depend on the caller's context: the grant
 		// is ours now, and giving up here would leave it behind.
@@ -125,7 +154,16 @@ func (c *Client) lease(r *reply, key string, opts lock.AcquireOptions, sent time
 			sent = rsent
 		}
 	}
-	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent})
+	mode := opts.Mode // normalized: a semaphore's is shared
+	if m, err := lock.ParseMode(r.Mode); r.Mode != "" && err == nil {
+		mode = m // the gateway's word; an unknown mode keeps the asked one
+	}
+	permits := opts.Permits
+	if r.Permits != 0 {
+		permits = r.Permits
+	}
+	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent,
+		Mode: mode, Permits: permits})
 	if r.Wanted {
 		lease.MarkWanted()
 	}
@@ -257,7 +295,10 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	if r.Type != wire.TypeInfo {
 		return nil, unexpected(r, key, wire.TypeInfo)
 	}
-	info := &lock.LockInfo{Key: key, Owner: r.Owner, Token: r.token(), Waiters: -1}
+	info := &lock.LockInfo{Key: key, Owner: r.Owner, Token: r.token(), Waiters: -1, Permits: r.Permits}
+	if r.Mode != "" {
+		info.Mode, _ = lock.ParseMode(r.Mode)
+	}
 	if r.Value != nil {
 		info.Value = []byte(*r.Value)
 	}
@@ -266,6 +307,19 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	}
 	if r.Waiters != nil {
 		info.Waiters = *r.Waiters
+	}
+	for _, h := range r.Holders {
+		hi := lock.HolderInfo{Owner: h.Owner}
+		if h.FencingToken != nil {
+			hi.Token = lock.Token(h.FencingToken.Value)
+		}
+		if h.Value != nil {
+			hi.Value = []byte(*h.Value)
+		}
+		if h.ExpiresIn != nil {
+			hi.Expires = r.arrived.Add(time.Duration(*h.ExpiresIn) * time.Millisecond)
+		}
+		info.Holders = append(info.Holders, hi)
 	}
 	return info, nil
 }

@@ -85,6 +85,11 @@ func replyError(r *reply, key string) error {
 			}
 		}
 		return he
+	case c.Name == wire.CodeDelayed:
+		return &lock.DelayedError{Key: key, Until: r.arrived.Add(time.Duration(e.RetryIn) * time.Millisecond)}
+	case c.Name == wire.CodeUnsupported:
+		f, _ := lock.ParseFeatures([]string{e.Feature})
+		return &lock.UnsupportedError{Backend: "the lockgate gateway's backend", Feature: f, Reason: e.Message}
 	case c.Name == wire.CodeNotLeader:
 		id, addr := leaderOf(e)
 		return &lock.NotLeaderError{LeaderID: id, LeaderAddr: addr}
