@@ -212,7 +212,7 @@ type Client struct {
 	// first connection (Features waits for it).
 	features  atomic.Uint32
 	connected chan struct{}
-	cache         *leaseCache // nil unless Options.CacheLeases
+	cache     *leaseCache // nil unless Options.CacheLeases
 
 	mu       sync.Mutex
 	closed   bool
