@@ -82,7 +82,7 @@ func newLockCmd() *cobra.Command {
 the lease as JSON; pass its lock_token and fencing_token to renew and release.
 The lease outlives the command until its TTL: renew it, or use lockgate run.`,
 	}
-	cmd.AddCommand(newLockAcquireCmd(), newLockLeaseCmd("renew"), newLockLeaseCmd("release"), newLockInspectCmd())
+	cmd.AddCommand(newLockAcquireCmd(), newLockLeaseCmd("renew"), newLockLeaseCmd("release"), newLockInspectCmd(), newLockWatchCmd())
 	return cmd
 }
 
@@ -193,6 +193,21 @@ func newLockInspectCmd() *cobra.Command {
 				}
 				if !info.Expires.IsZero() {
 					out["expires_in_ms"] = max(time.Until(info.Expires).Milliseconds(), 0)
+				}
+				out["mode"] = info.Mode.String()
+				if info.Permits > 0 {
+					out["permits"] = info.Permits
+				}
+				if len(info.Holders) > 0 {
+					hs := make([]map[string]any, len(info.Holders))
+					for i, h := range info.Holders {
+						hs[i] = map[string]any{"owner": h.Owner, "fencing_token": h.Token,
+							"expires_in_ms": max(time.Until(h.Expires).Milliseconds(), 0)}
+						if h.Value != nil {
+							hs[i]["value"] = string(h.Value)
+						}
+					}
+					out["holders"] = hs
 				}
 				return printJSON(cmd, out)
 			})
@@ -305,13 +320,14 @@ func (h *holdFlags) options(opts lock.AcquireOptions) (lock.AcquireOptions, erro
 
 // runHolding runs the command while lease holds and returns its exit status,
 // or ExitLeaseLost (and true) when the lease was lost and the command
-// stopped.
-func runHolding(cmd *cobra.Command, lease *lock.Lease, args []string, killAfter time.Duration) (int, bool) {
+// stopped. env adds variables to the command's environment.
+func runHolding(cmd *cobra.Command, lease *lock.Lease, args []string, killAfter time.Duration, env ...string) (int, bool) {
 	child := exec.Command(args[0], args[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.Env = append(os.Environ(),
 		"LOCKGATE_FENCING_TOKEN="+strconv.FormatUint(uint64(lease.Token), 10),
 		"LOCKGATE_LOCK_KEY="+lease.Key)
+	child.Env = append(child.Env, env...)
 	if err := child.Start(); err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "lockgate: %v\n", err)
 		return 127, false

@@ -62,7 +62,7 @@ Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (precedence: flag > LOCKGATE_* environment > file > default)")
-	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newDemoCmd(), newStoreCmd(), newBenchCmd(),
+	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newElectCmd(), newObserveCmd(), newDemoCmd(), newStoreCmd(), newBenchCmd(),
 		newConfigCmd(), newHealthcheckCmd())
 	// cobra adds `completion bash|zsh|fish|powershell` only inside Execute;
 	// adding it here makes it visible to Find (tests, config print).
