@@ -212,6 +212,9 @@ type Client struct {
 	// first connection (Features waits for it).
 	features  atomic.Uint32
 	connected chan struct{}
+	// watchOverflowed, if not nil, is called when a watch's buffer
+	// overflows (tests await it).
+	watchOverflowed func()
 	cache     *leaseCache // nil unless Options.CacheLeases
 
 	mu       sync.Mutex

@@ -4,3 +4,7 @@ package client
 // lease stays in the cache and is served again, during and after its
 // release. The seed-style counter test must catch it.
 func BreakCacheReclaim(c *Client) { c.cache.bugs.reclaimKeepsLease = true }
+
+// OnWatchOverflow makes c call f when a watch's buffer (WatchBuffer)
+// overflows. Set it before the first Watch.
+func OnWatchOverflow(c *Client, f func()) { c.watchOverflowed = f }

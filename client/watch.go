@@ -22,10 +22,11 @@ type stream struct {
 	ch       chan *reply
 	overOnce sync.Once
 	over     chan struct{} // closed when ch was full
+	onOver   func()        // tests: called at the overflow
 }
 
-func newStream() *stream {
-	return &stream{ch: make(chan *reply, WatchBuffer), over: make(chan struct{})}
+func newStream(onOver func()) *stream {
+	return &stream{ch: make(chan *reply, WatchBuffer), over: make(chan struct{}), onOver: onOver}
 }
 
 // deliver queues r, or marks the stream overflowed.
@@ -33,7 +34,12 @@ func (st *stream) deliver(r *reply) {
 	select {
 	case st.ch <- r:
 	default:
-		st.overOnce.Do(func() { close(st.over) })
+		st.overOnce.Do(func() {
+			close(st.over)
+			if st.onOver != nil {
+				st.onOver()
+			}
+		})
 	}
 }
 
@@ -96,7 +102,7 @@ func (c *Client) Watch(ctx context.Context, key string) (<-chan lock.Event, erro
 			return nil, c.gaveUp(ctx, octx, what, c.orDialErr(last))
 		}
 		id := c.newID()
-		st := newStream()
+		st := newStream(c.watchOverflowed)
 		if !wc.openStream(id, st) {
 			<-wc.done
 			continue
