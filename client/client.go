@@ -215,7 +215,7 @@ type Client struct {
 	// watchOverflowed, if not nil, is called when a watch's buffer
 	// overflows (tests await it).
 	watchOverflowed func()
-	cache     *leaseCache // nil unless Options.CacheLeases
+	cache           *leaseCache // nil unless Options.CacheLeases
 
 	mu       sync.Mutex
 	closed   bool
