@@ -263,6 +263,9 @@ func (e *EtcdMutex) watchSession(s *etcdSession) {
 // in Mutex.Lock for the etcd lock.
 func (e *EtcdMutex) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return e.life.Acquire(key, opts, e.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("etcd-mutex", opts); err != nil {
+			return nil, err
+		}
 		return e.acquire(ctx, key, opts, false)
 	})
 }
@@ -271,6 +274,9 @@ func (e *EtcdMutex) Acquire(ctx context.Context, key string, opts lock.AcquireOp
 // acquisition of this Locker holds or is taking is reported as held.
 func (e *EtcdMutex) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return e.life.Acquire(key, opts, e.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("etcd-mutex", opts); err != nil {
+			return nil, err
+		}
 		return e.acquire(ctx, key, opts, true)
 	})
 }

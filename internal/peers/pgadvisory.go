@@ -147,6 +147,9 @@ func destroy(c *pgxpool.Conn) {
 // connection of its own, waiting until granted or ctx ends.
 func (p *PGAdvisory) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return p.life.Acquire(key, opts, p.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("pg-advisory", opts); err != nil {
+			return nil, err
+		}
 		return p.acquire(ctx, key, opts, false)
 	})
 }
@@ -154,6 +157,9 @@ func (p *PGAdvisory) Acquire(ctx context.Context, key string, opts lock.AcquireO
 // TryAcquire implements lock.Locker with pg_try_advisory_lock.
 func (p *PGAdvisory) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return p.life.Acquire(key, opts, p.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("pg-advisory", opts); err != nil {
+			return nil, err
+		}
 		return p.acquire(ctx, key, opts, true)
 	})
 }

@@ -98,6 +98,9 @@ func (r *Redislock) ClientID() string { return r.cfg.ClientID }
 // ends.
 func (r *Redislock) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("redislock", opts); err != nil {
+			return nil, err
+		}
 		return r.acquire(ctx, key, opts, false)
 	})
 }
@@ -105,6 +108,9 @@ func (r *Redislock) Acquire(ctx context.Context, key string, opts lock.AcquireOp
 // TryAcquire implements lock.Locker: one Obtain without retries.
 func (r *Redislock) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("redislock", opts); err != nil {
+			return nil, err
+		}
 		return r.acquire(ctx, key, opts, true)
 	})
 }

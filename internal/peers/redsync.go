@@ -122,6 +122,9 @@ func (r *Redsync) mutex(key string, ttl time.Duration, value string, acquire boo
 // redsync gives up, until ctx ends.
 func (r *Redsync) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("redsync", opts); err != nil {
+			return nil, err
+		}
 		return r.acquire(ctx, key, opts, false)
 	})
 }
@@ -129,6 +132,9 @@ func (r *Redsync) Acquire(ctx context.Context, key string, opts lock.AcquireOpti
 // TryAcquire implements lock.Locker with TryLockContext (one try).
 func (r *Redsync) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return r.life.Acquire(key, opts, r.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("redsync", opts); err != nil {
+			return nil, err
+		}
 		return r.acquire(ctx, key, opts, true)
 	})
 }

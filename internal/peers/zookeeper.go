@@ -228,6 +228,9 @@ func (z *ZooKeeper) fail(ctx context.Context, op, key string, err error) error {
 // Acquire waits for the key with zk.Lock.LockWithData.
 func (z *ZooKeeper) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return z.life.Acquire(key, opts, z.clientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("zookeeper", opts); err != nil {
+			return nil, err
+		}
 		return z.acquire(ctx, key, opts)
 	})
 }
@@ -370,6 +373,9 @@ func (z *ZooKeeper) granted(ctx context.Context, key string, opts lock.AcquireOp
 // lowest, delete it and report the holder.
 func (z *ZooKeeper) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	return z.life.Acquire(key, opts, z.clientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := refuse("zookeeper", opts); err != nil {
+			return nil, err
+		}
 		return z.tryAcquire(ctx, key, opts)
 	})
 }
