@@ -535,7 +535,11 @@ func (l *Locker) hold(c *contender, lease *lock.Lease) {
 		go func() {
 			lock.KeepAlive(l.ctx, l, lease)
 			if c.sess != nil {
-				c.sess.unuse()
+				// Not before the lease ends: KeepAlive also returns when
+				// the Locker closes, and Close revokes only the sessions
+				// nobody uses; a held lock's session must run out at its
+				// TTL, after the holder's deadline.
+				lease.AfterEnd(c.sess.unuse)
 			}
 		}()
 	case c.sess != nil:

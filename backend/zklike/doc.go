@@ -67,6 +67,44 @@
 // the cost: etcd sends each such Locker every contender creation under
 // the prefix.
 //
+// # Shared locks, semaphores, multi-key acquire, watch, lock-delay
+//
+// The Locker offers every primitive of issue 22 (Features reports them
+// all), each on the same directory of sequence-ordered contenders:
+//
+//   - Read-write locks (Mode shared) and semaphores (Permits N), as in
+//     ZooKeeper's shared-lock recipe and Curator's InterProcessReadWriteLock:
+//     a contender's record says its mode and N; a writer holds when nobody
+//     is before it, a reader when no writer is before it, a permit when no
+//     writer and fewer than N contenders are before it. One order for all
+//     modes: a waiting writer is not overtaken by later readers. A shared
+//     contender is created by a Txn that fails if its directory changed
+//     since the read that found no shared contender with another N
+//     (ErrPermitsMismatch otherwise, at once).
+//   - AcquireAll puts a contender on every key in one Txn (one create
+//     revision everywhere: one total order, so no deadlock), waits until
+//     each may hold, and flags them granted in one Txn; until then it
+//     holds nothing (Inspect and Watch do not count it) though contenders
+//     behind it wait. TryAcquireAll creates them, granted, only if a
+//     read of every directory found each free (or shareable, nobody
+//     waiting) and none changed since.
+//   - Watch reads the directory at revision R and watches it from R+1. A
+//     Release deletes its key in a Txn that also puts a release mark
+//     (<prefix>/<key> = the token, under a short lease), so a watcher
+//     tells a release from an expiry, which etcd performs without one.
+//   - LockDelay D puts the key under a lease of its own of TTL + D while
+//     the Lease reports TTL: a released key is free at once; one whose
+//     holder stopped renewing is deleted by etcd, and granted on, D after
+//     the holder's TTL ended. Inspect reports the holder's Expires without
+//     the delay; TryAcquire within the delay gets a lock.DelayedError.
+//
+// See primitives.go and watch.go for the details and their costs: a
+// shared acquire reads its directory before it creates its key (one round
+// trip more than a mutex), a semaphore waiter watches its whole directory
+// (every waiter re-reads on any release before it), and a release carries
+// its mark (one more Put in the same Txn, and a lease grant per half
+// minute per releasing Locker).
+//
 // # Leases and TTLs
 //
 // etcd leases have a TTL in whole seconds and a floor of 1.5 election

@@ -213,7 +213,7 @@ func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	es := dirs[0]
 	h := holders(es)
 	info := &lock.LockInfo{Key: key}
-	ttls := make(map[int64]time.Time)
+	ttls := make(map[int64]int64) // lease → remaining whole seconds, -1 unknown
 	for i, e := range es {
 		if !h[i] {
 			info.Waiters++
@@ -221,19 +221,25 @@ func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error
 		}
 		hi := lock.HolderInfo{Owner: e.rec.Owner, Token: lock.Token(e.kv.CreateRevision), Value: e.rec.Value}
 		if id := e.kv.Lease; id != 0 {
-			exp, ok := ttls[id]
+			left, ok := ttls[id]
 			if !ok {
+				left = -1
 				rc, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
 				ttl, err := l.cli.TimeToLive(rc, clientv3.LeaseID(id))
 				cancel()
 				if err == nil && ttl.TTL >= 0 {
-					exp = now.Add(time.Duration(ttl.TTL) * time.Second)
+					left = ttl.TTL
 				}
-				ttls[id] = exp
+				ttls[id] = left
 			}
-			if !exp.IsZero() {
+			if left >= 0 && left < e.rec.Delay {
+				// The holder's TTL has passed: the key is in its
+				// lock-delay, held by nobody (etcd deletes it soon).
+				continue
+			}
+			if left >= 0 {
 				// The holder's TTL ends a lock-delay before its lease.
-				hi.Expires = exp.Add(-time.Duration(e.rec.Delay) * time.Second)
+				hi.Expires = now.Add(time.Duration(left-e.rec.Delay) * time.Second)
 			}
 		}
 		if len(info.Holders) == 0 {

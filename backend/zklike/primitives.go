@@ -193,14 +193,18 @@ func (l *Locker) readDirs(ctx context.Context, dirs []string) ([][]entry, int64,
 
 // create puts the contenders cs (one per directory, one lease) in one Txn
 // that fails if any of their directories changed since rev; the directory
-// reads es (at rev) decide first: check returns an error to refuse. A Txn
-// retried after a lost reply finds its own keys. It returns false when a
-// directory changed (read again).
+// reads at rev decided first (rev 0: no read was needed, as for exclusive
+// contenders, which conflict with nobody's N). A Txn retried after a lost
+// reply finds its own keys. It returns false when a directory changed
+// (read again).
 func (l *Locker) create(ctx context.Context, cs []*contender, rev int64) (bool, error) {
 	var cmps []clientv3.Cmp
 	var puts []clientv3.Op
 	for _, c := range cs {
-		cmps = append(cmps, unchanged(c.dir, rev), clientv3.Compare(clientv3.CreateRevision(c.name), "=", 0))
+		if rev != 0 {
+			cmps = append(cmps, unchanged(c.dir, rev))
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(c.name), "=", 0))
 		puts = append(puts, clientv3.OpPut(c.name, c.value(), clientv3.WithLease(c.lease)))
 	}
 	var resp *clientv3.TxnResponse
@@ -546,12 +550,21 @@ func (l *Locker) multi(ctx context.Context, cs []*contender, try bool) ([]*lock.
 	for i, c := range cs {
 		dirs[i] = c.dir
 	}
+	// Only a try, or shared contenders (their N), need to read first.
+	read := try || cs[0].opts.Mode == lock.ModeShared
 	for {
-		es, rev, err := l.readDirs(ctx, dirs)
-		if err != nil {
-			return nil, err
+		var es [][]entry
+		var rev int64
+		var err error
+		if read {
+			if es, rev, err = l.readDirs(ctx, dirs); err != nil {
+				return nil, err
+			}
 		}
 		for i, c := range cs {
+			if !read {
+				break
+			}
 			switch {
 			case try:
 				err = l.refuseTry(ctx, c, es[i])

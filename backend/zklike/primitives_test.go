@@ -365,7 +365,7 @@ func TestWatchEvents(t *testing.T) {
 		if ev.Type != typ || tok != 0 && ev.Token != tok {
 			t.Fatalf("event %v token %d (rev %d), want %v token %d", ev.Type, ev.Token, ev.Revision, typ, tok)
 		}
-		if ev.Revision < last {
+		if ev.Revision <= last {
 			t.Fatalf("revision went back: %d after %d", ev.Revision, last)
 		}
 		last = ev.Revision
@@ -432,13 +432,36 @@ func TestLockDelay(t *testing.T) {
 	}
 	w := acquireAsync(ctx, b, "ld", excl)
 	<-crashed.Done() // the holder's deadline
-	_, err := b.TryAcquire(ctx, "ld", excl)
-	var delayed *lock.DelayedError
-	t.Logf("TryAcquire after the holder's deadline: %v (a DelayedError once etcd's TTL passed: %v)", err, errors.As(err, &delayed))
-	if !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryAcquire within the lock-delay: %v", err)
+	// Until etcd deletes the key, a TryAcquire is refused: held while
+	// etcd's TTL runs, then (once the lease has less than the delay left)
+	// with a DelayedError.
+	var next *lock.Lease
+	sawDelayed := false
+	for next == nil {
+		_, err := b.TryAcquire(ctx, "ld", excl)
+		var delayed *lock.DelayedError
+		switch {
+		case errors.As(err, &delayed):
+			sawDelayed = true
+			// Inspect agrees: nobody holds the key (or the waiter does by now).
+			if info, err := b.Inspect(ctx, "ld"); err == nil && info.Token == crashed.Token {
+				t.Fatalf("Inspect in the lock-delay reports the expired holder: %+v", info)
+			}
+		case !errors.Is(err, lock.ErrNotAcquired):
+			t.Fatalf("TryAcquire within the lock-delay: %v", err)
+		}
+		select {
+		case r := <-w:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			next = r.lease
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	next := granted(t, w, "waiter after the delay")
+	if !sawDelayed {
+		t.Errorf("no TryAcquire between the holder's TTL and the end of its lock-delay got a DelayedError")
+	}
 	if d := time.Since(sent); d < etcdTTL+time.Second {
 		t.Fatalf("granted %v after the crashed holder's grant was sent; want at least TTL + delay = %v", d, etcdTTL+time.Second)
 	}
@@ -470,3 +493,43 @@ func TestFeatures(t *testing.T) {
 
 var _ = fmt.Sprint
 var _ = strconv.Itoa
+
+// TestWantedShared: a reader that shares the key does not make the
+// readers holding it wanted; a writer queued behind them does; a permit
+// taken while permits are left makes nobody wanted, one that must wait
+// makes every permit holder wanted (each in another Locker, so that the
+// watch, not the local shortcut, tells them).
+func TestWantedShared(t *testing.T) {
+	t.Parallel()
+	e := testenv.StartEtcd(t, 1)
+	a, b, c := newLocker(t, e, nil), newLocker(t, e, nil), newLocker(t, e, nil)
+	ctx := bg(t, time.Minute)
+	r1 := mustAcquire(t, a, "ws", shared)
+	r2 := mustAcquire(t, b, "ws", shared)
+	// The watch applied r2's creation before a later one arrives: sync
+	// on a writer on another key, whose creation comes after r2's.
+	other := mustAcquire(t, a, "ws-sync", excl)
+	w2 := acquireAsync(ctx, b, "ws-sync", excl)
+	wantedWithin(t, other, 10*time.Second, "a writer waits for it")
+	notWantedNow(t, r1, "another reader shares the key")
+	w := acquireAsync(ctx, c, "ws", excl)
+	wantedWithin(t, r1, 10*time.Second, "a writer waits behind it")
+	wantedWithin(t, r2, 10*time.Second, "a writer waits behind it")
+	mustRelease(t, a, other)
+	mustRelease(t, b, granted(t, w2, "ws-sync writer"))
+	mustRelease(t, a, r1)
+	mustRelease(t, b, r2)
+	mustRelease(t, c, granted(t, w, "writer"))
+
+	sem := lock.AcquireOptions{TTL: time.Minute, Permits: 2}
+	p1 := mustAcquire(t, a, "wsem", sem)
+	p2 := mustAcquire(t, b, "wsem", sem) // the last permit: nobody waits
+	third := acquireAsync(ctx, c, "wsem", sem)
+	wantedWithin(t, p1, 10*time.Second, "a third permit waits")
+	wantedWithin(t, p2, 10*time.Second, "a third permit waits")
+	mustRelease(t, a, p1)
+	p3 := granted(t, third, "third permit")
+	notWantedNow(t, p3, "nobody waits behind it")
+	mustRelease(t, b, p2)
+	mustRelease(t, c, p3)
+}

@@ -30,8 +30,11 @@ import (
 //     contenders before it leave, or, for an AcquireAll's key, when it is
 //     flagged granted. A waiter's creation or removal is no event.
 //
-// Events carry the etcd revision of their change: a release and the
-// grant it lets through share one revision (one Txn), in that order.
+// Event.Revision is the etcd revision of the change shifted left by 16 bits
+// plus the event's place among that revision's events (a release and the
+// grant it lets through are one Txn, one etcd revision, two events), so
+// that it increases from each event to the next; Revision>>16 is the etcd
+// revision.
 // With a lock-delay, EventExpired comes when etcd deletes the key, a
 // lock-delay after the holder's TTL ended. If etcd compacted the revisions
 // the watch must resume from (it was cut off longer than the compaction
@@ -75,10 +78,18 @@ type watch struct {
 	held           map[int64]bool // create revisions of the holders
 	out            chan<- lock.Event
 	ctx            context.Context
+	rev            int64 // the etcd revision of the events being sent
+	n              int   // events sent at rev so far
 }
+
+// revisionShift: Event.Revision is the etcd revision << revisionShift
+// plus the event's index within it.
+const revisionShift = 16
 
 func (w *watch) send(ev lock.Event) bool {
 	ev.Key = w.key
+	ev.Revision = uint64(w.rev)<<revisionShift + uint64(min(w.n, 1<<revisionShift-1))
+	w.n++
 	select {
 	case w.out <- ev:
 		return true
@@ -87,10 +98,9 @@ func (w *watch) send(ev lock.Event) bool {
 	}
 }
 
-func (w *watch) event(t lock.EventType, e entry, rev int64) lock.Event {
+func (w *watch) event(t lock.EventType, e entry) lock.Event {
 	ev := lock.Event{
 		Type: t, Owner: e.rec.Owner, Token: lock.Token(e.kv.CreateRevision), Value: e.rec.Value,
-		Revision: uint64(rev),
 	}
 	if e.rec.Shared {
 		ev.Mode, ev.Permits = lock.ModeShared, e.rec.Permits
@@ -99,17 +109,17 @@ func (w *watch) event(t lock.EventType, e entry, rev int64) lock.Event {
 }
 
 func (w *watch) run(ctx context.Context, out chan<- lock.Event, rev int64) {
-	w.ctx, w.out = ctx, out
+	w.ctx, w.out, w.rev = ctx, out, rev
 	h := holders(w.es)
 	for i, e := range w.es {
 		if h[i] {
 			w.held[e.kv.CreateRevision] = true
-			if !w.send(w.event(lock.EventHolder, e, rev)) {
+			if !w.send(w.event(lock.EventHolder, e)) {
 				return
 			}
 		}
 	}
-	if !w.send(lock.Event{Type: lock.EventSynced, Revision: uint64(rev)}) {
+	if !w.send(lock.Event{Type: lock.EventSynced}) {
 		return
 	}
 	from := rev + 1
@@ -149,6 +159,7 @@ func (w *watch) run(ctx context.Context, out chan<- lock.Event, rev int64) {
 // apply applies the events of one revision and sends what they mean;
 // false when the watch's context ended.
 func (w *watch) apply(evs []*clientv3.Event, rev int64) bool {
+	w.rev, w.n = rev, 0
 	released := make(map[int64]bool)
 	var gone []entry
 	for _, ev := range evs {
@@ -189,7 +200,7 @@ func (w *watch) apply(evs []*clientv3.Event, rev int64) bool {
 			t = lock.EventReleased
 		}
 		delete(w.held, e.kv.CreateRevision)
-		if !w.send(w.event(t, e, rev)) {
+		if !w.send(w.event(t, e)) {
 			return false
 		}
 	}
@@ -197,7 +208,7 @@ func (w *watch) apply(evs []*clientv3.Event, rev int64) bool {
 	for i, e := range w.es {
 		if h[i] && !w.held[e.kv.CreateRevision] {
 			w.held[e.kv.CreateRevision] = true
-			if !w.send(w.event(lock.EventGranted, e, rev)) {
+			if !w.send(w.event(lock.EventGranted, e)) {
 				return false
 			}
 		}
