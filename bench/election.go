@@ -37,8 +37,11 @@ type ElectionConfig struct {
 	// Backend names what serves Endpoints, for the report ("raft").
 	Backend string
 	// Lockgate is the lockgate binary: each campaigner is a process of
-	// `lockgate bench campaign` (Campaign).
+	// it, `lockgate elect` (CampaignerElect) or `lockgate bench campaign`
+	// (CampaignerBuiltin: Campaign).
 	Lockgate string
+	// Campaigner picks the campaigner command (default CampaignerElect).
+	Campaigner string
 	// Campaigners is how many campaigner processes run at once (default
 	// 3): one leads, the others wait in line.
 	Campaigners int
@@ -67,6 +70,13 @@ func (c *ElectionConfig) fill() error {
 	}
 	if c.Backend == "" {
 		c.Backend = Raft
+	}
+	switch c.Campaigner {
+	case "":
+		c.Campaigner = CampaignerElect
+	case CampaignerElect, CampaignerBuiltin:
+	default:
+		return fmt.Errorf("campaigner %q: want %s or %s", c.Campaigner, CampaignerElect, CampaignerBuiltin)
 	}
 	if c.Campaigners == 0 {
 		c.Campaigners = 3
@@ -106,7 +116,10 @@ type ElectionReport struct {
 	Command     string  `json:"command,omitempty"`
 	Backend     string  `json:"backend"`
 	Campaigners int     `json:"campaigners"`
-	TTLMs       float64 `json:"ttl_ms"`
+	// Campaigner is the campaigner command (CampaignerElect or
+	// CampaignerBuiltin).
+	Campaigner string  `json:"campaigner"`
+	TTLMs      float64 `json:"ttl_ms"`
 	// Observer is how leaders were observed: "observe" (lock/election's
 	// Observe over the backend's watch) or "poll" (Current every
 	// PollInterval, on a Locker without watch).
@@ -154,6 +167,16 @@ type Kill struct {
 	Elected bool `json:"elected"`
 }
 
+// Campaigner commands (ElectionConfig.Campaigner).
+const (
+	// CampaignerElect: `lockgate elect --key K --value OWNER --ttl T --
+	// sh -c 'echo leading $LOCKGATE_FENCING_TOKEN; exec sleep …'`, the
+	// command users run.
+	CampaignerElect = "elect"
+	// CampaignerBuiltin: `lockgate bench campaign` (Campaign).
+	CampaignerBuiltin = "builtin"
+)
+
 // PollInterval is how often a poll observer asks for the leader.
 const PollInterval = 2 * time.Millisecond
 
@@ -163,7 +186,7 @@ func RunElection(ctx context.Context, cfg ElectionConfig) (*ElectionReport, erro
 		return nil, err
 	}
 	rep := &ElectionReport{Machine: ReadMachine(), Command: cfg.Command, Backend: cfg.Backend, Campaigners: cfg.Campaigners,
-		TTLMs: ms(cfg.TTL), CommitSamples: cfg.CommitSamples}
+		Campaigner: cfg.Campaigner, TTLMs: ms(cfg.TTL), CommitSamples: cfg.CommitSamples}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -411,8 +434,18 @@ type campaigner struct {
 func (c *campaigners) start(ctx context.Context) error {
 	c.seq++
 	owner := fmt.Sprintf("campaigner-%d", c.seq)
-	cmd := exec.Command(c.cfg.Lockgate, "bench", "campaign", "--endpoints", strings.Join(c.cfg.Endpoints, ","),
+	eps := strings.Join(c.cfg.Endpoints, ",")
+	cmd := exec.Command(c.cfg.Lockgate, "bench", "campaign", "--endpoints", eps,
 		"--key", c.key, "--ttl", c.cfg.TTL.String(), "--owner", owner)
+	if c.cfg.Campaigner == CampaignerElect {
+		// The leader's command says so, then sleeps while it leads.
+		cmd = exec.Command(c.cfg.Lockgate, "elect", "--endpoints", eps, "--client-id", owner,
+			"--key", c.key, "--value", owner, "--ttl", c.cfg.TTL.String(), "--",
+			"sh", "-c", `echo "leading $LOCKGATE_FENCING_TOKEN"; exec sleep 86400`)
+	}
+	// A process group of its own: the kill takes the leader's command
+	// with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = c.cfg.Log
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -441,8 +474,10 @@ func (c *campaigners) start(ctx context.Context) error {
 	return nil
 }
 
-// kill SIGKILLs the campaigner's process and forgets it.
+// kill SIGKILLs the campaigner's process and its process group (the
+// command `lockgate elect` runs while leading).
 func (p *campaigner) kill() {
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.cmd.Process.Signal(syscall.SIGKILL)
 }
 
@@ -561,8 +596,8 @@ func (rep *ElectionReport) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKEND\tCAMPAIGNERS\tOBSERVER\tKILLS\tP50 ms\tMAX ms\tTTL ms\tCOMMIT P50 ms\tBOUND ms\tWITHIN\tGOAL MET")
-	fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%d/%d\t%s\n", rep.Backend, rep.Campaigners, rep.Observer, len(rep.Kills),
+	fmt.Fprintln(tw, "BACKEND\tCAMPAIGNERS\tCAMPAIGNER\tOBSERVER\tKILLS\tP50 ms\tMAX ms\tTTL ms\tCOMMIT P50 ms\tBOUND ms\tWITHIN\tGOAL MET")
+	fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%d/%d\t%s\n", rep.Backend, rep.Campaigners, rep.Campaigner, rep.Observer, len(rep.Kills),
 		rep.P50Ms, rep.MaxMs, rep.TTLMs, rep.CommitP50Ms, rep.BoundMs, rep.Within, len(rep.Kills), yesNo(rep.Met))
 	return tw.Flush()
 }
@@ -593,8 +628,8 @@ func (rep *ElectionReport) WriteHTML(w io.Writer) error {
 	}
 	m := rep.Machine
 	fmt.Fprintf(&b, "<p>%s · %s/%s · %s × %d cores · %s</p>\n", esc(m.Host), esc(m.OS), esc(m.Arch), esc(m.CPU), m.Cores, m.Time.Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&b, "<p>%d campaigner processes on %s; the leader's process SIGKILLed %d times; failover is from the kill to the observer (%s) seeing the next leader. Bound: TTL %.0f ms + commit p50 %.1f ms (an uncontended acquire, %d samples) = %.0f ms. p50 %.0f ms, max %.0f ms, %d of %d within: goal %s.</p>\n",
-		rep.Campaigners, esc(rep.Backend), len(rep.Kills), esc(rep.Observer), rep.TTLMs, rep.CommitP50Ms, rep.CommitSamples, rep.BoundMs,
+	fmt.Fprintf(&b, "<p>%d campaigner processes (%s) on %s; the leader's process SIGKILLed %d times; failover is from the kill to the observer (%s) seeing the next leader. Bound: TTL %.0f ms + commit p50 %.1f ms (an uncontended acquire, %d samples) = %.0f ms. p50 %.0f ms, max %.0f ms, %d of %d within: goal %s.</p>\n",
+		rep.Campaigners, esc(rep.Campaigner), esc(rep.Backend), len(rep.Kills), esc(rep.Observer), rep.TTLMs, rep.CommitP50Ms, rep.CommitSamples, rep.BoundMs,
 		rep.P50Ms, rep.MaxMs, rep.Within, len(rep.Kills), map[bool]string{true: "met", false: "not met"}[rep.Met])
 	var rows [][]string
 	for _, k := range rep.Kills {

@@ -36,8 +36,9 @@ func newBenchElectionCmd() *cobra.Command {
 		Short: "Measure leader election failover: kill the leader's process, time the next leader",
 		Long: `Start a three-node raftlock cluster of 'lockgate node' processes on free
 127.0.0.1 ports (or use --endpoints), run --campaigners campaigner processes
-('lockgate bench campaign': lock/election's Campaign through the Go SDK, with
-a lease of --ttl), observe the election with lock/election's Observe, and
+(--campaigner elect: 'lockgate elect --ttl TTL -- sh -c "echo leading …;
+exec sleep …"', the command users run; builtin: 'lockgate bench campaign',
+lock/election's Campaign through the Go SDK), observe the election with lock/election's Observe, and
 SIGKILL the leader's process --kills times, starting a new campaigner after
 each kill. For each kill it reports the time from the SIGKILL to the next
 leader observed (and to the observer seeing no leader, and to the next
@@ -87,6 +88,7 @@ uncontended acquire on the same endpoints measured in the same run.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&endpoints, "endpoints", nil, "gateway-protocol endpoints to campaign on (default: start a raftlock cluster)")
 	f.IntVar(&cfg.Campaigners, "campaigners", 3, "campaigner processes at once")
+	f.StringVar(&cfg.Campaigner, "campaigner", bench.CampaignerElect, "campaigner command: elect (lockgate elect) or builtin (lockgate bench campaign)")
 	f.IntVar(&cfg.Kills, "kills", 20, "leaders to kill")
 	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "the leader's lease TTL")
 	f.IntVar(&cfg.CommitSamples, "commit-samples", 200, "uncontended acquires that measure the commit latency (half before the kills, half after)")
