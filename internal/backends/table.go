@@ -2,6 +2,7 @@ package backends
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/lockgate/lockgate/backend/redlock"
 	"github.com/lockgate/lockgate/backend/sqllock"
@@ -113,4 +114,41 @@ func (s sessionLocks) SignalsWanted() bool { return lock.SignalsWanted(s.Locker)
 func (s sessionLocks) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
 	opts.AutoRenew = true
 	return s.Locker.TryAcquire(ctx, key, opts)
+}
+
+// The wrapper offers exactly the primitives of the Locker it wraps
+// (lock.Features), passing them through: a method of the wrapped Locker
+// is not promoted through the embedded interface, so without these the
+// wrapping would hide them.
+var (
+	_ lock.FeatureReporter = sessionLocks{}
+	_ lock.MultiLocker     = sessionLocks{}
+	_ lock.Watcher         = sessionLocks{}
+)
+
+// Features passes on the wrapped Locker's features.
+func (s sessionLocks) Features() lock.Features { return lock.FeaturesOf(s.Locker) }
+
+// AcquireAll passes on to the wrapped Locker's (lock.ErrUnsupported if it
+// has none), with every lock on the session.
+func (s sessionLocks) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	opts.AutoRenew = true
+	return lock.AcquireAll(ctx, s.Locker, keys, opts)
+}
+
+// TryAcquireAll passes on to the wrapped Locker's (lock.ErrUnsupported if
+// it has none), with every lock on the session.
+func (s sessionLocks) TryAcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	m, ok := s.Locker.(lock.MultiLocker)
+	if !ok || !lock.FeaturesOf(s.Locker).Has(lock.FeatureMultiKey) {
+		return nil, &lock.UnsupportedError{Backend: fmt.Sprintf("%T", s.Locker), Feature: lock.FeatureMultiKey}
+	}
+	opts.AutoRenew = true
+	return m.TryAcquireAll(ctx, keys, opts)
+}
+
+// Watch passes on to the wrapped Locker's (lock.ErrUnsupported if it has
+// none).
+func (s sessionLocks) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	return lock.Watch(ctx, s.Locker, key)
 }
