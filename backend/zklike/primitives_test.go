@@ -3,8 +3,6 @@ package zklike
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -396,6 +394,9 @@ func TestWatchEvents(t *testing.T) {
 	expect(lock.EventGranted, wl.Token)
 	mustRelease(t, b, wl)
 	expect(lock.EventReleased, wl.Token)
+	// A neighbour in the watched key range (<prefix>/wk. sorts between the
+	// mark <prefix>/wk and the directory's end) is no event.
+	mustRelease(t, a, mustAcquire(t, a, "wk.", excl))
 	// A crashed holder: a 2 s lease of its own, never renewed.
 	crashed := mustAcquire(t, a, "wk", lock.AcquireOptions{TTL: etcdTTL})
 	expect(lock.EventGranted, crashed.Token)
@@ -491,9 +492,6 @@ func TestFeatures(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
-var _ = strconv.Itoa
-
 // TestWantedShared: a reader that shares the key does not make the
 // readers holding it wanted; a writer queued behind them does; a permit
 // taken while permits are left makes nobody wanted, one that must wait
@@ -532,4 +530,38 @@ func TestWantedShared(t *testing.T) {
 	notWantedNow(t, p3, "nobody waits behind it")
 	mustRelease(t, b, p2)
 	mustRelease(t, c, p3)
+}
+
+// TestWatchCompacted: a watch that must resume from a revision etcd has
+// compacted away ends with EventError wrapping ErrWatchOverflow, then
+// closes (it cannot know what it missed).
+func TestWatchCompacted(t *testing.T) {
+	t.Parallel()
+	e := testenv.StartEtcd(t, 1)
+	l := newLocker(t, e, nil)
+	ctx := bg(t, time.Minute)
+	for range 3 {
+		mustRelease(t, l, mustAcquire(t, l, "wc", excl))
+	}
+	raw := rawClient(t, e.Endpoints...)
+	resp, err := raw.Get(ctx, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan lock.Event, 8)
+	w := &watch{l: l, key: "wc", dir: l.dir("wc"), mark: l.markKey("wc"), held: make(map[int64]bool)}
+	go func() { defer close(out); w.run(ctx, out, 1) }() // as if cut off since revision 1
+	if ev := nextEvent(t, out); ev.Type != lock.EventSynced {
+		t.Fatalf("first event %v, want synced", ev.Type)
+	}
+	ev := nextEvent(t, out)
+	if ev.Type != lock.EventError || !errors.Is(ev.Err, lock.ErrWatchOverflow) {
+		t.Fatalf("event %v (%v), want an error matching ErrWatchOverflow", ev.Type, ev.Err)
+	}
+	if _, ok := <-out; ok {
+		t.Fatal("watch not closed after its error")
+	}
 }
