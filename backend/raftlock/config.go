@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/backend/raftlock/store"
 	"github.com/lockgate/lockgate/internal/netguard"
 )
@@ -32,6 +33,9 @@ const (
 	DefaultSnapshotInterval   = 2 * time.Minute
 	DefaultTrailingLogs       = 10240
 	DefaultMaxWaitersPerKey   = 10000
+	DefaultMaxSharedHolders   = 4096
+	DefaultMaxWatchers        = 10000
+	DefaultWatchBuffer        = 1024
 	DefaultMaxJoinHops        = 5
 )
 
@@ -117,6 +121,21 @@ type Config struct {
 
 	// MaxWaitersPerKey bounds each key's queue on the leader.
 	MaxWaitersPerKey int
+
+	// MaxSharedHolders bounds the shared holders (readers, semaphore
+	// permits) of one key: past it, shared callers wait as if the key
+	// were full (TryAcquire is refused). At most fsm.MaxHolders. Default
+	// DefaultMaxSharedHolders.
+	MaxSharedHolders int
+
+	// MaxWatchers bounds the watches open on this node (Watch returns an
+	// error matching lock.ErrUnavailable past it). Default
+	// DefaultMaxWatchers.
+	MaxWatchers int
+
+	// WatchBuffer is how many events a watch may fall behind by before it
+	// is dropped with lock.ErrWatchOverflow. Default DefaultWatchBuffer.
+	WatchBuffer int
 
 	// HTTPLimits are the API server's connection limits: timeouts and
 	// caps on open connections (zero fields: netguard's defaults).
@@ -209,6 +228,15 @@ func (c *Config) fill() {
 	if c.MaxWaitersPerKey == 0 {
 		c.MaxWaitersPerKey = DefaultMaxWaitersPerKey
 	}
+	if c.MaxSharedHolders == 0 {
+		c.MaxSharedHolders = DefaultMaxSharedHolders
+	}
+	if c.MaxWatchers == 0 {
+		c.MaxWatchers = DefaultMaxWatchers
+	}
+	if c.WatchBuffer == 0 {
+		c.WatchBuffer = DefaultWatchBuffer
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -232,6 +260,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("raftlock: Config.LeaderLeaseTimeout %v exceeds HeartbeatTimeout %v", c.LeaderLeaseTimeout, c.HeartbeatTimeout)
 	case c.MaxWaitersPerKey < 1:
 		return fmt.Errorf("raftlock: Config.MaxWaitersPerKey %d: want at least 1", c.MaxWaitersPerKey)
+	case c.MaxSharedHolders < 1 || c.MaxSharedHolders > fsm.MaxHolders:
+		return fmt.Errorf("raftlock: Config.MaxSharedHolders %d: want 1..%d", c.MaxSharedHolders, fsm.MaxHolders)
+	case c.MaxWatchers < 1:
+		return fmt.Errorf("raftlock: Config.MaxWatchers %d: want at least 1", c.MaxWatchers)
+	case c.WatchBuffer < 1:
+		return fmt.Errorf("raftlock: Config.WatchBuffer %d: want at least 1", c.WatchBuffer)
 	}
 	// Before the address checks: a wildcard bind without peer
 	// authentication needs the peer-authentication flags first.

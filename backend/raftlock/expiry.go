@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
@@ -21,6 +22,8 @@ const (
 	expireRetry = 100 * time.Millisecond
 )
 
+// expiryItem is a lock's expiry (key, token), or, with token 0, the end of
+// key's lock-delay.
 type expiryItem struct {
 	expires int64 // leader clock, Unix ns
 	token   uint64
@@ -67,6 +70,8 @@ func (s *scheduler) armLocked() {
 
 // expireDue appends the release of every lock whose TTL has passed by this
 // leader's clock; the state machine re-checks each against the entry's time.
+// Items without a token are the ends of lock-delays: their keys' queues are
+// served again.
 func (s *scheduler) expireDue() {
 	s.mu.Lock()
 	defer s.unlockAndRun(false)
@@ -75,21 +80,39 @@ func (s *scheduler) expireDue() {
 	}
 	now := s.n.cfg.Clock.Now()
 	entry := fsm.Entry{}
-	grants := map[int]*waiter{}
+	var grants []pending
 	var items []expiryItem
-	seen := map[string]bool{}
+	var keys []string
+	seen := map[expiryItem]bool{}
+	kick := map[string]bool{}
 	for len(s.expiry) > 0 && s.expiry[0].expires <= now && len(entry.Ops) < maxExpireBatch {
 		it := heap.Pop(&s.expiry).(expiryItem)
-		l, ok := s.n.fsm.Lock(it.key)
-		if !ok || l.Token != it.token || l.Expires > now || seen[it.key] {
-			continue // released, re-granted, renewed, or already in this batch
+		if it.token == 0 {
+			kick[it.key] = true
+			continue
 		}
-		seen[it.key] = true
+		l, ok := s.n.fsm.Holder(it.key, it.token)
+		key := expiryItem{token: it.token, key: it.key}
+		if !ok || l.Expires > now || seen[key] {
+			continue // released, renewed, or already in this batch
+		}
+		seen[key] = true
 		items = append(items, expiryItem{expires: l.Expires, token: l.Token, key: it.key})
 		entry.Ops = append(entry.Ops, fsm.Op{Type: fsm.OpExpire, Key: it.key, Token: it.token})
-		s.handoffLocked(it.key, &entry, grants)
+		if !slices.Contains(keys, it.key) {
+			keys = append(keys, it.key)
+		}
 	}
-	if len(entry.Ops) > 0 {
+	// The freed keys go to their next waiters in the same entry (the
+	// expired holders count as gone: they are, by this leader's clock).
+	for _, k := range keys {
+		s.roundLocked(k, nil, &entry, &grants)
+		delete(kick, k)
+	}
+	for k := range kick {
+		s.kickLocked(k)
+	}
+	if len(items) > 0 {
 		done := make(chan applied, 1)
 		s.proposeLocked(entry, grants, done)
 		epoch := s.epoch

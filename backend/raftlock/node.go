@@ -42,6 +42,8 @@ type Node struct {
 	trans  *raft.NetworkTransport
 	sched  *scheduler
 	batch  *batcher
+	// watches are this node's open watches, fed from its state machine.
+	watches *watchHub
 	// members sends this node's membership RPCs (its join, forwarded
 	// requests) with its TLS and token.
 	members *MembershipClient
@@ -58,7 +60,12 @@ type Node struct {
 	err      error
 }
 
-var _ lock.Locker = (*Node)(nil)
+var (
+	_ lock.Locker          = (*Node)(nil)
+	_ lock.MultiLocker     = (*Node)(nil)
+	_ lock.Watcher         = (*Node)(nil)
+	_ lock.FeatureReporter = (*Node)(nil)
+)
 
 // New starts a server: it opens (or creates) the durable state under
 // cfg.DataDir, replays it, and joins the Raft protocol. With cfg.Bootstrap
@@ -89,6 +96,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.sched = newScheduler(n)
 	n.batch = newBatcher(n)
+	n.watches = newWatchHub(n)
 	n.metrics = newNodeMetrics(n)
 	n.fsm.SetObserver(n.sched.observe)
 	n.session = n.NewSession()
@@ -257,6 +265,7 @@ func (n *Node) stop(transfer bool) error {
 		if transfer {
 			n.transferLeadership()
 		}
+		n.watches.shutdown(fmt.Errorf("raftlock: node %s shut down: %w", n.cfg.ID, lock.ErrClosed))
 		n.session.Close()
 		close(n.shutdown)
 		if n.raft != nil {

@@ -206,6 +206,70 @@ type clusterLocker struct {
 	cancel context.CancelFunc
 }
 
+var (
+	_ lock.MultiLocker     = (*clusterLocker)(nil)
+	_ lock.Watcher         = (*clusterLocker)(nil)
+	_ lock.FeatureReporter = (*clusterLocker)(nil)
+)
+
+// Features implements lock.FeatureReporter: every primitive, as the nodes.
+func (cl *clusterLocker) Features() lock.Features { return lock.AllFeatures }
+
+func (cl *clusterLocker) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return cl.acquireAll(ctx, keys, opts, (*Node).AcquireAll)
+}
+
+func (cl *clusterLocker) TryAcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return cl.acquireAll(ctx, keys, opts, (*Node).TryAcquireAll)
+}
+
+func (cl *clusterLocker) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions,
+	f func(*Node, context.Context, []string, lock.AcquireOptions) ([]*lock.Lease, error)) ([]*lock.Lease, error) {
+	if opts.Handle == "" {
+		opts.Handle = lock.NewHandle()
+	}
+	autoRenew := opts.AutoRenew || opts.TTL == 0
+	if opts.TTL == 0 {
+		opts.TTL = lock.DefaultTTL
+	}
+	opts.AutoRenew = false // renewed here, through whichever node leads
+	var leases []*lock.Lease
+	err := cl.retry(ctx, func(ctx context.Context, n *Node) error {
+		var err error
+		leases, err = f(n, ctx, keys, opts)
+		return err
+	})
+	if err == nil && autoRenew {
+		for _, lease := range leases {
+			go lock.KeepAlive(cl.ctx, cl, lease)
+		}
+	}
+	return leases, err
+}
+
+// Watch implements lock.Watcher on the current leader's applied state;
+// the watch ends (EventError) if that node shuts down, and when this
+// Locker is closed.
+func (cl *clusterLocker) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	if cl.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(cl.ctx, cancel)
+	var ch <-chan lock.Event
+	err := cl.retry(ctx, func(_ context.Context, n *Node) error {
+		var err error
+		ch, err = n.Watch(wctx, key)
+		return err
+	})
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	return ch, nil
+}
+
 // retry runs op on the current leader until it returns something other
 // than a redirect.
 func (cl *clusterLocker) retry(ctx context.Context, op func(context.Context, *Node) error) error {

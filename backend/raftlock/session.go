@@ -2,7 +2,10 @@ package raftlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
@@ -18,9 +21,64 @@ type Session struct {
 	clientID string
 	ctx      context.Context // ends at Close: stops waits and keep-alives
 	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	watches map[*watch]struct{} // open watches, ended by Close
 }
 
-var _ lock.Locker = (*Session)(nil)
+var (
+	_ lock.Locker          = (*Session)(nil)
+	_ lock.MultiLocker     = (*Session)(nil)
+	_ lock.Watcher         = (*Session)(nil)
+	_ lock.FeatureReporter = (*Session)(nil)
+)
+
+// The state machine's group bound is the lock package's key-set bound
+// (each constant below is negative, and so does not compile, if not).
+const (
+	_ = uint(fsm.MaxGroup - lock.MaxMultiKeys)
+	_ = uint(lock.MaxMultiKeys - fsm.MaxGroup)
+	_ = uint(fsm.MaxPermits - lock.MaxPermits)
+	_ = uint(fsm.MaxLockDelay - lock.MaxLockDelay)
+)
+
+// Features implements lock.FeatureReporter: raftlock offers every
+// primitive, in its state machine (docs/raftlock.md).
+func (s *Session) Features() lock.Features { return lock.AllFeatures }
+
+func (s *Session) addWatch(w *watch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches == nil {
+		s.watches = make(map[*watch]struct{})
+	}
+	s.watches[w] = struct{}{}
+}
+
+func (s *Session) removeWatch(w *watch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.watches, w)
+}
+
+// Watch implements lock.Watcher: it streams key's holders from this node's
+// applied state, on the leader or a follower alike (docs/raftlock.md,
+// "Watch"). At most Config.MaxWatchers watches are open per node; a watch
+// that falls Config.WatchBuffer events behind ends with
+// lock.ErrWatchOverflow; Close of the session, and the node's shutdown
+// (with an EventError), end it too.
+func (s *Session) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	if s.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	if err := lock.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.n.watches.watch(ctx, s, key)
+}
 
 // NewSession returns a new client of n.
 func (n *Node) NewSession() *Session {
@@ -56,10 +114,58 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 		handle = lock.NewHandle()
 	}
 	w := &waiter{key: key, opts: opts, handle: handle, try: try, res: make(chan result, 1)}
-	// Checked before it queues: a waiter whose grant the state machine
-	// would refuse must not sit at the head of the key's queue.
-	if err := s.n.batch.checkOps(acquireOp(w)); err != nil {
+	leases, err := s.wait(ctx, w)
+	if err != nil {
 		return nil, err
+	}
+	return leases[0], nil
+}
+
+// AcquireAll implements lock.MultiLocker: the caller joins the queue of
+// every key at once and is granted all of them in one entry, all or
+// nothing, when it heads every queue and every key is free for it.
+func (s *Session) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return s.acquireAll(ctx, keys, opts, false)
+}
+
+// TryAcquireAll implements lock.MultiLocker: every key now, or none.
+func (s *Session) TryAcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return s.acquireAll(ctx, keys, opts, true)
+}
+
+func (s *Session) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions, try bool) ([]*lock.Lease, error) {
+	if s.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	if err := lock.ValidateKeys(keys); err != nil {
+		return nil, err
+	}
+	opts, err := opts.Normalize(keys[0], s.clientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	handle := opts.Handle
+	if handle == "" {
+		handle = lock.NewHandle()
+	}
+	w := &waiter{key: keys[0], keys: slices.Clone(keys), opts: opts, handle: handle, try: try, res: make(chan result, 1)}
+	if len(keys) == 1 {
+		w.keys = nil
+	}
+	return s.wait(ctx, w)
+}
+
+// wait queues w and waits for its grants, one lease per key.
+func (s *Session) wait(ctx context.Context, w *waiter) ([]*lock.Lease, error) {
+	// Checked before it queues: a waiter whose grant the state machine
+	// would refuse must not sit at the head of a key's queue.
+	for _, k := range w.allKeys() {
+		if err := s.n.batch.checkOps(acquireOp(w, k)); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.n.sched.enqueue(w); err != nil {
 		return nil, err
@@ -69,15 +175,18 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 		if r.err != nil {
 			return nil, r.err
 		}
-		lease := lock.NewLease(*r.grant)
-		s.n.sched.attach(lease)
-		if opts.AutoRenew {
-			go lock.KeepAlive(s.ctx, s, lease)
+		leases := make([]*lock.Lease, len(r.grants))
+		for i, g := range r.grants {
+			leases[i] = lock.NewLease(*g)
+			s.n.sched.attach(leases[i])
+			if w.opts.AutoRenew {
+				go lock.KeepAlive(s.ctx, s, leases[i])
+			}
 		}
-		return lease, nil
+		return leases, nil
 	case <-ctx.Done():
 		s.n.sched.abandon(w)
-		return nil, fmt.Errorf("raftlock: waiting for %q: %w", key, ctx.Err())
+		return nil, fmt.Errorf("raftlock: waiting for %q: %w", w.key, ctx.Err())
 	case <-s.ctx.Done():
 		s.n.sched.abandon(w)
 		return nil, lock.ErrClosed
@@ -134,16 +243,84 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 	}
 	sc.releaseLocked(lease.Key, lease.Handle, uint64(lease.Token), done)
 	sc.unlockAndRun(true) // commits the release on this goroutine
-	var a applied
-	select {
-	case a = <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("raftlock: release %q: outcome unknown: %w", lease.Key, ctx.Err())
+	a, err := awaitApplied(ctx, done)
+	if err != nil {
+		return fmt.Errorf("raftlock: release %q: outcome unknown: %w", lease.Key, err)
 	}
 	if a.err != nil {
 		return a.err
 	}
 	return lease.Released(a.res.Results[0].Status == fsm.StatusOK)
+}
+
+// awaitApplied waits for a commit's outcome, or for ctx. An outcome that
+// is already there wins over an ended ctx: the commit usually runs on the
+// caller's goroutine, and then its outcome is known, whatever ctx says.
+func awaitApplied(ctx context.Context, done chan applied) (applied, error) {
+	select {
+	case a := <-done:
+		return a, nil
+	default:
+	}
+	select {
+	case a := <-done:
+		return a, nil
+	case <-ctx.Done():
+		return applied{}, ctx.Err()
+	}
+}
+
+// ReleaseAll releases leases in one entry (with the grants to each key's
+// next waiters), e.g. those of one AcquireAll. It returns the errors
+// joined, each naming its key, as lock.ReleaseAll does.
+func (s *Session) ReleaseAll(ctx context.Context, leases []*lock.Lease) error {
+	if s.ctx.Err() != nil {
+		return lock.ErrClosed
+	}
+	for _, lease := range leases {
+		if err := lock.ValidateLease(lease); err != nil {
+			return err
+		}
+		if err := s.n.batch.checkOps(releaseOp(lease.Key, lease.Handle, uint64(lease.Token))); err != nil {
+			return err
+		}
+	}
+	if len(leases) == 0 {
+		return nil
+	}
+	sc := s.n.sched
+	done := make(chan applied, 1)
+	sc.mu.Lock()
+	if !sc.ready {
+		sc.mu.Unlock()
+		return s.n.notLeader()
+	}
+	entry := fsm.Entry{}
+	freed := map[uint64]bool{}
+	for _, lease := range leases {
+		entry.Ops = append(entry.Ops, releaseOp(lease.Key, lease.Handle, uint64(lease.Token)))
+		freed[uint64(lease.Token)] = true
+	}
+	var grants []pending
+	for _, lease := range leases {
+		sc.roundLocked(lease.Key, freed, &entry, &grants)
+	}
+	sc.proposeLocked(entry, grants, done)
+	sc.unlockAndRun(true)
+	a, err := awaitApplied(ctx, done)
+	if err != nil {
+		return fmt.Errorf("raftlock: release of %d leases: outcome unknown: %w", len(leases), err)
+	}
+	if a.err != nil {
+		return a.err
+	}
+	var errs []error
+	for i, lease := range leases {
+		if err := lease.Released(a.res.Results[i].Status == fsm.StatusOK); err != nil {
+			errs = append(errs, fmt.Errorf("release %q: %w", lease.Key, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Inspect implements lock.Locker, linearizably: only the leader answers,
@@ -159,31 +336,53 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 		return nil, err
 	}
 	now := s.n.cfg.Clock.Now()
-	l, ok := s.n.fsm.Lock(key)
-	if !ok || l.Expires <= now {
+	all, _ := s.n.fsm.Holders(key)
+	var live []fsm.Lock
+	for _, l := range all {
+		if l.Expires > now {
+			live = append(live, l)
+		}
+	}
+	if len(live) == 0 {
 		return nil, fmt.Errorf("%w: %q", lock.ErrNotFound, key)
 	}
+	l := live[0]
 	sc := s.n.sched
 	sc.mu.Lock()
 	waiters := 0
 	if q := sc.queues[key]; q != nil {
-		for _, w := range q.waiters {
+		for _, w := range q.waiters[q.inflight:] {
 			if !w.gone {
 				waiters++
 			}
 		}
 	}
 	sc.mu.Unlock()
-	return &lock.LockInfo{
+	info := &lock.LockInfo{
 		Key: key, Owner: l.Owner, Token: lock.Token(l.Token), Value: l.Value,
 		Expires: time.Now().Add(time.Duration(l.Expires - now)), Waiters: waiters,
-	}, nil
+		Mode: lock.Mode(l.Mode), Permits: int(l.Permits),
+	}
+	for _, h := range live {
+		info.Holders = append(info.Holders, lock.HolderInfo{Owner: h.Owner, Token: lock.Token(h.Token), Value: h.Value,
+			Expires: time.Now().Add(time.Duration(h.Expires - now))})
+	}
+	return info, nil
 }
 
 // Close implements lock.Locker: waiting calls return lock.ErrClosed and
 // auto-renewals stop. The node keeps running.
 func (s *Session) Close() error {
 	s.cancel()
+	s.mu.Lock()
+	ws := make([]*watch, 0, len(s.watches))
+	for w := range s.watches {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		s.n.watches.end(w, nil)
+	}
 	return nil
 }
 
@@ -204,6 +403,29 @@ func (n *Node) TryAcquire(ctx context.Context, key string, opts lock.AcquireOpti
 func (n *Node) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	return n.session.Renew(ctx, lease, ttl)
 }
+
+// AcquireAll implements lock.MultiLocker.
+func (n *Node) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return n.session.AcquireAll(ctx, keys, opts)
+}
+
+// TryAcquireAll implements lock.MultiLocker.
+func (n *Node) TryAcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
+	return n.session.TryAcquireAll(ctx, keys, opts)
+}
+
+// ReleaseAll releases leases in one entry (Session.ReleaseAll).
+func (n *Node) ReleaseAll(ctx context.Context, leases []*lock.Lease) error {
+	return n.session.ReleaseAll(ctx, leases)
+}
+
+// Watch implements lock.Watcher (Session.Watch).
+func (n *Node) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	return n.session.Watch(ctx, key)
+}
+
+// Features implements lock.FeatureReporter.
+func (n *Node) Features() lock.Features { return lock.AllFeatures }
 
 // Release implements lock.Locker.
 func (n *Node) Release(ctx context.Context, lease *lock.Lease) error {
@@ -236,21 +458,34 @@ func (n *Node) ForceRelease(ctx context.Context, key string) error {
 		sc.mu.Unlock()
 		return n.notLeader()
 	}
-	l, ok := n.fsm.Lock(key)
-	if !ok {
+	ls, _ := n.fsm.Holders(key)
+	if len(ls) == 0 {
 		sc.mu.Unlock()
 		return fmt.Errorf("%w: %q", lock.ErrNotFound, key)
 	}
+	// Every holder of a shared key goes, in one entry, with the grants
+	// to the next waiters. A forced release ends no lock-delay: the
+	// operator declares the holders dead.
+	entry := fsm.Entry{}
+	freed := map[uint64]bool{}
+	for _, l := range ls {
+		entry.Ops = append(entry.Ops, releaseOp(key, l.Handle, l.Token))
+		freed[l.Token] = true
+	}
+	var grants []pending
+	sc.roundLocked(key, freed, &entry, &grants)
 	done := make(chan applied, 1)
-	sc.releaseLocked(key, l.Handle, l.Token, done)
+	sc.proposeLocked(entry, grants, done)
 	sc.unlockAndRun(true)
 	a := <-done
 	if a.err != nil {
 		return a.err
 	}
-	if a.res.Results[0].Status != fsm.StatusOK {
-		return fmt.Errorf("%w: %q changed hands while being released", lock.ErrNotHeld, key)
+	for i := range ls {
+		if a.res.Results[i].Status != fsm.StatusOK {
+			return fmt.Errorf("%w: %q changed hands while being released", lock.ErrNotHeld, key)
+		}
 	}
-	n.log.Warn("lock force-released", "key", key, "owner", l.Owner, "token", l.Token)
+	n.log.Warn("lock force-released", "key", key, "holders", len(ls), "owner", ls[0].Owner, "token", ls[0].Token)
 	return nil
 }
