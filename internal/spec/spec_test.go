@@ -25,6 +25,8 @@ import (
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 const (
@@ -60,7 +62,7 @@ func loadSpec(t testing.TB) *spec {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	for _, name := range []string{"request", "reply", "grant", "released", "renewed", "info", "cancelled", "error", "wanted"} {
+	for _, name := range []string{"request", "reply", "grant", "released", "renewed", "info", "cancelled", "error", "wanted", "grants", "event", "unwatched"} {
 		p, _ := filepath.Abs(filepath.Join(schemasDir, name+".json"))
 		sch, err := c.Compile(p)
 		if err != nil {
@@ -78,6 +80,11 @@ func loadSpec(t testing.TB) *spec {
 type node struct {
 	leader, follower string // API addresses (host:port)
 	tokens, limited  string // base URLs
+	// Gateways over the in-memory reference locker (base URLs): mem offers
+	// every primitive of issue 22, bare none, memLimited every one with
+	// one watch per connection; they provoke the primitives' messages
+	// whatever the raftlock under test offers.
+	mem, bare, memLimited string
 }
 
 func startNode(t testing.TB) *node {
@@ -137,6 +144,21 @@ func startNode(t testing.TB) *node {
 	sl := httptest.NewServer(gl)
 	t.Cleanup(func() { gt.Close(); gl.Close(); st.Close(); sl.Close() })
 	n.tokens, n.limited = st.URL, sl.URL
+	for _, m := range []struct {
+		url      *string
+		features lock.Features
+		opts     gateway.Options
+	}{
+		{&n.mem, lock.AllFeatures, gateway.Options{Logger: quiet, SyncWindow: syncWindow}},
+		{&n.bare, 0, gateway.Options{Logger: quiet, SyncWindow: syncWindow}},
+		{&n.memLimited, lock.AllFeatures, gateway.Options{Logger: quiet, MaxWatchesPerConn: 1}},
+	} {
+		ml := locktest.NewMemStoreWithFeatures(m.features).NewLocker()
+		g := gateway.New(ml, m.opts)
+		srv := httptest.NewServer(g)
+		t.Cleanup(func() { g.Close(); srv.Close(); ml.Close() })
+		*m.url = srv.URL
+	}
 	return n
 }
 
@@ -146,6 +168,15 @@ func TestProtocol(t *testing.T) {
 	n := startNode(t)
 	t.Run("REST", func(t *testing.T) { testREST(t, s, n) })
 	t.Run("WebSocket", func(t *testing.T) { testWS(t, s, n) })
+	// Issue 22's primitives: on raftlock's leader as far as it announces
+	// them (unsupported for the rest), on the reference locker all of them,
+	// and unsupported on a gateway over a locker without any.
+	for _, target := range []struct{ name, base string }{
+		{"raftlock", "http://" + n.leader}, {"mem", n.mem}, {"bare", n.bare},
+	} {
+		t.Run("Primitives/WebSocket/"+target.name, func(t *testing.T) { testPrimitivesWS(t, s, n, target.base) })
+		t.Run("Primitives/REST/"+target.name, func(t *testing.T) { testPrimitivesREST(t, s, n, target.base) })
+	}
 }
 
 // TestCodesMatchSpec: every code of internal/wire.Codes is in both error
@@ -231,6 +262,23 @@ func TestWrongResponsesFail(t *testing.T) {
 	check("WebSocket error with an unknown code", s.frame(`{"type":"error","success":false,"error":{"code":"nope","message":"x"}}`), true)
 	check("WebSocket message of an unknown type", s.frame(`{"type":"granted","success":true}`), true)
 	check("WebSocket request renew without fencingToken", s.request(`{"commandType":3,"key":"k","lockToken":"`+lt+`"}`), true)
+
+	// Issue 22's messages.
+	overflow := `{"id":"w","type":"event","success":false,"key":"k","event":"error","error":{"code":"watch_overflow","message":"m"}}`
+	check("WebSocket watch_overflow event", s.frame(overflow), false)
+	check("WebSocket error event claiming success", s.frame(strings.Replace(overflow, `"success":false`, `"success":true`, 1)), true)
+	check("WebSocket event of an unknown kind", s.frame(`{"id":"w","type":"event","success":true,"key":"k","event":"renewed"}`), true)
+	check("WebSocket granted event without a token", s.frame(`{"id":"w","type":"event","success":true,"key":"k","event":"granted","owner":"o"}`), true)
+	check("WebSocket event without the watch's id", s.frame(`{"type":"event","success":true,"key":"k","event":"synced"}`), true)
+	check("WebSocket grant with mode exclusive (absent means exclusive)", s.frame(strings.Replace(goodWS, `"owner":"a"`, `"owner":"a","mode":"exclusive"`, 1)), true)
+	check("WebSocket grants without leases", s.frame(`{"id":"1","type":"grants","success":true,"leases":[]}`), true)
+	check("WebSocket unsupported naming an unknown feature", s.frame(`{"type":"error","success":false,"error":{"code":"unsupported","message":"m","feature":"teleport"}}`), true)
+	check("WebSocket request keys on a try-acquire", s.request(`{"commandType":5,"key":"k","keys":["a"]}`), true)
+	check("WebSocket request acquireAll with key", s.request(`{"commandType":7,"key":"k","keys":["a"]}`), true)
+	check("WebSocket request watch without id", s.request(`{"commandType":9,"key":"k"}`), true)
+	check("REST acquireAll, a lease with a bare-integer token", s.restResponse(t, "POST", "/locks", 200, `{"leases":[`+restGrant+`]}`, nil), true)
+	check("REST acquireAll", s.restResponse(t, "POST", "/locks", 200, `{"leases":[`+good+`]}`, nil), false)
+	check("REST delayed with retry_in_ms", s.restResponse(t, "POST", "/locks/{key}", 409, `{"error":{"code":"delayed","message":"x","retry_in_ms":5}}`, nil), false)
 }
 
 // restResponse validates a response made up by the test against the
