@@ -119,6 +119,25 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		return lease.Renewed(time.Now(), ttl, false)
 	}
 	id := clientv3.LeaseID(kv.Lease)
+	if delay := decode(kv.Value).Delay; delay > 0 {
+		// A grant in its lock-delay (its lease has less than the delay
+		// left: the holder's TTL passed) ended by expiry; a keep-alive
+		// must not bring it back.
+		var left int64 = -1
+		err := l.do(ctx, func(rc context.Context) error {
+			resp, err := l.cli.TimeToLive(rc, id)
+			if err == nil {
+				left = resp.TTL
+			}
+			return err
+		})
+		if err != nil {
+			return l.fail(ctx, "renew", lease.Key, err)
+		}
+		if left < delay {
+			return lease.Renewed(time.Now(), ttl, false)
+		}
+	}
 	var ka *clientv3.LeaseKeepAliveResponse
 	var sent time.Time
 	err = l.do(ctx, func(rc context.Context) (err error) {

@@ -444,6 +444,11 @@ func TestLockDelay(t *testing.T) {
 		switch {
 		case errors.As(err, &delayed):
 			sawDelayed = true
+			// A copy of the expired lease (as the gateway rebuilds one)
+			// cannot renew it back to life within the delay.
+			if err := a.Renew(ctx, rebuild(crashed), 0); !errors.Is(err, lock.ErrNotHeld) {
+				t.Fatalf("Renew of a lease in its lock-delay: %v, want ErrNotHeld", err)
+			}
 			// Inspect agrees: nobody holds the key (or the waiter does by now).
 			if info, err := b.Inspect(ctx, "ld"); err == nil && info.Token == crashed.Token {
 				t.Fatalf("Inspect in the lock-delay reports the expired holder: %+v", info)
