@@ -116,6 +116,24 @@ export class LeaseCache {
     return { hit: e.lease };
   }
 
+  /**
+   * evict takes the unused leases of keys out of the cache, for the caller
+   * to release for real: an acquire the cache cannot serve (shared,
+   * semaphore, lock-delay, several keys) would otherwise wait behind them.
+   */
+  evict(keys: readonly string[]): Lease[] {
+    const out: Lease[] = [];
+    for (const k of keys) {
+      const e = this.#entries.get(k);
+      if (!e || e.inUse) continue;
+      this.#unused--;
+      this.#remove(e);
+      this.#misses++;
+      out.push(e.lease);
+    }
+    return out;
+  }
+
   /** hold records a lease the gateway granted with the cache on, in use. */
   hold(lease: Lease, opts: CacheKey): void {
     if (this.#closed || opts.releaseOnDisconnect || lease.reason !== undefined) return;

@@ -11,17 +11,20 @@
  * client-chosen lockToken, so that on raftlock a copy that was already
  * granted returns that grant instead of queueing behind it.
  */
-import { CancelledError, LockgateError, NotHeldError, TimeoutError, errorFromReply, type HolderInfo } from "./errors.js";
+import { CancelledError, LockgateError, NotHeldError, TimeoutError, UnsupportedError, errorFromReply, type HolderInfo } from "./errors.js";
 import { Conn, type Pending } from "./conn.js";
 import { DefaultCacheIdleMs, DefaultMaxCachedLeases, LeaseCache, type CacheKey, type CacheStats } from "./cache.js";
-import { Lease, type LeaseOps } from "./lease.js";
+import { Lease, type LeaseOps, type Mode } from "./lease.js";
+import { Watch, WatchBuffer, type WatchOptions } from "./watch.js";
 import { dial, wsUrl, type Sock, type TlsOptions } from "./socket.js";
 import { BackoffBaseMs, BackoffMaxMs, backoffMs, needsEarlyRenew, now } from "./timing.js";
 import {
   Cmd,
   DefaultTtlMs,
   checkKey,
+  checkKeys,
   checkOwner,
+  checkPrimitives,
   checkTtl,
   checkValue,
   newHandle,
@@ -85,6 +88,37 @@ export interface AcquireOptions {
   clientId?: string;
   /** Release this lease if the connection drops (default: it lives until its TTL, so a reconnect resumes it). */
   releaseOnDisconnect?: boolean;
+  /** "shared": a read lock, held beside other shared holders and never beside an exclusive one. Default "exclusive". Needs the gateway's "shared" feature. */
+  mode?: Mode;
+  /** A semaphore of this many permits (1 … 65536): at most that many holders at once (a shared hold). Needs "semaphore". */
+  permits?: number;
+  /** After this lease expires (not when released), nobody is granted the key for this many ms (≤ 60000). Needs "lockdelay". */
+  lockDelayMs?: number;
+}
+
+/** An acquire's options, checked and normalized. */
+interface Prepared {
+  owner: string;
+  ttlMs: number;
+  autoRenew: boolean;
+  mode: Mode;
+  permits: number;
+  lockDelayMs: number;
+  /** The gateway features the acquire needs. */
+  needs: string[];
+}
+
+/** One holder of a shared key, as inspect reports it. */
+export interface HolderDetail {
+  owner: string;
+  fencingToken: bigint | undefined;
+  value: string | undefined;
+  expiresInMs: number | undefined;
+}
+
+/** The #held map's key: raftlock gives every lease of an acquireAll the same lock token. */
+function heldKey(key: string, lockToken: string): string {
+  return lockToken + "\u0000" + key;
 }
 
 /** What inspect reports of a held key. */
@@ -97,6 +131,12 @@ export interface LockInfo {
   expiresInMs: number | undefined;
   /** Callers queued for the key (-1 when the server does not say). */
   waiters: number;
+  /** How the key is held: "shared" for read locks and semaphores. */
+  mode: Mode;
+  /** A semaphore's permits (0 otherwise). */
+  permits: number;
+  /** A shared key's holders, oldest grant first (empty for an exclusive one). */
+  holders: HolderDetail[];
 }
 
 /** One logical request, sent once per connection attempt (each copy with a fresh id) until answered. */
@@ -108,6 +148,8 @@ interface Call {
   /** The answer may be a grant, which must be released if nobody takes it. */
   grantable?: boolean;
   onSend?: (t: number) => void;
+  /** Gateway features the request needs: refused locally (UnsupportedError) on a gateway that did not announce one. */
+  needs?: string[];
   /** Caps the retry backoff below BackoffMaxMs (renewals: ttl/10, so that a lease notices a new leader in time). */
   maxBackoffMs?: number;
   sends: number;
@@ -217,7 +259,8 @@ export class Client {
       renew: (lease, ttlMs, signal) => this.#track(this.#renew(lease.key, lease.lockToken, lease.fencingToken, ttlMs, signal)),
       release: (lease) => this.#track(this.#releaseOrKeep(lease)),
       untrack: (lease) => {
-        if (this.#held.get(lease.lockToken) === lease) this.#held.delete(lease.lockToken);
+        const hk = heldKey(lease.key, lease.lockToken);
+        if (this.#held.get(hk) === lease) this.#held.delete(hk);
       },
     };
     if (opts.cacheLeases) {
@@ -265,6 +308,51 @@ export class Client {
   /** tryAcquire makes one attempt: a held key fails with HeldError naming the holder. */
   tryAcquire(key: string, opts: AcquireOptions = {}): Promise<Lease> {
     return this.#track(this.#acquire(key, opts, false));
+  }
+
+  /**
+   * acquireAll waits until every key is granted at once (all or nothing;
+   * needs the gateway's "multikey" feature) and returns one lease per key,
+   * in the order of keys. Options, cancellation and waitMs as acquire's.
+   * The leases are never kept by the lease cache.
+   */
+  acquireAll(keys: string[], opts: AcquireOptions = {}): Promise<Lease[]> {
+    return this.#track(this.#acquireAll(keys, opts, true));
+  }
+
+  /** tryAcquireAll makes one attempt at every key: a held key fails with HeldError and nothing is held. */
+  tryAcquireAll(keys: string[], opts: AcquireOptions = {}): Promise<Lease[]> {
+    return this.#track(this.#acquireAll(keys, opts, false));
+  }
+
+  /**
+   * features is what the gateway announced in its upgrade's
+   * Lockgate-Features (wanted, shared, semaphore, multikey, watch,
+   * lockdelay), connecting first if the client has no connection (bounded
+   * by requestTimeoutMs). undefined where the client cannot read the
+   * header (a browser's WebSocket): there nothing is refused locally and
+   * the gateway answers "unsupported" itself.
+   */
+  async features(opts: { signal?: AbortSignal } = {}): Promise<string[] | undefined> {
+    if (this.#closed) throw this.#closedError();
+    const ctl = AbortSignal.any([AbortSignal.timeout(this.#requestTimeoutMs), this.#closing.signal, ...(opts.signal ? [opts.signal] : [])]);
+    const conn = await this.#track(abortable(this.#getConn(), ctl));
+    return conn.featuresKnown ? [...conn.features] : undefined;
+  }
+
+  /**
+   * watch streams key's holder changes (needs the gateway's "watch"
+   * feature): first an event per current holder, then "synced", then
+   * every grant, release and expiry as it happens. It resolves once the
+   * gateway has accepted the watch. Iterate the Watch with `for await`;
+   * the iteration ends quietly when opts.signal aborts or watch.close() is
+   * called, and throws when the watch breaks: WatchOverflowError when it
+   * fell behind, a LockgateError "unavailable" when its connection was
+   * lost (a watch lives on one connection: watch again, the new watch
+   * starts with the current holders).
+   */
+  watch(key: string, opts: WatchOptions = {}): Promise<Watch> {
+    return this.#track(this.#watch(key, opts));
   }
 
   /** inspect reports the holder of key, or null when nobody holds it. */
@@ -317,9 +405,95 @@ export class Client {
 
   // ---- acquire, renew, release, inspect ----
 
-  async #acquire(key: string, opts: AcquireOptions, wait: boolean): Promise<Lease> {
+  async #watch(key: string, opts: WatchOptions): Promise<Watch> {
     if (this.#closed) throw this.#closedError();
     checkKey(key);
+    opts.signal?.throwIfAborted();
+    const what = `watch ${JSON.stringify(key)}`;
+    const ctl = new AbortController();
+    const t = setTimeout(() => ctl.abort(new LockgateError("unavailable", `lockgate: ${what}: not established within ${this.#requestTimeoutMs} ms`)), this.#requestTimeoutMs);
+    const stop = [this.#closing.signal, ...(opts.signal ? [opts.signal] : [])];
+    const onStop = () => ctl.abort(opts.signal?.aborted ? new CancelledError(`lockgate: ${what}: cancelled by the caller`, opts.signal.reason) : this.#closedError());
+    for (const s of stop) s.addEventListener("abort", onStop, { once: true });
+    let hops = 0;
+    let retry = 0;
+    try {
+      for (;;) {
+        ctl.signal.throwIfAborted();
+        const conn = await abortable(this.#getConn(), ctl.signal);
+        if (conn.featuresKnown && !conn.features.includes("watch")) {
+          throw new UnsupportedError(`lockgate: ${what}: unsupported: the gateway ${conn.addr} does not offer "watch" (Lockgate-Features: ${conn.features.join(",") || "none"})`, "watch");
+        }
+        const id = this.#newId();
+        const p = conn.register(id);
+        if (!p) continue;
+        p.limit = WatchBuffer;
+        const ops = {
+          unwatch: () => conn.send({ id: this.#newId(), commandType: Cmd.unwatch, target: id }),
+          forget: () => conn.unregister(id),
+        };
+        p.onOverflow = () => {
+          try {
+            ops.unwatch();
+          } catch {
+            // the connection is gone
+          }
+        };
+        try {
+          conn.send({ id, commandType: Cmd.watch, key });
+        } catch {
+          conn.unregister(id);
+          continue;
+        }
+        let first: Reply | null;
+        try {
+          first = await abortable(p.next(), ctl.signal);
+        } catch (e) {
+          conn.unregister(id);
+          try {
+            ops.unwatch();
+          } catch {
+            // the connection is gone
+          }
+          throw e;
+        }
+        if (first === null) continue; // the connection dropped: watch again on the next
+        if (first.type === "error") {
+          conn.unregister(id);
+          switch (first.error?.code) {
+            case "not_leader": {
+              let addr = first.error.leader?.addr ?? "";
+              if (addr && this.#isDead(addr)) addr = "";
+              if (addr && addr !== conn.addr && hops < this.#maxHops) {
+                hops++;
+                conn.closeFor(addr, false, new Error("not_leader"));
+                continue;
+              }
+              break;
+            }
+            case "closed":
+              conn.closeFor("", true, new Error("gateway closing"));
+              continue;
+            case "unavailable":
+              conn.strike();
+              break;
+            default:
+              throw errorFromReply(first.error, what);
+          }
+          await sleep(backoffMs(++retry), ctl.signal);
+          continue;
+        }
+        conn.good();
+        return new Watch(key, first, p, ops, stop);
+      }
+    } finally {
+      clearTimeout(t);
+      for (const s of stop) s.removeEventListener("abort", onStop);
+    }
+  }
+
+  /** #prepare checks an acquire's options as the server would and normalizes them. */
+  #prepare(opts: AcquireOptions): Prepared {
     if (opts.ttlMs !== undefined) checkTtl(opts.ttlMs);
     if (opts.value !== undefined) checkValue(opts.value);
     const owner = opts.clientId ?? this.clientId;
@@ -327,15 +501,41 @@ export class Client {
     if (opts.waitMs !== undefined && (!Number.isInteger(opts.waitMs) || opts.waitMs < 0)) {
       throw new LockgateError("invalid_wait", `lockgate: waitMs ${opts.waitMs} is not a non-negative integer`);
     }
-    const ttlMs = opts.ttlMs ?? DefaultTtlMs;
-    const autoRenew = opts.autoRenew ?? opts.ttlMs === undefined;
+    checkPrimitives(opts.mode, opts.permits, opts.lockDelayMs);
+    const permits = opts.permits ?? 0;
+    const mode: Mode = permits > 0 ? "shared" : (opts.mode ?? "exclusive"); // a permit is a shared hold
+    const lockDelayMs = opts.lockDelayMs ?? 0;
+    const needs: string[] = [];
+    if (permits > 0) needs.push("semaphore");
+    else if (mode === "shared") needs.push("shared");
+    if (lockDelayMs > 0) needs.push("lockdelay");
+    return { owner, ttlMs: opts.ttlMs ?? DefaultTtlMs, autoRenew: opts.autoRenew ?? opts.ttlMs === undefined, mode, permits, lockDelayMs, needs };
+  }
+
+  /** #primitiveFields sets the request's mode, permits and lockDelayMs (absent when default, as the Go SDK sends them). */
+  #primitiveFields(req: Request, p: Prepared): void {
+    if (p.mode === "shared") req.mode = "shared";
+    if (p.permits > 0) req.permits = p.permits;
+    if (p.lockDelayMs > 0) req.lockDelayMs = p.lockDelayMs;
+  }
+
+  async #acquire(key: string, opts: AcquireOptions, wait: boolean): Promise<Lease> {
+    if (this.#closed) throw this.#closedError();
+    checkKey(key);
+    const p = this.#prepare(opts);
+    const { owner, ttlMs, autoRenew } = p;
     opts.signal?.throwIfAborted();
+    // Only plain exclusive leases without lock-delay are cached (as the Go
+    // SDK): an acquire of another kind gives up a kept lease of its key.
     const cache = this.#cache;
+    const plain = p.needs.length === 0;
     const ck: CacheKey = { owner, ttlMs, value: opts.value, autoRenew, releaseOnDisconnect: !!opts.releaseOnDisconnect };
-    if (cache) {
+    if (cache && plain) {
       const { hit, stale } = cache.take(key, ck);
       if (hit) return hit;
       if (stale) await this.#releaseQuietly(stale); // or this acquire would wait behind it
+    } else if (cache) {
+      for (const stale of cache.evict([key])) await this.#releaseQuietly(stale);
     }
     for (;;) {
       const handle = newHandle();
@@ -345,50 +545,121 @@ export class Client {
         if (opts.value !== undefined) req.value = opts.value;
         if (opts.releaseOnDisconnect) req.releaseOnDisconnect = true;
         if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
-        const k = newCall(wait ? "acquire" : "try-acquire", req, { wait, grantable: true });
-        if (req.waitMs !== undefined) {
-          // A copy re-sent after a reconnect waits only for what is left.
-          const waitMs = req.waitMs;
-          k.onSend = (t) => (req.waitMs = Math.max(1, Math.round(waitMs - (t - k.first))));
-        }
-        const ctl = new AbortController();
-        const stops: Array<() => void> = [];
-        const stopOn = (s: AbortSignal | undefined, reason: () => unknown) => {
-          if (!s) return;
-          const f = () => ctl.abort(reason());
-          if (s.aborted) f();
-          s.addEventListener("abort", f, { once: true });
-          stops.push(() => s.removeEventListener("abort", f));
-        };
-        stopOn(opts.signal, () => new CancelledError(`lockgate: ${k.op} ${JSON.stringify(key)}: cancelled by the caller`, opts.signal!.reason));
-        stopOn(this.#closing.signal, () => this.#closedError());
-        let timer: ReturnType<typeof setTimeout> | undefined;
-        if (!wait) {
-          timer = setTimeout(() => ctl.abort(this.#noAnswer(k)), this.#requestTimeoutMs);
-        } else if (opts.waitMs !== undefined) {
-          // The server ends the wait at waitMs ("timeout"); this bound
-          // covers a server that ignores waitMs, and time lost to reconnects.
-          const grace = Math.min(2_000, 200 + opts.waitMs / 10);
-          timer = setTimeout(
-            () => ctl.abort(new TimeoutError(`lockgate: acquire ${JSON.stringify(key)}: not granted within waitMs ${opts.waitMs}`)),
-            opts.waitMs + grace,
-          );
-        }
-        let r: Reply;
-        try {
-          r = await this.#do(k, ctl.signal);
-        } finally {
-          if (timer) clearTimeout(timer);
-          for (const s of stops) s();
-        }
+        this.#primitiveFields(req, p);
+        const k = newCall(wait ? "acquire" : "try-acquire", req, { wait, grantable: true, needs: p.needs });
+        const r = await this.#runAcquire(k, opts, wait, JSON.stringify(key));
         if (r.type !== "grant") throw this.#unexpected(r, k, "grant");
-        const lease = await this.#lease(r, key, owner, ttlMs, autoRenew, k.first, opts.value);
+        const lease = await this.#lease(r, key, p, k.first, opts.value);
         if (lease) {
-          cache?.hold(lease, ck);
+          if (plain) cache?.hold(lease, ck);
           return lease;
         }
         if (!wait) throw new NotHeldError(`lockgate: try-acquire ${JSON.stringify(key)}: the grant expired before it could be renewed`);
         this.#log(`grant of ${key} expired on arrival; queueing again`);
+      } finally {
+        this.#early.delete(handle);
+      }
+    }
+  }
+
+  /**
+   * #runAcquire runs an acquire's call: bounded by requestTimeoutMs for a
+   * try, by waitMs (plus grace) for a timed wait, and given up when the
+   * caller's signal aborts (CancelledError) or the client closes.
+   */
+  async #runAcquire(k: Call, opts: AcquireOptions, wait: boolean, what: string): Promise<Reply> {
+    const req = k.req;
+    if (req.waitMs !== undefined) {
+      // A copy re-sent after a reconnect waits only for what is left.
+      const waitMs = req.waitMs;
+      k.onSend = (t) => (req.waitMs = Math.max(1, Math.round(waitMs - (t - k.first))));
+    }
+    const ctl = new AbortController();
+    const stops: Array<() => void> = [];
+    const stopOn = (s: AbortSignal | undefined, reason: () => unknown) => {
+      if (!s) return;
+      const f = () => ctl.abort(reason());
+      if (s.aborted) f();
+      s.addEventListener("abort", f, { once: true });
+      stops.push(() => s.removeEventListener("abort", f));
+    };
+    stopOn(opts.signal, () => new CancelledError(`lockgate: ${k.op} ${what}: cancelled by the caller`, opts.signal!.reason));
+    stopOn(this.#closing.signal, () => this.#closedError());
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    if (!wait) {
+      timer = setTimeout(() => ctl.abort(this.#noAnswer(k)), this.#requestTimeoutMs);
+    } else if (opts.waitMs !== undefined) {
+      // The server ends the wait at waitMs ("timeout"); this bound
+      // covers a server that ignores waitMs, and time lost to reconnects.
+      const grace = Math.min(2_000, 200 + opts.waitMs / 10);
+      timer = setTimeout(
+        () => ctl.abort(new TimeoutError(`lockgate: ${k.op} ${what}: not granted within waitMs ${opts.waitMs}`)),
+        opts.waitMs + grace,
+      );
+    }
+    try {
+      return await this.#do(k, ctl.signal);
+    } finally {
+      if (timer) clearTimeout(timer);
+      for (const s of stops) s();
+    }
+  }
+
+  /**
+   * #acquireAll is acquireAll (wait) and tryAcquireAll: one "grants" reply
+   * with a lease per key, in order, or nothing held. A grant one of whose
+   * leases cannot be used (it expired on arrival) is given back whole.
+   */
+  async #acquireAll(keys: string[], opts: AcquireOptions, wait: boolean): Promise<Lease[]> {
+    if (this.#closed) throw this.#closedError();
+    checkKeys(keys);
+    const p = this.#prepare(opts);
+    opts.signal?.throwIfAborted();
+    keys = [...keys];
+    const what = JSON.stringify(keys);
+    // Never cached; an unused cached lease of one of the keys would hold it against us.
+    if (this.#cache) for (const stale of this.#cache.evict(keys)) await this.#releaseQuietly(stale);
+    for (;;) {
+      const handle = newHandle();
+      this.#early.set(handle, false);
+      try {
+        const req: Request = { commandType: wait ? Cmd.acquireAll : Cmd.tryAcquireAll, keys, clientId: p.owner, ttl: p.ttlMs, lockToken: handle };
+        if (opts.value !== undefined) req.value = opts.value;
+        if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
+        this.#primitiveFields(req, p);
+        const k = newCall(wait ? "acquire-all" : "try-acquire-all", req, { wait, grantable: true, needs: ["multikey", ...p.needs] });
+        const r = await this.#runAcquire(k, opts, wait, what);
+        if (r.type !== "grants") throw this.#unexpected(r, k, "grants");
+        const got = r.leases ?? [];
+        const leases: Lease[] = [];
+        let lost: LockgateError | undefined;
+        let expired = false;
+        if (got.length !== keys.length) {
+          lost = new LockgateError("unavailable", `lockgate: ${k.op} ${what}: ${got.length} leases for ${keys.length} keys`);
+        }
+        for (let i = 0; !lost && i < got.length; i++) {
+          const g = got[i]!;
+          if (g.key !== keys[i]) {
+            lost = new LockgateError("unavailable", `lockgate: ${k.op} ${what}: lease ${i} is for ${JSON.stringify(g.key)}, not ${JSON.stringify(keys[i])}`);
+            break;
+          }
+          const lease = await this.#lease({ ...g, type: "grant" }, keys[i]!, p, k.first, opts.value);
+          if (!lease) {
+            expired = true;
+            lost = new NotHeldError(`lockgate: ${k.op} ${what}: the grant of ${JSON.stringify(keys[i])} expired before it could be renewed`);
+            break;
+          }
+          leases.push(lease);
+        }
+        if (!lost) return leases;
+        // All or nothing: give back what this grant gave.
+        for (const l of leases) await this.#release(l).catch(() => {});
+        const conn = this.#conn;
+        for (const g of got.slice(leases.length + (expired ? 1 : 0))) {
+          if (g.key && g.lockToken) await this.#releaseRaced(conn, { type: "grant", key: g.key, lockToken: g.lockToken, fencingToken: g.fencingToken ?? 0n });
+        }
+        if (!(expired && wait)) throw lost;
+        this.#log(`a grant of ${what} expired on arrival; queueing again`);
       } finally {
         this.#early.delete(handle);
       }
@@ -402,11 +673,11 @@ export class Client {
    * renewed at once and the renewal's send time used. undefined when that
    * renewal found the lease gone.
    */
-  async #lease(r: Reply, key: string, owner: string, ttlMs: number, autoRenew: boolean, sent: number, value?: string): Promise<Lease | undefined> {
+  async #lease(r: Reply, key: string, p: Prepared, sent: number, value?: string): Promise<Lease | undefined> {
     if (!r.lockToken || r.fencingToken === undefined) {
       throw new LockgateError("unavailable", `lockgate: acquire ${JSON.stringify(key)}: grant without lockToken or fencingToken`);
     }
-    const ttl = r.ttl && r.ttl > 0 && r.ttl < ttlMs ? r.ttl : ttlMs;
+    const ttl = r.ttl && r.ttl > 0 && r.ttl < p.ttlMs ? r.ttl : p.ttlMs;
     if (needsEarlyRenew(sent, ttl, now())) {
       try {
         sent = await this.#renew(key, r.lockToken, r.fencingToken, ttl);
@@ -417,16 +688,18 @@ export class Client {
     }
     const lease = new Lease(this.#ops, {
       key,
-      owner: r.owner || owner,
+      owner: r.owner || p.owner,
       lockToken: r.lockToken,
       fencingToken: r.fencingToken,
       ttlMs: ttl,
       sent,
       ...(value !== undefined ? { value } : {}),
-      autoRenew: autoRenew && !this.#closed,
+      autoRenew: p.autoRenew && !this.#closed,
       wanted: !!r.wanted || this.#early.get(r.lockToken) === true,
+      mode: r.mode === "shared" ? "shared" : "exclusive",
+      permits: typeof r.permits === "number" ? r.permits : 0,
     });
-    if (lease.reason === undefined) this.#held.set(lease.lockToken, lease);
+    if (lease.reason === undefined) this.#held.set(heldKey(key, lease.lockToken), lease);
     return lease;
   }
 
@@ -509,6 +782,9 @@ export class Client {
       value: r.value,
       expiresInMs: r.expiresIn,
       waiters: typeof r.waiters === "number" ? r.waiters : -1,
+      mode: r.mode === "shared" ? "shared" : "exclusive",
+      permits: typeof r.permits === "number" ? r.permits : 0,
+      holders: (r.holders ?? []).map((h) => ({ owner: h.owner ?? "", fencingToken: h.fencingToken, value: h.value, expiresInMs: h.expiresIn })),
     };
   }
 
@@ -530,13 +806,17 @@ export class Client {
     }
   }
 
+  #what(k: Call): string {
+    return JSON.stringify(k.req.key ?? k.req.keys ?? "");
+  }
+
   #noAnswer(k: Call): LockgateError {
     const why = this.#dialErr ? ` (last dial: ${this.#dialErr.message})` : "";
-    return new LockgateError("unavailable", `lockgate: ${k.op} ${JSON.stringify(k.req.key ?? "")}: no answer within ${this.#requestTimeoutMs} ms${why}`);
+    return new LockgateError("unavailable", `lockgate: ${k.op} ${this.#what(k)}: no answer within ${this.#requestTimeoutMs} ms${why}`);
   }
 
   #unexpected(r: Reply, k: Call, want: string): LockgateError {
-    const what = `${k.op} ${JSON.stringify(k.req.key ?? "")}`;
+    const what = `${k.op} ${this.#what(k)}`;
     if (r.type === "error") return errorFromReply(r.error, what);
     return new LockgateError("internal", `lockgate: ${what}: answered ${JSON.stringify(r.type)} where ${JSON.stringify(want)} was expected`);
   }
@@ -556,6 +836,15 @@ export class Client {
     for (;;) {
       signal.throwIfAborted();
       const conn = await abortable(this.#getConn(), signal);
+      if (k.needs && conn.featuresKnown) {
+        const missing = k.needs.find((f) => !conn.features.includes(f));
+        if (missing !== undefined) {
+          throw new UnsupportedError(
+            `lockgate: ${k.op} ${this.#what(k)}: unsupported: the gateway ${conn.addr} does not offer ${JSON.stringify(missing)} (Lockgate-Features: ${conn.features.join(",") || "none"})`,
+            missing,
+          );
+        }
+      }
       const id = this.#newId();
       const p = conn.register(id);
       if (!p) continue;
@@ -600,7 +889,7 @@ export class Client {
               }
               // The named leader is this node, not ready yet: back off.
             } else if (!k.wait) {
-              throw errorFromReply(r.error, `${k.op} ${JSON.stringify(k.req.key ?? "")}`);
+              throw errorFromReply(r.error, `${k.op} ${this.#what(k)}`);
             } else {
               hops = 0; // a waiting acquire keeps looking, after a pause
             }
@@ -659,6 +948,10 @@ export class Client {
           conn.close(new Error("cancelled acquire never answered"));
         } else if (r?.type === "grant") {
           await this.#releaseRaced(conn, r);
+        } else if (r?.type === "grants") {
+          for (const g of r.leases ?? []) {
+            if (g.key && g.lockToken) await this.#releaseRaced(conn, { type: "grant", key: g.key, lockToken: g.lockToken, fencingToken: g.fencingToken ?? 0n });
+          }
         } else if (r === null) {
           this.#log(`connection lost while giving up ${k.op} of ${k.req.key}; a grant that raced in stays held until its TTL`);
         }
@@ -679,13 +972,13 @@ export class Client {
   }
 
   /** #releaseRaced releases a grant that arrived for a request its caller gave up. */
-  async #releaseRaced(conn: Conn, r: Reply): Promise<void> {
+  async #releaseRaced(conn: Conn | undefined, r: Reply): Promise<void> {
     const req: Request = {
       commandType: Cmd.release, key: r.key!, lockToken: r.lockToken!, fencingToken: { key: r.key!, value: r.fencingToken ?? 0n }, ack: true,
     };
     const id = this.#newId();
-    const p = conn.register(id);
-    if (p) {
+    const p = conn?.register(id);
+    if (conn && p) {
       try {
         conn.send({ ...req, id });
         const a = await Promise.race([this.#answer(p), sleep(this.#requestTimeoutMs).then(() => null)]);
@@ -793,7 +1086,7 @@ export class Client {
 
   #onWanted(r: Reply): void {
     if (!r.lockToken) return;
-    const lease = this.#held.get(r.lockToken);
+    const lease = this.#held.get(heldKey(r.key ?? "", r.lockToken));
     if (lease) lease._markWanted();
     else if (this.#early.has(r.lockToken)) this.#early.set(r.lockToken, true);
   }

@@ -20,6 +20,10 @@ export const MaxStrikes = 3;
 /** Pending collects the replies to one request id. next() yields them in order; null once the connection ended. */
 export class Pending {
   #queue: Reply[] = [];
+  /** A watch's bound: past `limit` queued replies, onOverflow is called (once) and later replies are dropped. */
+  limit = Infinity;
+  onOverflow: (() => void) | undefined;
+  #over = false;
   #waiter: { promise: Promise<Reply | null>; resolve: (r: Reply | null) => void } | undefined;
   #ended = false;
 
@@ -28,9 +32,17 @@ export class Pending {
       const w = this.#waiter;
       this.#waiter = undefined;
       w.resolve(r);
-    } else {
+    } else if (this.#queue.length < this.limit) {
       this.#queue.push(r);
+    } else if (!this.#over) {
+      this.#over = true;
+      this.onOverflow?.();
     }
+  }
+
+  /** Whether the queue overflowed its limit. */
+  get overflowed(): boolean {
+    return this.#over;
   }
 
   end(): void {
@@ -60,6 +72,9 @@ export class Conn {
   readonly addr: string;
   readonly born = performance.now();
   readonly wantedFeature: boolean;
+  /** The gateway's Lockgate-Features, and whether they could be read (not in browsers). */
+  readonly features: readonly string[];
+  readonly featuresKnown: boolean;
   /** Resolves when the connection has ended. */
   readonly done: Promise<void>;
   closed = false;
@@ -87,6 +102,8 @@ export class Conn {
     this.#sock = sock;
     this.addr = addr;
     this.wantedFeature = sock.features.includes("wanted");
+    this.features = [...sock.features];
+    this.featuresKnown = sock.featuresKnown;
     this.done = new Promise((res) => (this.#resolveDone = res));
     sock.onactivity = () => (this.#lastActivity = performance.now());
     sock.onmessage = (text) => this.#dispatch(text);

@@ -33,6 +33,16 @@ export const ErrorCodes = [
   "method_not_allowed",
   "unsupported_media_type",
   "internal",
+  "unsupported",
+  "invalid_mode",
+  "invalid_permits",
+  "invalid_lock_delay",
+  "invalid_keys",
+  "permits_mismatch",
+  "delayed",
+  "watch_overflow",
+  "too_many_watches",
+  "duplicate_id",
 ] as const;
 
 /** One of {@link ErrorCodes}; a newer server may send a code not listed. */
@@ -102,9 +112,50 @@ export class CancelledError extends LockgateError {
   }
 }
 
+/**
+ * unsupported: the gateway's backend does not offer a feature the call
+ * needs (`feature`: shared, semaphore, lockdelay, multikey, watch). The
+ * client raises it itself, before sending, when the gateway did not
+ * announce the feature in Lockgate-Features.
+ */
+export class UnsupportedError extends LockgateError {
+  override name = "UnsupportedError";
+  readonly feature: string;
+  constructor(message: string, feature = "") {
+    super("unsupported", message);
+    this.feature = feature;
+  }
+}
+
+/** delayed: a tryAcquire found the key free but in its lock-delay; try again after `retryInMs`. */
+export class DelayedError extends LockgateError {
+  override name = "DelayedError";
+  readonly retryInMs: number;
+  constructor(message: string, retryInMs = 0) {
+    super("delayed", message);
+    this.retryInMs = retryInMs;
+  }
+}
+
+/** permits_mismatch: a semaphore acquire asked for another number of permits than the key's holders hold it with. */
+export class PermitsMismatchError extends LockgateError {
+  override name = "PermitsMismatchError";
+  constructor(message: string) {
+    super("permits_mismatch", message);
+  }
+}
+
+/** watch_overflow: a watch fell behind the key's changes and was ended; watch again. */
+export class WatchOverflowError extends LockgateError {
+  override name = "WatchOverflowError";
+  constructor(message: string) {
+    super("watch_overflow", message);
+  }
+}
+
 /** The error for a server's error object (`{code, message, leader?, holder?}`). */
 export function errorFromReply(
-  e: { code?: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo } | undefined,
+  e: { code?: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo; retryIn?: number; feature?: string } | undefined,
   what: string,
 ): LockgateError {
   const code = e?.code || "internal";
@@ -118,6 +169,14 @@ export function errorFromReply(
       return new TimeoutError(msg);
     case "cancelled":
       return new CancelledError(msg);
+    case "unsupported":
+      return new UnsupportedError(msg, e?.feature ?? "");
+    case "delayed":
+      return new DelayedError(msg, typeof e?.retryIn === "number" ? e.retryIn : 0);
+    case "permits_mismatch":
+      return new PermitsMismatchError(msg);
+    case "watch_overflow":
+      return new WatchOverflowError(msg);
   }
   return new LockgateError(code, msg, e?.leader ? { leader: e.leader } : {});
 }

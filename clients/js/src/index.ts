@@ -9,18 +9,26 @@
 export { DefaultCacheIdleMs, DefaultMaxCachedLeases } from "./cache.js";
 export type { CacheStats } from "./cache.js";
 export { Client, DefaultDialTimeoutMs, DefaultMaxHops, DefaultRequestTimeoutMs } from "./client.js";
-export type { AcquireOptions, ClientOptions, LockInfo } from "./client.js";
+export type { AcquireOptions, ClientOptions, HolderDetail, LockInfo } from "./client.js";
 export { Lease, LeaseLostError } from "./lease.js";
-export type { LostReason } from "./lease.js";
+export type { LostReason, Mode } from "./lease.js";
+export { Watch, WatchBuffer } from "./watch.js";
+export type { WatchEvent, WatchEventType, WatchOptions } from "./watch.js";
+export * as election from "./election.js";
+export type { CampaignOptions, Leader, Leadership } from "./election.js";
 export {
   CancelledError,
+  DelayedError,
   ErrorCodes,
   HeldError,
   LockgateError,
   NotHeldError,
+  PermitsMismatchError,
   TimeoutError,
+  UnsupportedError,
+  WatchOverflowError,
 } from "./errors.js";
 export type { ErrorCode, HolderInfo, LeaderInfo } from "./errors.js";
 export type { TlsOptions } from "./socket.js";
 export { backoffMs, deadlineOf, needsEarlyRenew } from "./timing.js";
-export { parseToken, DefaultTtlMs, MaxKeyLen, MinTtlMs, MaxTtlMs } from "./wire.js";
+export { parseToken, DefaultTtlMs, MaxKeyLen, MinTtlMs, MaxTtlMs, MaxPermits, MaxLockDelayMs, MaxMultiKeys } from "./wire.js";

@@ -4,6 +4,9 @@
 import { LockgateError, NotHeldError } from "./errors.js";
 import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
 
+/** How a lease holds its key: alone ("exclusive"), or beside other shared holders ("shared": read locks and semaphore permits). */
+export type Mode = "exclusive" | "shared";
+
 /** Why a lease ended. */
 export type LostReason = "expired" | "not_held" | "released";
 
@@ -36,6 +39,8 @@ export interface LeaseInit {
   value?: string;
   autoRenew: boolean;
   wanted: boolean;
+  mode?: Mode;
+  permits?: number;
 }
 
 function unref(t: ReturnType<typeof setTimeout>): void {
@@ -61,6 +66,10 @@ export class Lease {
   readonly fencingToken: bigint;
   /** The value stored with the lock, if any. */
   readonly value: string | undefined;
+  /** "shared" for a read lock or a semaphore permit, else "exclusive". */
+  readonly mode: Mode;
+  /** A semaphore permit's number of permits (0 otherwise). */
+  readonly permits: number;
   /** Resolves with the reason once the lease ends (it never rejects). */
   readonly lost: Promise<LostReason>;
   /** Aborted once the lease ends (reason: a LeaseLostError): the counterpart of Go's Lease.Done. */
@@ -90,6 +99,8 @@ export class Lease {
     this.lockToken = g.lockToken;
     this.fencingToken = g.fencingToken;
     this.value = g.value;
+    this.mode = g.mode ?? "exclusive";
+    this.permits = g.permits ?? 0;
     this.#ttlMs = g.ttlMs;
     this.#sent = g.sent;
     this.#deadline = deadlineOf(g.sent, g.ttlMs);

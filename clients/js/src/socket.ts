@@ -22,6 +22,8 @@ export interface TlsOptions {
 export interface Sock {
   /** Gateway features from the upgrade's Lockgate-Features header (empty when unknown). */
   readonly features: string[];
+  /** Whether features could be read (false in browsers: a page cannot read the upgrade's headers). */
+  readonly featuresKnown: boolean;
   /** The subprotocol the server selected ("" for none). */
   readonly protocol: string;
   send(text: string): void;
@@ -155,6 +157,7 @@ function dialWs(Ws: WsCtor, url: string, opts: DialOptions, offer: boolean): Pro
       settled = true;
       const sock: Sock = {
         features,
+        featuresKnown: true,
         protocol: ws.protocol ?? "",
         send(text) {
           if (ws.readyState !== 1) throw new Error("connection closed");
@@ -267,6 +270,7 @@ function dialStandard(Std: StandardCtor, url: string, opts: DialOptions): Promis
       clearTimeout(timer);
       const sock: Sock = {
         features: [],
+        featuresKnown: false,
         protocol: ws.protocol ?? "",
         send(text) {
           if (ws.readyState !== 1) throw new Error("connection closed");

@@ -6,7 +6,18 @@
 import { LockgateError, type HolderInfo, type LeaderInfo } from "./errors.js";
 
 /** Command types (the commandType field). */
-export const Cmd = { acquire: 1, release: 2, renew: 3, inspect: 4, tryAcquire: 5, cancel: 6 } as const;
+export const Cmd = {
+  acquire: 1,
+  release: 2,
+  renew: 3,
+  inspect: 4,
+  tryAcquire: 5,
+  cancel: 6,
+  acquireAll: 7,
+  tryAcquireAll: 8,
+  watch: 9,
+  unwatch: 10,
+} as const;
 
 /** A request as sent. fencingToken.value is a bigint, written as a JSON number. */
 export interface Request {
@@ -22,6 +33,27 @@ export interface Request {
   releaseOnDisconnect?: boolean;
   target?: string;
   waitMs?: number;
+  /** "shared" for a read lock or a semaphore permit; absent: exclusive. */
+  mode?: string;
+  /** A semaphore of this many permits. */
+  permits?: number;
+  lockDelayMs?: number;
+  /** acquireAll / tryAcquireAll (7, 8). */
+  keys?: string[];
+}
+
+/** One lease of a "grants" reply, or one holder of an info's holders. */
+export interface GrantInfo {
+  key?: string;
+  fencingToken?: bigint;
+  lockToken?: string;
+  ttl?: number;
+  owner?: string;
+  value?: string;
+  expiresIn?: number;
+  mode?: string;
+  permits?: number;
+  wanted?: boolean;
 }
 
 /** A reply or push as decoded: every fencing token is a bigint. */
@@ -38,7 +70,17 @@ export interface Reply {
   expiresIn?: number;
   waiters?: number;
   wanted?: boolean;
-  error?: { code: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo };
+  /** How a grant, an info's key or an event's holder holds the key; absent for exclusive. */
+  mode?: string;
+  permits?: number;
+  /** The change an "event" message reports, and its revision. */
+  event?: string;
+  revision?: number;
+  /** An info of a shared key: every holder, oldest grant first. */
+  holders?: GrantInfo[];
+  /** "grants": one lease per key of the acquireAll, in order. */
+  leases?: GrantInfo[];
+  error?: { code: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo; retryIn?: number; feature?: string };
 }
 
 // Limits shared with the server (lock/validate.go).
@@ -48,6 +90,9 @@ export const MaxValueLen = 4096;
 export const MinTtlMs = 10;
 export const MaxTtlMs = 24 * 60 * 60 * 1000;
 export const DefaultTtlMs = 20_000;
+export const MaxPermits = 65536;
+export const MaxLockDelayMs = 60_000;
+export const MaxMultiKeys = 64;
 
 const utf8 = new TextEncoder();
 
@@ -88,6 +133,16 @@ export function decodeReply(text: string): Reply {
     out.error = { ...r.error!, holder: h };
   }
   if (typeof out.value !== "string") delete out.value; // a numeric value field would be some other server's
+  for (const f of ["leases", "holders"] as const) {
+    const list = (m as Record<string, unknown>)[f];
+    if (!Array.isArray(list)) continue;
+    out[f] = list.map((g: Record<string, unknown>) => {
+      const x = { ...g, fencingToken: parseToken(g?.fencingToken) } as GrantInfo;
+      if (x.fencingToken === undefined) delete x.fencingToken;
+      if (typeof x.value !== "string") delete x.value;
+      return x;
+    });
+  }
   return out;
 }
 
@@ -130,6 +185,32 @@ export function checkValue(value: string): void {
 export function checkOwner(owner: string): void {
   if (utf8.encode(owner).length > MaxOwnerLen || /[\u0000-\u001f\u007f-\u009f]/.test(owner)) {
     throw new LockgateError("invalid_owner", `lockgate: clientId must be at most ${MaxOwnerLen} bytes without control characters`);
+  }
+}
+
+/** checkPrimitives throws invalid_mode, invalid_permits or invalid_lock_delay as the server would. */
+export function checkPrimitives(mode: string | undefined, permits: number | undefined, lockDelayMs: number | undefined): void {
+  if (mode !== undefined && mode !== "exclusive" && mode !== "shared") {
+    throw new LockgateError("invalid_mode", `lockgate: mode ${JSON.stringify(mode)} is neither "exclusive" nor "shared"`);
+  }
+  if (permits !== undefined && (!Number.isInteger(permits) || permits < 0 || permits > MaxPermits)) {
+    throw new LockgateError("invalid_permits", `lockgate: permits ${permits} is not an integer within 0 … ${MaxPermits}`);
+  }
+  if (lockDelayMs !== undefined && (!Number.isInteger(lockDelayMs) || lockDelayMs < 0 || lockDelayMs > MaxLockDelayMs)) {
+    throw new LockgateError("invalid_lock_delay", `lockgate: lockDelayMs ${lockDelayMs} is not an integer within 0 … ${MaxLockDelayMs}`);
+  }
+}
+
+/** checkKeys throws invalid_keys for an empty list, more than 64 keys or a key listed twice, and invalid_key for a malformed key. */
+export function checkKeys(keys: readonly string[]): void {
+  if (!Array.isArray(keys) || keys.length === 0 || keys.length > MaxMultiKeys) {
+    throw new LockgateError("invalid_keys", `lockgate: keys must list 1 … ${MaxMultiKeys} keys`);
+  }
+  const seen = new Set<string>();
+  for (const k of keys) {
+    checkKey(k);
+    if (seen.has(k)) throw new LockgateError("invalid_keys", `lockgate: key ${JSON.stringify(k)} is listed twice`);
+    seen.add(k);
   }
 }
 
