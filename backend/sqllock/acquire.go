@@ -34,6 +34,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 
 func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
 	return l.life.Acquire(key, opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		if err := l.checkSupported(opts); err != nil {
+			return nil, err
+		}
 		if !try {
 			// The caller is about to wait: a lease of this Locker on key
 			// hears it now, in process (wanted.go).
@@ -61,6 +64,9 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 // the expiry) unless the release is announced first.
 func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, _ lock.Token) localgate.Outcome {
 	o := l.attempt(key, opts, try)
+	if o.delayed != nil && try {
+		return localgate.Outcome{Err: o.delayed}
+	}
 	return localgate.Outcome{Lease: o.lease, Held: o.held, Err: o.err,
 		AwaitRelease: true, Await: o.remaining + time.Millisecond + rand.N(time.Millisecond)}
 }
@@ -77,7 +83,8 @@ func (l *Locker) subscribeGate(_ context.Context, key string) *localgate.Subscri
 type outcome struct {
 	lease     *lock.Lease
 	held      *lock.HeldError
-	remaining time.Duration // the holder's remaining TTL, on the database's clock
+	remaining time.Duration // the holder's remaining TTL (or lock-delay), on the database's clock
+	delayed   *lock.DelayedError
 	err       error
 }
 
@@ -95,7 +102,7 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome
 	sent := time.Now()
 	var token int64
 	var contended bool
-	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token, &contended)
+	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds(), opts.LockDelay.Microseconds()}, &token, &contended)
 	switch {
 	case err == nil:
 		lease := l.newLease(key, handle, token, opts, sent)
@@ -105,26 +112,7 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome
 		l.stats.held.Add(1)
 		// A waiter marks the row so that its release notifies and its
 		// holder is told (wanted.go); a TryAcquire only reads it.
-		var info *lock.LockInfo
-		var remaining time.Duration
-		var err error
-		if try {
-			info, remaining, err = l.inspect(c, l.q.inspect, []any{key}, key)
-		} else {
-			var notified *bool
-			info, remaining, err = l.inspect(c, l.q.waiters, []any{key, l.names.channel}, key, &notified)
-		}
-		switch {
-		case errors.Is(err, lock.ErrNotFound):
-			// Released or expired since: try again at once.
-			return outcome{held: &lock.HeldError{Key: key}}
-		case err != nil:
-			return outcome{held: &lock.HeldError{Key: key}, err: err}
-		}
-		return outcome{
-			held:      &lock.HeldError{Key: key, Owner: info.Owner, Token: info.Token, Expires: info.Expires},
-			remaining: remaining,
-		}
+		return l.refusal(c, key, try)
 	default:
 		if outcomeUnknown(err) {
 			l.abandon(key, handle, opts.TTL)

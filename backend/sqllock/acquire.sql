@@ -8,12 +8,16 @@
 -- with a caller-chosen handle) is granted again with its token unchanged,
 -- and keeps its contended mark: the re-sent grant is told it is wanted.
 --
+-- An expired row whose grant asked for a lock-delay keeps the key until its
+-- expiry plus the delay (lock_delay, in microseconds): the takeover waits
+-- for both, on the database's clock.
+--
 -- $1 advisory class (per table)  $2 key  $3 owner  $4 handle  $5 value
--- $6 ttl in microseconds
+-- $6 ttl in microseconds  $7 lock-delay in microseconds
 WITH fence AS (SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text)))
-INSERT INTO {{table}} AS l (key, owner, handle, token, value, acquired_at, expires_at)
+INSERT INTO {{table}} AS l (key, owner, handle, token, value, acquired_at, expires_at, lock_delay)
 SELECT $2::text, $3::text, $4::text, nextval({{seqlit}}), $5::bytea,
-       clock_timestamp(), clock_timestamp() + $6::bigint * interval '1 microsecond'
+       clock_timestamp(), clock_timestamp() + $6::bigint * interval '1 microsecond', $7::bigint
 FROM fence
 ON CONFLICT (key) DO UPDATE
    SET owner       = EXCLUDED.owner,
@@ -22,8 +26,10 @@ ON CONFLICT (key) DO UPDATE
        value       = EXCLUDED.value,
        acquired_at = EXCLUDED.acquired_at,
        expires_at  = EXCLUDED.expires_at,
+       lock_delay  = EXCLUDED.lock_delay,
        -- a takeover starts afresh: waiters that still want the key find
        -- it held again and mark it again
        contended   = l.contended AND l.handle = EXCLUDED.handle
- WHERE l.expires_at <= clock_timestamp() OR l.handle = EXCLUDED.handle
+ WHERE l.expires_at + l.lock_delay * interval '1 microsecond' <= clock_timestamp()
+    OR l.handle = EXCLUDED.handle
 RETURNING token, contended

@@ -29,7 +29,7 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	var token int64
 	var contended bool
 	err := l.queryRow(detached(ctx), l.q.handoff, []any{l.class, lease.Key, lease.Handle, int64(lease.Token),
-		opts.Owner, handle, opts.Value, opts.TTL.Microseconds()}, &token, &contended)
+		opts.Owner, handle, opts.Value, opts.TTL.Microseconds(), opts.LockDelay.Microseconds()}, &token, &contended)
 	switch {
 	case err == nil:
 		l.stats.handoffs.Add(1)

@@ -5,7 +5,8 @@
 -- new holder learns from it that they still wait (see waiters.sql).
 --
 -- $1 advisory class  $2 key  $3 old handle  $4 old token  $5 owner
--- $6 new handle  $7 value  $8 ttl in microseconds
+-- $6 new handle  $7 value  $8 ttl in microseconds  $9 lock-delay in
+-- microseconds
 WITH fence AS (SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text)))
 UPDATE {{table}} AS l
    SET owner       = $5::text,
@@ -13,7 +14,8 @@ UPDATE {{table}} AS l
        token       = nextval({{seqlit}}),
        value       = $7::bytea,
        acquired_at = clock_timestamp(),
-       expires_at  = clock_timestamp() + $8::bigint * interval '1 microsecond'
+       expires_at  = clock_timestamp() + $8::bigint * interval '1 microsecond',
+       lock_delay  = $9::bigint
   FROM fence
  WHERE l.key = $2::text AND l.handle = $3::text AND l.token = $4::bigint
    AND l.expires_at > clock_timestamp()

@@ -34,27 +34,37 @@ var (
 	sweepSQL string
 	//go:embed wanted.sql
 	wantedSQL string
+	//go:embed held.sql
+	heldSQL string
+	//go:embed fence.sql
+	fenceSQL string
+	//go:embed acquireall.sql
+	acquireAllSQL string
 )
 
 // queries are the statements of one table, with its names filled in.
 type queries struct {
-	schema, acquire, release, handoff, renew, inspect, waiters, abandon, sweep, wanted string
+	schema, acquire, release, handoff, renew, inspect, waiters, abandon, sweep, wanted, held string
+	fence, acquireAll                                                                        string
 }
 
 func newQueries(n names) queries {
 	lit := "'" + strings.ReplaceAll(n.seq, "'", "''") + "'"
 	r := strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{seqlit}}", lit)
 	return queries{
-		schema:  r.Replace(schemaSQL),
-		acquire: r.Replace(acquireSQL),
-		release: r.Replace(releaseSQL),
-		handoff: r.Replace(handoffSQL),
-		renew:   r.Replace(renewSQL),
-		inspect: r.Replace(inspectSQL),
-		waiters: r.Replace(waitersSQL),
-		abandon: r.Replace(abandonSQL),
-		sweep:   r.Replace(sweepSQL),
-		wanted:  r.Replace(wantedSQL),
+		schema:     r.Replace(schemaSQL),
+		acquire:    r.Replace(acquireSQL),
+		release:    r.Replace(releaseSQL),
+		handoff:    r.Replace(handoffSQL),
+		renew:      r.Replace(renewSQL),
+		inspect:    r.Replace(inspectSQL),
+		waiters:    r.Replace(waitersSQL),
+		abandon:    r.Replace(abandonSQL),
+		sweep:      r.Replace(sweepSQL),
+		wanted:     r.Replace(wantedSQL),
+		held:       r.Replace(heldSQL),
+		fence:      r.Replace(fenceSQL),
+		acquireAll: r.Replace(acquireAllSQL),
 	}
 }
 

@@ -18,5 +18,11 @@ CREATE TABLE IF NOT EXISTS {{table}} (
     expires_at  timestamptz NOT NULL,
     -- set by a waiter that found the key held (waiters.sql): the release
     -- then notifies; an uncontended release skips the notification
-    contended   boolean     NOT NULL DEFAULT false
+    contended   boolean     NOT NULL DEFAULT false,
+    -- the grant's lock-delay in microseconds: after expires_at the key stays
+    -- taken this much longer (acquire.sql); a release ends no delay
+    lock_delay  bigint      NOT NULL DEFAULT 0
 );
+
+-- A table of an earlier version lacks the later columns: New adds them
+-- (migrate in sqllock.go), with constant defaults, so without a rewrite.

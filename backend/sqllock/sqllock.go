@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgate/lockgate/internal/lifecycle"
@@ -155,8 +156,46 @@ func (l *Locker) createSchema(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, l.q.schema); err != nil {
 		return l.fail("start: create table", l.names.plain, err)
 	}
+	if err := l.migrate(ctx, tx); err != nil {
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return l.fail("start: create table", l.names.plain, err)
+	}
+	return nil
+}
+
+// addedColumns are the columns added to the table after its first
+// version, with their definitions: constant defaults, so that adding one
+// rewrites no row. Lockers of earlier versions keep working on the
+// migrated table (they do not name the new columns), but they ignore
+// what the columns mean: a lock-delay is honoured only by Lockers that
+// know lock_delay.
+var addedColumns = []struct{ name, def string }{
+	{"contended", "boolean NOT NULL DEFAULT false"},
+	{"lock_delay", "bigint NOT NULL DEFAULT 0"},
+}
+
+// migrate adds the columns a table created by an earlier version lacks.
+// It reads the catalog first and alters the table only for a missing
+// column: ALTER TABLE takes an ACCESS EXCLUSIVE lock even when it changes
+// nothing, which would stall every lock statement on the table at each
+// start of a Locker. It runs in createSchema's transaction, under ddlLock.
+func (l *Locker) migrate(ctx context.Context, tx pgx.Tx) error {
+	for _, c := range addedColumns {
+		var have bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+			WHERE attrelid = to_regclass($1::text) AND attname = $2::text AND NOT attisdropped)`,
+			l.names.table, c.name).Scan(&have)
+		if err != nil {
+			return l.fail("start: migrate table", l.names.plain, err)
+		}
+		if have {
+			continue
+		}
+		if _, err := tx.Exec(ctx, "ALTER TABLE "+l.names.table+" ADD COLUMN IF NOT EXISTS "+c.name+" "+c.def); err != nil {
+			return l.fail("start: migrate table", l.names.plain, err)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,26 @@
+-- One all-or-nothing attempt at several keys, the second statement of a
+-- transaction whose first (fence below) took the keys' advisory locks:
+-- each key row is inserted, or an expired one past its lock-delay taken
+-- over, exactly as acquire.sql does for one key, and RETURNING lists the
+-- keys granted. The caller commits only when every key came back and rolls
+-- back otherwise: the transaction holds all the keys or none.
+--
+-- $1 keys  $2 handles (one per key)  $3 owner  $4 value  $5 ttl in
+-- microseconds  $6 lock-delay in microseconds
+INSERT INTO {{table}} AS l (key, owner, handle, token, value, acquired_at, expires_at, lock_delay)
+SELECT u.k, $3::text, u.h, nextval({{seqlit}}), $4::bytea,
+       clock_timestamp(), clock_timestamp() + $5::bigint * interval '1 microsecond', $6::bigint
+  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(k, h, i)
+ ORDER BY u.i
+ON CONFLICT (key) DO UPDATE
+   SET owner       = EXCLUDED.owner,
+       handle      = EXCLUDED.handle,
+       token       = CASE WHEN l.handle = EXCLUDED.handle THEN l.token ELSE EXCLUDED.token END,
+       value       = EXCLUDED.value,
+       acquired_at = EXCLUDED.acquired_at,
+       expires_at  = EXCLUDED.expires_at,
+       lock_delay  = EXCLUDED.lock_delay,
+       contended   = l.contended AND l.handle = EXCLUDED.handle
+ WHERE l.expires_at + l.lock_delay * interval '1 microsecond' <= clock_timestamp()
+    OR l.handle = EXCLUDED.handle
+RETURNING key, token, contended
