@@ -21,6 +21,10 @@ func memFactory(b bugs) Factory {
 		Caps: Capabilities{
 			FIFO: true, InspectOwner: true, InspectValue: true, InspectWaiters: true, Wanted: true,
 			TTL: 200 * time.Millisecond, ExpirySlack: 500 * time.Millisecond,
+			// An in-memory grant takes microseconds; a second is ample even
+			// under -race beside other suites, and halves how long
+			// TestBroken's children wait for what a broken locker never does.
+			GrantBound: time.Second,
 		},
 	}
 }
