@@ -311,3 +311,100 @@ func holdMany(tb testing.TB, l *Node, n int, ttl time.Duration) {
 		}
 	}
 }
+
+// rwRun runs n acquire+release cycles of one key from `clients`
+// goroutines, each cycle shared with probability sharedPct/100 (by a
+// fixed pattern per client), and returns the cycles/s.
+func rwRun(tb testing.TB, l *Node, n, clients, sharedPct int) (rate float64, median time.Duration) {
+	ctx := context.Background()
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := l.NewSession()
+			defer s.Close()
+			for i := c; next.Add(1) <= int64(n); i++ {
+				o := lock.AcquireOptions{TTL: time.Minute}
+				if i%100 < sharedPct {
+					o.Mode = lock.ModeShared
+				}
+				lease, err := s.Acquire(ctx, "bench-rw", o)
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				if err := s.Release(ctx, lease); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds(), 0
+}
+
+// BenchmarkAcquireRW is 32 clients on one key, 90 % of the acquires
+// shared, against the same with every acquire exclusive, in interleaved
+// rounds. Goal (issue 22): ≥ 5× the exclusive acquisitions/s.
+func BenchmarkAcquireRW(b *testing.B) {
+	l := benchLeader(b)
+	rw, excl, _, _ := interleave(b, 5,
+		func(n int) (float64, time.Duration) { return rwRun(b, l, n, 32, 90) },
+		func(n int) (float64, time.Duration) { return rwRun(b, l, n, 32, 0) })
+	b.ReportMetric(rw, "acq/s")
+	b.ReportMetric(excl, "excl-acq/s")
+	b.ReportMetric(rw/excl, "x-exclusive")
+}
+
+// multiRun runs n acquires of `keys` keys (AcquireAll when keys > 1), one
+// client, each followed by a release, and returns the acquires' median.
+func multiRun(tb testing.TB, l *Node, n, keys int) (rate float64, median time.Duration) {
+	ctx := context.Background()
+	s := l.NewSession()
+	defer s.Close()
+	ks := make([]string, keys)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("bench-multi-%d-%d", keys, i)
+	}
+	samples := make([]time.Duration, 0, n)
+	start := time.Now()
+	for range n {
+		t := time.Now()
+		var leases []*lock.Lease
+		var err error
+		if keys == 1 {
+			var lease *lock.Lease
+			lease, err = s.Acquire(ctx, ks[0], lock.AcquireOptions{TTL: time.Minute})
+			leases = []*lock.Lease{lease}
+		} else {
+			leases, err = s.AcquireAll(ctx, ks, lock.AcquireOptions{TTL: time.Minute})
+		}
+		if err != nil {
+			tb.Error(err)
+			return 0, 0
+		}
+		samples = append(samples, time.Since(t))
+		if err := s.ReleaseAll(ctx, leases); err != nil {
+			tb.Error(err)
+			return 0, 0
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), p50(samples)
+}
+
+// BenchmarkAcquireAll8 is AcquireAll of 8 keys against a single-key
+// Acquire, one client, in interleaved rounds. Goal (issue 22): ≤ 1.3× the
+// single acquire's median latency.
+func BenchmarkAcquireAll8(b *testing.B) {
+	l := benchLeader(b)
+	_, _, all, one := interleave(b, 5,
+		func(n int) (float64, time.Duration) { return multiRun(b, l, n, 8) },
+		func(n int) (float64, time.Duration) { return multiRun(b, l, n, 1) })
+	b.ReportMetric(float64(all.Microseconds()), "p50-µs")
+	b.ReportMetric(float64(one.Microseconds()), "single-p50-µs")
+	b.ReportMetric(float64(all)/float64(one), "x-single")
+}

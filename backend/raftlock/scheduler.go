@@ -57,9 +57,11 @@ type scheduler struct {
 	tell []*lock.Lease
 }
 
-// keyQueue is one key's waiters, oldest first. The first inflight of them
-// are those whose grant is being committed: they stay at the head until
-// the outcome, and nobody behind them is granted meanwhile.
+// keyQueue is one key's waiters, oldest first. Those whose grant is being
+// committed (waiter.inflight; inflight counts them) stay in it until the
+// outcome: the waiters behind them are judged as if they held already
+// (a shared grant does not wait for the commit of the shared grants
+// before it), and a multi-key waiter waits for them to settle.
 type keyQueue struct {
 	waiters  []*waiter
 	inflight int
@@ -373,8 +375,8 @@ func (s *scheduler) ownLiveLocked(key, handle string, now int64) (fsm.Lock, bool
 // not given up.
 func waiting(q *keyQueue) int {
 	n := 0
-	for _, w := range q.waiters[q.inflight:] {
-		if !w.gone {
+	for _, w := range q.waiters {
+		if !w.gone && !w.inflight {
 			n++
 		}
 	}
@@ -449,8 +451,8 @@ func (s *scheduler) attach(lease *lock.Lease) {
 // in flight).
 func liveWaiters(q *keyQueue) int {
 	n := 0
-	for _, w := range q.waiters[q.inflight:] {
-		if !w.gone && !w.try {
+	for _, w := range q.waiters {
+		if !w.gone && !w.try && !w.inflight {
 			n++
 		}
 	}
@@ -578,12 +580,13 @@ func (s *scheduler) kickLocked(key string) {
 
 // roundLocked appends to entry the grants of the longest compatible prefix
 // of key's queue (or the all-or-nothing grant of a multi-key waiter at its
-// head), given that the tokens in freed are released earlier in entry. A
-// waiter that can never be granted (another semaphore N) fails; a try that
-// cannot be granted now fails too.
+// head), given that the tokens in freed are released earlier in entry.
+// Waiters whose grant is in flight count as holders. A waiter that can
+// never be granted (another semaphore N) fails; a try that cannot be
+// granted now fails too.
 func (s *scheduler) roundLocked(key string, freed map[uint64]bool, entry *fsm.Entry, grants *[]pending) {
 	q := s.queues[key]
-	if !s.ready || q == nil || q.inflight > 0 {
+	if !s.ready || q == nil {
 		return
 	}
 	if len(q.waiters) == 0 {
@@ -592,22 +595,31 @@ func (s *scheduler) roundLocked(key string, freed map[uint64]bool, entry *fsm.En
 	}
 	now := s.n.cfg.Clock.Now()
 	st := s.stateLocked(key, freed, "", now)
-	n := 0
 	for i := 0; i < len(q.waiters); {
 		w := q.waiters[i]
+		if w.inflight {
+			if w.keys != nil {
+				return // a multi-key grant in flight: wait for its outcome
+			}
+			// Counted as a holder (if its grant has applied already,
+			// twice: cautious, and settled at its outcome's kick).
+			st.add(w)
+			i++
+			continue
+		}
 		if w.keys != nil {
-			if n == 0 {
+			if q.inflight == 0 && i == 0 {
 				s.multiRoundLocked(w, freed, now, entry, grants)
 			}
-			break
+			return
 		}
 		v := s.compat(&st, w)
 		if v == grantable {
 			st.add(w)
 			w.inflight = true
+			q.inflight++
 			*grants = append(*grants, pending{w: w, ops: []int{len(entry.Ops)}, marker: -1})
 			entry.Ops = append(entry.Ops, acquireOp(w, key))
-			n++
 			i++
 			continue
 		}
@@ -620,10 +632,7 @@ func (s *scheduler) roundLocked(key string, freed map[uint64]bool, entry *fsm.En
 		if v == delayed {
 			s.pushLocked(expiryItem{expires: st.until, key: key})
 		}
-		break
-	}
-	if n > 0 {
-		q.inflight = n // the granted are the queue's first n waiters
+		return
 	}
 }
 

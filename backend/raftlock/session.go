@@ -351,8 +351,8 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 	sc.mu.Lock()
 	waiters := 0
 	if q := sc.queues[key]; q != nil {
-		for _, w := range q.waiters[q.inflight:] {
-			if !w.gone {
+		for _, w := range q.waiters {
+			if !w.gone && !w.inflight {
 				waiters++
 			}
 		}
