@@ -9,6 +9,14 @@
 //		})
 //	}
 //
+// Beyond the exclusive lock, the cases of issue 22's primitives run when
+// lock.FeaturesOf reports the feature they need: SharedExclusion and
+// WriterNotStarved (FeatureShared), Semaphore (FeatureSemaphore), MultiKey
+// (FeatureMultiKey), Watch and Election (FeatureWatch, the latter through
+// lock/election), LockDelay (FeatureLockDelay). Unsupported runs on every
+// backend: whatever a backend does not report, it must refuse with
+// lock.ErrUnsupported, holding nothing.
+//
 // The package also holds the history checker (CheckHistory), the in-memory
 // reference locker (MemStore) that passes the suite, and, in its tests,
 // deliberately broken lockers that prove the suite catches what it claims to.
