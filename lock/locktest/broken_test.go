@@ -39,9 +39,9 @@ var brokenLockers = []struct {
 const brokenEnv = "LOCKTEST_BROKEN"
 
 // TestBroken proves that the suite catches each broken locker: it runs the
-// suite on each one in a child test process (a failing suite must fail a
-// test, which cannot be contained inside this one) and asserts that the
-// child fails, in the case that targets the defect.
+// case that targets the defect on each one in a child test process (a
+// failing suite must fail a test, which cannot be contained inside this
+// one) and asserts that the child fails, in that case.
 func TestBroken(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the whole suite once per broken locker")
@@ -50,7 +50,11 @@ func TestBroken(t *testing.T) {
 	for _, bl := range brokenLockers {
 		t.Run(bl.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenLocker$", "-test.v", "-test.count=1", "-test.timeout=5m")
+			// Only the case that targets the defect runs: the whole suite
+			// once per broken locker, two at a time on two cores, took
+			// minutes; set LOCKTEST_BROKEN and run TestBrokenLocker to see
+			// every case a defect fails.
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenLocker$/^"+bl.caughtBy+"$", "-test.v", "-test.count=1", "-test.timeout=5m")
 			cmd.Env = append(os.Environ(), brokenEnv+"="+bl.name)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
