@@ -8,10 +8,6 @@
 -- with a caller-chosen handle) is granted again with its token unchanged,
 -- and keeps its contended mark: the re-sent grant is told it is wanted.
 --
--- An expired row whose grant asked for a lock-delay keeps the key until its
--- expiry plus the delay (lock_delay, in microseconds): the takeover waits
--- for both, on the database's clock.
---
 -- $1 advisory class (per table)  $2 key  $3 owner  $4 handle  $5 value
 -- $6 ttl in microseconds  $7 lock-delay in microseconds
 WITH fence AS (SELECT pg_advisory_xact_lock($1::int4, hashtext($2::text)))
@@ -30,6 +26,8 @@ ON CONFLICT (key) DO UPDATE
        -- a takeover starts afresh: waiters that still want the key find
        -- it held again and mark it again
        contended   = l.contended AND l.handle = EXCLUDED.handle
+   -- an expired row whose grant asked for a lock-delay keeps the key until
+   -- its expiry plus the delay (lock_delay, microseconds), on this clock
  WHERE l.expires_at + l.lock_delay * interval '1 microsecond' <= clock_timestamp()
     OR l.handle = EXCLUDED.handle
 RETURNING token, contended

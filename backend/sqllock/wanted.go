@@ -52,7 +52,26 @@ type wanted struct {
 	// waiting counts the Acquire calls (not TryAcquire) in progress per
 	// key, the caller that is being granted included.
 	waiting map[string]int
+	// early are the latest notices that matched no tracked lease, a ring
+	// of earlyNotices: a waiter's mark can reach the listener before the
+	// grant's own statement has returned to its caller (the mark follows
+	// the grant's commit, the answer to the grantee may be slower), so
+	// granted looks here too. Notices for other Lockers' grants pass
+	// through the ring and are overwritten.
+	early     [earlyNotices]notice
+	earlyNext int
 }
+
+// notice is one wanted notification: a waiter marked the grant (key, token).
+type notice struct {
+	key   string
+	token lock.Token
+}
+
+// earlyNotices bounds the ring of unmatched notices. A notice is early by
+// at most the time between a grant's commit and its answer reaching the
+// grantee; the ring holds the last 256 notices of the table.
+const earlyNotices = 256
 
 // tracked is one lease told when its grant is wanted.
 type tracked struct {
@@ -108,6 +127,11 @@ func (w *wanted) startWaiting(key, handle string) (done func()) {
 func (w *wanted) granted(lease *lock.Lease, contended, counted bool) {
 	w.mu.Lock()
 	w.held[lease.Key] = append(w.held[lease.Key], tracked{lease: lease})
+	for _, n := range w.early {
+		if n.token == lease.Token && n.key == lease.Key {
+			contended = true
+		}
+	}
 	others := w.waiting[lease.Key]
 	if counted {
 		others--
@@ -178,6 +202,10 @@ func (w *wanted) notice(key string, token lock.Token) {
 		if t.lease.Token == token {
 			marks = append(marks, t.lease)
 		}
+	}
+	if len(marks) == 0 {
+		w.early[w.earlyNext] = notice{key: key, token: token}
+		w.earlyNext = (w.earlyNext + 1) % earlyNotices
 	}
 	w.mu.Unlock()
 	markAll(marks)
