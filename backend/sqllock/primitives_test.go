@@ -1,0 +1,314 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// TestMigrateExistingTable: a table of the first version (no contended, no
+// lock_delay) with a live lock in it gains the columns at New, without
+// losing the lock, and then offers lock-delay. A start on a table that has
+// every column alters nothing: it succeeds while another transaction
+// holds a row lock on the table, which an ALTER TABLE (ACCESS EXCLUSIVE)
+// would wait for; on the old table the same start does wait (the check
+// can fail).
+func TestMigrateExistingTable(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	db := admin(t, p)
+	ctx := bg(t, time.Minute)
+	for _, q := range []string{
+		`CREATE SEQUENCE old_locks_token_seq AS bigint MINVALUE 1`,
+		`CREATE TABLE old_locks (key text PRIMARY KEY, owner text NOT NULL, handle text NOT NULL,
+			token bigint NOT NULL, value bytea, acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL)`,
+		`INSERT INTO old_locks VALUES ('held', 'old-owner', 'h', nextval('old_locks_token_seq'), NULL, now(), now() + interval '1 hour')`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	table := func(c *Config) { c.Table = "old_locks" }
+
+	// A row lock held elsewhere: an ALTER must wait for it.
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM old_locks WHERE key = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cfg := DefaultConfig(p.URL)
+	table(&cfg)
+	if l, err := New(short, cfg); err == nil {
+		l.Close()
+		t.Errorf("New on the old table did not wait for the row lock: it did not alter the table?")
+	}
+	cancel()
+	tx.Rollback(ctx)
+
+	l := newLocker(t, p, table)
+	var cols int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'old_locks'::regclass
+		AND attname IN ('contended', 'lock_delay') AND NOT attisdropped`).Scan(&cols); err != nil || cols != 2 {
+		t.Fatalf("%d of the 2 new columns after New (%v)", cols, err)
+	}
+	info, err := l.Inspect(ctx, "held")
+	if err != nil || info.Owner != "old-owner" {
+		t.Fatalf("the old lock after the migration: %+v, %v", info, err)
+	}
+	if _, err := l.TryAcquire(ctx, "held", lock.AcquireOptions{TTL: time.Second}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("TryAcquire of the old lock: %v, want ErrNotAcquired", err)
+	}
+
+	// Every column present: a second start alters nothing.
+	tx, err = db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM old_locks WHERE key = 'held' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel = context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l2, err := New(short, cfg)
+	if err != nil {
+		t.Fatalf("New on a migrated table while a row is locked: %v (an ALTER TABLE waited?)", err)
+	}
+	l2.Close()
+}
+
+// TestLockDelayCorners: a release after expiry does not end the delay
+// (ErrNotHeld, the key still refused with a *lock.DelayedError naming the
+// delay's end), the sweeper keeps a row within its delay and deletes one
+// past it, and a local handoff gives the new grant its own lock-delay, not
+// the old one's.
+func TestLockDelayCorners(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	a := newLocker(t, p, func(c *Config) { c.Table = "delay_locks"; c.SweepInterval = -1 })
+	b := newLocker(t, p, func(c *Config) { c.Table = "delay_locks"; c.SweepInterval = -1 })
+	db := admin(t, p)
+	ctx := bg(t, time.Minute)
+	const delay = 30 * time.Second // far longer than the test's steps
+	ttl := 300 * time.Millisecond
+
+	t.Run("LateRelease", func(t *testing.T) {
+		lease, err := a.Acquire(ctx, "late", lock.AcquireOptions{TTL: ttl, LockDelay: delay})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-lease.Done()
+		// Done closes before the database's expiry (drift allowance):
+		// wait until the row has expired there.
+		eventually(t, 10*time.Second, "row expired", func() bool {
+			_, err := a.Inspect(ctx, "late")
+			return errors.Is(err, lock.ErrNotFound)
+		})
+		if err := a.Release(ctx, lock.NewLease(lock.Grant{Key: lease.Key, Token: lease.Token, Handle: lease.Handle, TTL: ttl, Sent: time.Now()})); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("release after expiry: %v, want ErrNotHeld", err)
+		}
+		_, err = b.TryAcquire(ctx, "late", lock.AcquireOptions{TTL: time.Second})
+		var de *lock.DelayedError
+		if !errors.As(err, &de) || !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire within the delay after a late release: %v, want a *lock.DelayedError", err)
+		}
+		if left := time.Until(de.Until); left < delay/2 || left > delay {
+			t.Errorf("DelayedError.Until is %v away, want about %v", left, delay)
+		}
+		// TryAcquireAll too.
+		if _, err := b.TryAcquireAll(ctx, []string{"late-other", "late"}, lock.AcquireOptions{TTL: time.Second}); !errors.As(err, &de) || de.Key != "late" {
+			t.Errorf("TryAcquireAll with a key in its delay: %v, want a *lock.DelayedError for it", err)
+		}
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM delay_locks WHERE key = 'late-other'`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%d rows of the other key after a refused TryAcquireAll (%v), want 0", n, err)
+		}
+	})
+
+	t.Run("Sweep", func(t *testing.T) {
+		for _, k := range []string{"sweep-delayed", "sweep-plain"} {
+			d := delay
+			if k == "sweep-plain" {
+				d = 0
+			}
+			if _, err := a.TryAcquire(ctx, k, lock.AcquireOptions{TTL: ttl, LockDelay: d}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 10*time.Second, "rows expired", func() bool {
+			var n int
+			db.QueryRow(ctx, `SELECT count(*) FROM delay_locks WHERE key LIKE 'sweep-%' AND expires_at < clock_timestamp()`).Scan(&n)
+			return n == 2
+		})
+		if _, err := db.Exec(ctx, a.q.sweep); err != nil {
+			t.Fatal(err)
+		}
+		rows := map[string]bool{}
+		r, err := db.Query(ctx, `SELECT key FROM delay_locks WHERE key LIKE 'sweep-%'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r.Next() {
+			var k string
+			r.Scan(&k)
+			rows[k] = true
+		}
+		r.Close()
+		if !rows["sweep-delayed"] || rows["sweep-plain"] {
+			t.Errorf("rows after a sweep: %v, want only sweep-delayed (within its delay)", rows)
+		}
+	})
+
+	t.Run("Handoff", func(t *testing.T) {
+		for _, tc := range []struct {
+			name               string
+			first, second      time.Duration // lock-delays of the holder and the local waiter
+			refusedAfterExpiry bool
+		}{
+			{"DelayedToPlain", delay, 0, false},
+			{"PlainToDelayed", 0, delay, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				k := "handoff-" + tc.name
+				first, err := a.Acquire(ctx, k, lock.AcquireOptions{TTL: time.Minute, LockDelay: tc.first})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan *lock.Lease, 1)
+				go func() {
+					l, err := a.Acquire(ctx, k, lock.AcquireOptions{TTL: ttl, LockDelay: tc.second})
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				<-first.Wanted() // the local waiter queued
+				handoffs := a.stats.handoffs.Load()
+				if err := a.Release(ctx, first); err != nil {
+					t.Fatal(err)
+				}
+				second := <-got
+				if second == nil {
+					t.FailNow()
+				}
+				if a.stats.handoffs.Load() != handoffs+1 {
+					t.Fatalf("the lease was not handed over in process")
+				}
+				<-second.Done()
+				eventually(t, 10*time.Second, "row expired", func() bool {
+					_, err := a.Inspect(ctx, k)
+					return errors.Is(err, lock.ErrNotFound)
+				})
+				l, err := b.TryAcquire(ctx, k, lock.AcquireOptions{TTL: time.Second})
+				switch {
+				case tc.refusedAfterExpiry && !errors.As(err, new(*lock.DelayedError)):
+					t.Errorf("TryAcquire after the handed-over grant expired: %v, want its lock-delay", err)
+				case !tc.refusedAfterExpiry && err != nil:
+					t.Errorf("TryAcquire after the handed-over grant (no delay) expired: %v, want a grant", err)
+				}
+				if l != nil {
+					b.Release(ctx, l)
+				}
+			})
+		}
+	})
+}
+
+// TestAcquireAllManyLockers: four Lockers acquire overlapping three-key
+// subsets of five keys, each listing them in its own order, over and over:
+// nobody ever holds a key another holds (in-process counters), no acquire
+// fails (a deadlock would surface as SQLSTATE 40P01 or a timeout), and
+// every key's tokens increase in the order of its grants.
+func TestAcquireAllManyLockers(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	keys := []string{"m0", "m1", "m2", "m3", "m4"}
+	var held [5]atomic.Int32
+	var mu sync.Mutex
+	last := map[string]lock.Token{}
+	ctx := bg(t, 2*time.Minute)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for g := range 4 {
+		l := newLocker(t, p, func(c *Config) { c.Table = "multi_locks" })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				idx := []int{(g + i) % 5, (g + i + 2) % 5, (g + i + 4) % 5}
+				if g%2 == 1 {
+					idx[0], idx[2] = idx[2], idx[0]
+				}
+				ks := []string{keys[idx[0]], keys[idx[1]], keys[idx[2]]}
+				leases, err := l.AcquireAll(ctx, ks, lock.AcquireOptions{TTL: time.Minute})
+				if err != nil {
+					errs <- fmt.Errorf("locker %d round %d: %w", g, i, err)
+					return
+				}
+				mu.Lock()
+				for _, lease := range leases {
+					if lease.Token <= last[lease.Key] {
+						errs <- fmt.Errorf("%s: token %d after %d", lease.Key, lease.Token, last[lease.Key])
+					}
+					last[lease.Key] = lease.Token
+				}
+				mu.Unlock()
+				for _, j := range idx {
+					if !held[j].CompareAndSwap(0, 1) {
+						errs <- fmt.Errorf("locker %d round %d: %s held twice", g, i, keys[j])
+					}
+				}
+				for _, j := range idx {
+					held[j].Store(0)
+				}
+				if err := lock.ReleaseAll(ctx, l, leases); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestWantedNoticeBeforeGrant: a waiter's notice that reaches the listener
+// before the grant it names is tracked marks the lease once it is; a
+// notice for another token does not.
+func TestWantedNoticeBeforeGrant(t *testing.T) {
+	w := newWanted()
+	w.notice("k", 7)
+	for i := range earlyNotices - 1 { // others' notices, not enough to push it out
+		w.notice(fmt.Sprint("x", i), lock.Token(100+i))
+	}
+	early := lock.NewLease(lock.Grant{Key: "k", Token: 7, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	w.granted(early, false, false)
+	if !early.IsWanted() {
+		t.Errorf("a lease whose notice came first is not wanted")
+	}
+	other := lock.NewLease(lock.Grant{Key: "k", Token: 8, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	w.granted(other, false, false)
+	if other.IsWanted() {
+		t.Errorf("a lease nobody noticed is wanted")
+	}
+	w.notice("k", 9)
+	for i := range earlyNotices { // pushed out of the ring
+		w.notice(fmt.Sprint("y", i), lock.Token(1000+i))
+	}
+	late := lock.NewLease(lock.Grant{Key: "k", Token: 9, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	w.granted(late, false, false)
+	if late.IsWanted() {
+		t.Errorf("a notice older than the ring still marks")
+	}
+}
