@@ -163,14 +163,18 @@ func TestMemStoreDelayedErrorAndQueuedMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	three := acquireAsync(c, l, "s", lock.AcquireOptions{TTL: time.Minute, Permits: 3})
-	four := acquireAsync(c, l, "s", lock.AcquireOptions{TTL: time.Minute, Permits: 4})
-	for {
-		if info, _ := l.Inspect(c, "s"); info.Waiters == 2 {
-			break
+	queued := func(n int) {
+		for {
+			if info, _ := l.Inspect(c, "s"); info.Waiters == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
 	}
+	three := acquireAsync(c, l, "s", lock.AcquireOptions{TTL: time.Minute, Permits: 3})
+	queued(1)
+	four := acquireAsync(c, l, "s", lock.AcquireOptions{TTL: time.Minute, Permits: 4})
+	queued(2)
 	l.Release(c, x)
 	if r := <-three; r.err != nil {
 		t.Fatalf("3-permit waiter: %v", r.err)
