@@ -17,7 +17,14 @@
 //
 //	key text PRIMARY KEY, owner text, handle text, token bigint,
 //	value bytea, acquired_at timestamptz, expires_at timestamptz,
-//	contended boolean
+//	contended boolean, lock_delay bigint
+//
+// A table created by an earlier version gains the later columns
+// (contended, lock_delay) at New, with constant defaults, so without a
+// rewrite; New reads the catalog first and runs ALTER TABLE only for a
+// missing column (an ALTER takes an ACCESS EXCLUSIVE lock even when it
+// changes nothing). Lockers of earlier versions keep working on a migrated
+// table but ignore lock-delays.
 //
 // # Statements
 //
@@ -105,11 +112,41 @@
 // mark lasts until the grant ends even if its waiter gave up, so a lease
 // handed over locally afterwards may be told it is wanted by nobody.
 //
+// # Beyond the exclusive lock (lock.Features)
+//
+// The Locker offers lock.FeatureMultiKey and lock.FeatureLockDelay, and
+// refuses shared locks, semaphores and watches with lock.ErrUnsupported
+// before sending anything (the reasons are ReasonShared, ReasonSemaphore
+// and ReasonWatch).
+//
+// Multi-key acquires (AcquireAll, TryAcquireAll; multi.go) are one
+// transaction per attempt: fence.sql takes the keys' advisory locks in the
+// order of their lock numbers, acquireall.sql inserts or takes over every
+// key row as acquire.sql does for one, and the transaction commits only if
+// every key was granted, else rolls back. A caller holds all of its keys or
+// none at every instant; callers listing overlapping keys in any order
+// never deadlock (one lock order, nothing held while waiting); each key
+// gets its own token, drawn under its advisory lock. A waiting caller marks
+// the first key that refused it and sleeps until a release of any of its
+// keys is announced or that key's holder's TTL runs out. Multi-key callers
+// do not queue in the local gate, and are not FIFO: single-key callers can
+// overtake them.
+//
+// Lock-delay (AcquireOptions.LockDelay) is a takeover condition: the row
+// keeps its grant's delay (lock_delay) and an expired row is taken over
+// only once expires_at + lock_delay has passed, on the database's clock
+// (acquire.sql, acquireall.sql). A release deletes the row, so it ends no
+// delay; a release that comes after the expiry is refused (ErrNotHeld) and
+// leaves the delay in place; the sweeper keeps rows within their delay. A
+// TryAcquire within the delay gets a *lock.DelayedError; a waiter sleeps
+// until the delay ends. A local handoff gives the new grant its own delay.
+//
 // # Expired rows
 //
-// An expired row holds nothing: the next acquire of the key overwrites it,
-// Inspect ignores it, and a background sweeper in every Locker deletes
-// expired rows (up to 1000 per run, skipping locked rows) every
+// An expired row holds nothing: the next acquire of the key overwrites it
+// (once its lock-delay, if any, has passed), Inspect ignores it, and a
+// background sweeper in every Locker deletes expired rows past their
+// lock-delay (up to 1000 per run, skipping locked rows) every
 // Config.SweepInterval (one minute by default; negative disables it). The
 // sweep is a sequential scan: the table holds only live and recently
 // expired rows.
