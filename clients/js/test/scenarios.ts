@@ -4,7 +4,21 @@
  * runner in clients/scenarios_go_test.go and the Python runner). Each throws
  * why it failed.
  */
-import { Client, HeldError, LockgateError, NotHeldError, TimeoutError, CancelledError, type ClientOptions, type Lease } from "../src/index.js";
+import {
+  Client,
+  DelayedError,
+  HeldError,
+  LockgateError,
+  NotHeldError,
+  PermitsMismatchError,
+  TimeoutError,
+  CancelledError,
+  election,
+  type ClientOptions,
+  type Lease,
+  type Watch,
+  type WatchEvent,
+} from "../src/index.js";
 
 export interface Scenario {
   name: string;
@@ -338,5 +352,169 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
       await expectCode(c.tryAcquire(key, { ttlMs }), code, `try-acquire with ${what}`);
     }
     await free(c, r.key);
+  },
+  // Issue 22's scenarios (clients/scenarios_primitives_go_test.go has their meaning).
+
+  async "shared-readers"(r) {
+    const a = r.client("A"), b = r.client("B"), c = r.client("C");
+    const feats = await a.features();
+    const all = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay"];
+    if (fmt(feats) !== fmt(all)) throw new Error(`features ${fmt(feats)}, want ${fmt(all)}`);
+    const la = await a.acquire(r.key, { ttlMs: r.ttlMs, mode: "shared" });
+    const lb = await b.tryAcquire(r.key, { ttlMs: r.ttlMs, mode: "shared" });
+    if (la.mode !== "shared" || lb.mode !== "shared" || lb.fencingToken <= la.fencingToken) {
+      throw new Error(`leases A ${la.mode}/${la.fencingToken}, B ${lb.mode}/${lb.fencingToken}: want shared, B's token above A's`);
+    }
+    const info = await c.inspect(r.key);
+    if (info?.mode !== "shared" || info.holders.length !== 2 || info.holders[0]!.fencingToken !== la.fencingToken || info.holders[1]!.fencingToken !== lb.fencingToken) {
+      throw new Error(`inspect ${fmt(info)}: want mode shared, holders A (${la.fencingToken}) then B (${lb.fencingToken})`);
+    }
+    await expectError(c.tryAcquire(r.key, { ttlMs: r.ttlMs }), HeldError, "C's exclusive try-acquire beside two readers");
+    const cp = track(c.acquire(r.key, { ttlMs: r.ttlMs }));
+    await waiters(a, r.key, 1);
+    await la.release();
+    if (cp.done) throw new Error("C's exclusive acquire answered while B still reads");
+    await holds(c, lb);
+    await lb.release();
+    const lc = await within(cp.p, 10_000, "C's exclusive acquire after both releases");
+    if (lc.mode !== "exclusive" || lc.fencingToken <= lb.fencingToken) throw new Error(`C's lease ${lc.mode}/${lc.fencingToken}: want exclusive above ${lb.fencingToken}`);
+    await lc.release();
+  },
+
+  async "semaphore-permits"(r) {
+    const a = r.client("A"), b = r.client("B"), c = r.client("C");
+    const sem = { ttlMs: r.ttlMs, permits: 2 };
+    const la = await a.acquire(r.key, sem);
+    const lb = await b.acquire(r.key, sem);
+    if (la.permits !== 2 || lb.permits !== 2 || la.mode !== "shared") throw new Error(`permits A ${la.permits} (${la.mode}), B ${lb.permits}: want 2, shared`);
+    const info = await c.inspect(r.key);
+    if (info?.permits !== 2 || info.holders.length !== 2) throw new Error(`inspect ${fmt(info)}: want permits 2 with 2 holders`);
+    await expectError(c.tryAcquire(r.key, sem), HeldError, "C's third permit");
+    await expectError(c.tryAcquire(r.key, { ttlMs: r.ttlMs, permits: 3 }), PermitsMismatchError, "C with 3 permits on a semaphore of 2");
+    const cp = track(c.acquire(r.key, sem));
+    await waiters(a, r.key, 1);
+    await la.release();
+    const lc = await within(cp.p, 10_000, "C's permit after A's release");
+    if (lc.permits !== 2 || lc.fencingToken <= lb.fencingToken) throw new Error(`C's permit: ${lc.permits} permits, token ${lc.fencingToken}; want 2, above ${lb.fencingToken}`);
+    await lb.release();
+    await lc.release();
+    await free(a, r.key);
+  },
+
+  async "acquire-all"(r) {
+    const a = r.client("A"), b = r.client("B");
+    const keys = [1, 2, 3].map((i) => `${r.key}/${i}`);
+    const la = await a.acquire(keys[1]!, { ttlMs: r.ttlMs });
+    await expectError(b.tryAcquireAll(keys, { ttlMs: r.ttlMs }), HeldError, `B's try of ${fmt(keys)} with one held`);
+    await free(a, keys[0]!);
+    await free(a, keys[2]!);
+    const bp = track(b.acquireAll(keys, { ttlMs: r.ttlMs }));
+    await waiters(a, keys[1]!, 1);
+    if (bp.done) throw new Error(`B's acquire-all answered while A holds ${keys[1]}`);
+    await la.release();
+    const ls = await within(bp.p, 10_000, "B's acquire-all after A's release");
+    if (ls.length !== keys.length) throw new Error(`B got ${ls.length} leases for ${keys.length} keys`);
+    for (const [i, l] of ls.entries()) {
+      if (l.key !== keys[i] || l.fencingToken === 0n) throw new Error(`lease ${i}: key ${l.key} token ${l.fencingToken}; want ${keys[i]} with a token`);
+      await holds(a, l);
+    }
+    if (ls[1]!.fencingToken <= la.fencingToken) throw new Error(`B's token for ${keys[1]} is ${ls[1]!.fencingToken}, not above A's ${la.fencingToken}`);
+    for (const l of ls) await l.release();
+    for (const k of keys) await free(a, k);
+  },
+
+  async watch(r) {
+    const a = r.client("A"), w = r.client("W");
+    const ctl = new AbortController();
+    try {
+      const events = await w.watch(r.key, { signal: ctl.signal });
+      const seen: string[] = [];
+      const want = async (type: string, token: bigint | undefined, owner = "", value = ""): Promise<WatchEvent> => {
+        const ev = await within(events.next(), 10_000, `the event after ${fmt(seen)}`);
+        if (!ev) throw new Error(`the watch ended after ${fmt(seen)}`);
+        seen.push(ev.type);
+        if (ev.type !== type || ev.fencingToken !== token || (owner && ev.owner !== owner) || (value && ev.value !== value) || ev.key !== r.key) {
+          throw new Error(`after ${fmt(seen.slice(0, -1))}: event ${fmt(ev)}; want ${type} token ${token} owner ${owner} value ${value}`);
+        }
+        return ev;
+      };
+      await want("synced", undefined);
+      const la = await a.acquire(r.key, { ttlMs: 10_000, value: "v1" });
+      const g = await want("granted", la.fencingToken, la.owner, "v1");
+      const second: Watch = await w.watch(r.key, { signal: ctl.signal });
+      const h = await within(second.next(), 10_000, "the second watch's first event");
+      if (h?.type !== "holder" || h.fencingToken !== la.fencingToken || h.owner !== la.owner) throw new Error(`second watch's first event ${fmt(h)}: want holder A`);
+      const sy = await within(second.next(), 10_000, "the second watch's second event");
+      if (sy?.type !== "synced") throw new Error(`second watch's second event ${fmt(sy)}: want synced`);
+      second.close();
+      await la.release();
+      const rel = await want("released", la.fencingToken);
+      const lx = await a.acquire(r.key, { ttlMs: r.ttlMs });
+      const g2 = await want("granted", lx.fencingToken, lx.owner);
+      const ex = await want("expired", lx.fencingToken);
+      if (!(g.revision < rel.revision && rel.revision < g2.revision && g2.revision < ex.revision)) {
+        throw new Error(`revisions ${g.revision}, ${rel.revision}, ${g2.revision}, ${ex.revision}: want increasing`);
+      }
+      ctl.abort();
+      if ((await within(events.next(), 5_000, "the aborted watch")) !== undefined) throw new Error("an aborted watch goes on");
+      await free(a, r.key);
+    } finally {
+      ctl.abort();
+    }
+  },
+
+  async "lock-delay"(r) {
+    const a = r.client("A"), b = r.client("B");
+    const delay = 1500;
+    const la = await a.acquire(r.key, { ttlMs: r.ttlMs, lockDelayMs: delay });
+    await within(la.lost, 10_000, "A's lease to end");
+    await pollUntil("A's lease to expire on the server", 10_000, async () => ((await b.inspect(r.key)) === null ? true : "still held"));
+    const freed = performance.now();
+    const e = await expectError(b.tryAcquire(r.key, { ttlMs: 10_000 }), DelayedError, "B's try within the lock-delay");
+    if (!(e.retryInMs > 0 && e.retryInMs <= delay)) throw new Error(`retryInMs ${e.retryInMs}: want within (0, ${delay}]`);
+    const lb = await within(b.acquire(r.key, { ttlMs: 10_000 }), 15_000, "B's waiting acquire");
+    const since = performance.now() - freed;
+    if (since > delay + 5_000) throw new Error(`B granted ${Math.round(since)} ms after the key was freed: want about the delay ${delay} ms`);
+    if (lb.fencingToken <= la.fencingToken) throw new Error(`B's token ${lb.fencingToken} not above A's ${la.fencingToken}`);
+    await lb.release();
+  },
+
+  async election(r) {
+    const a = r.client("A"), b = r.client("B"), o = r.client("O");
+    const cur0 = await election.current(o, r.key);
+    if (cur0.present) throw new Error(`current before any campaign: ${fmt(cur0)}; want nobody`);
+    const ctl = new AbortController();
+    const leaders = election.observe(o, r.key, { signal: ctl.signal });
+    try {
+      const seen: string[] = [];
+      const expect = async (present: boolean, token = 0n, value = "") => {
+        const it = await within(leaders.next(), 10_000, `the leader after ${fmt(seen)}`);
+        if (it.done) throw new Error(`observe ended after ${fmt(seen)}`);
+        const ld = it.value;
+        seen.push(`${ld.present}/${ld.fencingToken}/${ld.value ?? ""}`);
+        if (ld.present !== present || (present && (ld.fencingToken !== token || ld.value !== value))) {
+          throw new Error(`leaders ${fmt(seen)}: the last want present ${present} token ${token} value ${value}`);
+        }
+      };
+      await expect(false);
+      const ea = await election.campaign(a, r.key, "a", { ttlMs: r.ttlMs });
+      await expect(true, ea.fencingToken, "a");
+      const cur = await election.current(o, r.key);
+      if (!cur.present || cur.fencingToken !== ea.fencingToken || cur.value !== "a") throw new Error(`current while A leads: ${fmt(cur)}`);
+      const bp = track(election.campaign(b, r.key, "b", { ttlMs: r.ttlMs }));
+      await waiters(o, r.key, 1);
+      await ea.resign();
+      const eb = await within(bp.p, 10_000, "B's campaign after A's resignation");
+      if (eb.fencingToken <= ea.fencingToken) throw new Error(`B's term ${eb.fencingToken} not above A's ${ea.fencingToken}`);
+      await expect(false);
+      await expect(true, eb.fencingToken, "b");
+      await eb.resign();
+      await expect(false);
+      const end = await election.current(o, r.key);
+      if (end.present) throw new Error(`current after both resigned: ${fmt(end)}; want nobody`);
+    } finally {
+      ctl.abort();
+      await leaders.return(undefined);
+    }
   },
 };

@@ -5,18 +5,22 @@
             ...  # act while lease.held; send lease.fencing_token with every write
 """
 
+from . import election
 from ._cache import CacheStats
 from .client import Client
 from .errors import (
-    ClosedError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError, NotLeaderError,
-    UnauthorizedError, UnavailableError, ValidationError,
+    ClosedError, DelayedError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError,
+    NotLeaderError, PermitsMismatchError, UnauthorizedError, UnavailableError, UnsupportedError, ValidationError,
+    WatchOverflowError,
 )
-from .lease import Lease, LockInfo
+from .lease import HolderInfo, Lease, LockInfo
+from .watch import Watch, WatchEvent
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "CacheStats", "Lease", "LockInfo", "LockgateError", "HeldError", "NotHeldError", "NotFoundError",
     "NotLeaderError", "UnavailableError", "ClosedError", "LockTimeoutError", "ValidationError",
-    "UnauthorizedError",
+    "UnauthorizedError", "UnsupportedError", "DelayedError", "PermitsMismatchError", "WatchOverflowError",
+    "HolderInfo", "Watch", "WatchEvent", "election",
 ]

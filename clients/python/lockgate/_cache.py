@@ -109,6 +109,22 @@ class LeaseCache:
         self._stats.hits += 1
         return e.lease, None
 
+    def evict(self, keys: "list[str]") -> "list[Lease]":
+        """Take the unused leases of ``keys`` out of the cache, for the
+        caller to release for real: an acquire the cache cannot serve
+        (shared, semaphore, lock-delay, several keys) would otherwise wait
+        behind them."""
+        out = []
+        for key in keys:
+            e = self._entries.get(key)
+            if e is None or e.in_use:
+                continue
+            self._stop(e)
+            del self._entries[key]
+            self._stats.misses += 1
+            out.append(e.lease)
+        return out
+
     def hold(self, lease: Lease, opts: Opts) -> None:
         """Record a lease the gateway granted with the cache on, in use."""
         if self._closed:

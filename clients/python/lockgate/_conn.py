@@ -33,6 +33,26 @@ DROPPED = object()  #: the connection failed before the answer
 CLOSING = object()  #: the client is closing: a waiting acquire gives up
 
 
+class WatchQueue(asyncio.Queue):
+    """A watch's reply queue: bounded, so that a caller that does not read
+    cannot make the connection's reader wait; one more message marks it
+    overflowed (and calls on_overflow) instead."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.overflowed = False
+        self.on_overflow: Optional[Callable[[], None]] = None
+
+    def put_nowait(self, item: Any) -> None:
+        try:
+            super().put_nowait(item)
+        except asyncio.QueueFull:
+            if not self.overflowed:
+                self.overflowed = True
+                if self.on_overflow is not None:
+                    self.on_overflow()
+
+
 class ConnectError(Exception):
     """A connection attempt failed (refused, timed out, redirected too often)."""
 
@@ -47,10 +67,13 @@ class Conn:
     """A live connection. Requests are multiplexed by id: the reader task
     puts each reply into the queue registered for its id."""
 
-    def __init__(self, ws: Any, addr: str, wanted: bool, on_push: Callable[[Dict[str, Any]], None]) -> None:
+    def __init__(self, ws: Any, addr: str, wanted: bool, on_push: Callable[[Dict[str, Any]], None],
+                 features: Optional[List[str]] = None) -> None:
         self.ws = ws
         self.addr = addr
         self.wanted = wanted
+        #: the gateway's Lockgate-Features (wanted, shared, semaphore, multikey, watch, lockdelay)
+        self.features: List[str] = list(features or [])
         self.born = time.monotonic()
         self.pending: Optional[Dict[str, asyncio.Queue]] = {}
         self.done = asyncio.Event()
@@ -100,11 +123,13 @@ class Conn:
             self.closed = True
             self.cause = cause
 
-    def register(self, rid: str) -> Optional[asyncio.Queue]:
-        """The queue that receives the replies to ``rid``; None once the connection ended."""
+    def register(self, rid: str, q: Optional[asyncio.Queue] = None) -> Optional[asyncio.Queue]:
+        """The queue that receives the replies to ``rid`` (``q``, or a new
+        unbounded one); None once the connection ended."""
         if self.pending is None or self.closed:
             return None
-        q: asyncio.Queue = asyncio.Queue()
+        if q is None:
+            q = asyncio.Queue()
         self.pending[rid] = q
         return q
 
@@ -195,14 +220,15 @@ async def dial(addr: str, *, secure: bool, token: Optional[str], ssl: Optional[_
         except (OSError, asyncio.TimeoutError, websockets.exceptions.WebSocketException) as e:
             raise ConnectError(f"dial {addr}: {e!r}") from e
         feats = ",".join(ws.response_headers.get_all(FEATURES_HEADER))
-        wanted = "wanted" in {f.strip() for f in feats.split(",")}
+        features = [f.strip() for f in feats.split(",") if f.strip()]
+        wanted = "wanted" in features
         # A 307 the library followed itself leaves us on another host: name
         # the connection by where it ended up.
         final = addr
         host, port = getattr(ws, "_host", None), getattr(ws, "_port", None)
         if host and port and urlsplit(url).hostname is not None:
             final = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return Conn(ws, final, wanted, on_push)
+        return Conn(ws, final, wanted, on_push, features)
     raise ConnectError(f"dial {addr}: too many redirects")
 
 

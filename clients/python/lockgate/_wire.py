@@ -16,12 +16,19 @@ CMD_RENEW = 3
 CMD_INSPECT = 4
 CMD_TRY_ACQUIRE = 5
 CMD_CANCEL = 6
+CMD_ACQUIRE_ALL = 7
+CMD_TRY_ACQUIRE_ALL = 8
+CMD_WATCH = 9
+CMD_UNWATCH = 10
 
 MIN_TTL = 0.010  #: seconds: the shortest TTL a lease may ask for
 MAX_TTL = 24 * 3600.0  #: seconds: the longest
 DEFAULT_TTL = 20.0  #: seconds: the TTL of an acquire without one (then renewed automatically)
 MAX_KEY_BYTES = 1024  #: the client refuses longer keys itself; the gateway may bound them lower
 MAX_VALUE_BYTES = 4096
+MAX_PERMITS = 65536  #: the most permits a semaphore may have
+MAX_LOCK_DELAY = 60.0  #: seconds: the longest lock-delay
+MAX_MULTI_KEYS = 64  #: the most keys of one acquire_all
 BACKOFF_BASE = 0.050  #: seconds: the first retry pause (before jitter)
 BACKOFF_MAX = 2.0  #: seconds: the longest retry pause (before jitter)
 
@@ -127,3 +134,46 @@ def leader_addr(body: Any) -> str:
     if isinstance(ld, dict) and isinstance(ld.get("addr"), str):
         return ld["addr"]
     return ""
+
+
+def validate_primitives(mode: Optional[str], permits: Optional[int],
+                        lock_delay: Optional[float]) -> "tuple[str, int, int, list[str]]":
+    """Check issue 22's acquire options as the gateway would: the mode
+    ("exclusive" or "shared"; a semaphore permit is shared), the permits
+    (0 … MAX_PERMITS) and the lock-delay (seconds, 0 … MAX_LOCK_DELAY).
+    Returns (mode, permits, lock-delay ms, the gateway features needed)."""
+    if mode is not None and mode not in ("exclusive", "shared"):
+        raise ValidationError("invalid_mode", f"mode {mode!r} is neither 'exclusive' nor 'shared'")
+    if permits is not None and (isinstance(permits, bool) or not isinstance(permits, int)
+                                or permits < 0 or permits > MAX_PERMITS):
+        raise ValidationError("invalid_permits", f"permits {permits!r} is not an integer within 0 … {MAX_PERMITS}")
+    if lock_delay is not None and (isinstance(lock_delay, bool) or not isinstance(lock_delay, (int, float))
+                                   or lock_delay < 0 or lock_delay > MAX_LOCK_DELAY):
+        raise ValidationError("invalid_lock_delay", f"lock_delay {lock_delay!r} s is outside [0, {MAX_LOCK_DELAY:g}] s")
+    n = permits or 0
+    m = "shared" if n > 0 else (mode or "exclusive")
+    delay = ms(lock_delay) if lock_delay else 0
+    needs = []
+    if n > 0:
+        needs.append("semaphore")
+    elif m == "shared":
+        needs.append("shared")
+    if delay > 0:
+        needs.append("lockdelay")
+    return m, n, delay, needs
+
+
+def validate_keys(keys: Any) -> "list[str]":
+    """The keys of an acquire_all: 1 … MAX_MULTI_KEYS valid keys, none twice."""
+    if isinstance(keys, str) or not hasattr(keys, "__iter__"):
+        raise ValidationError("invalid_keys", "keys must be a list of keys")
+    keys = list(keys)
+    if not keys or len(keys) > MAX_MULTI_KEYS:
+        raise ValidationError("invalid_keys", f"keys must list 1 … {MAX_MULTI_KEYS} keys, not {len(keys)}")
+    seen = set()
+    for k in keys:
+        validate_key(k)
+        if k in seen:
+            raise ValidationError("invalid_keys", f"key {k!r} is listed twice")
+        seen.add(k)
+    return keys

@@ -39,14 +39,16 @@ from . import _conn
 from ._cache import DEFAULT_CACHE_IDLE, DEFAULT_MAX_CACHED_LEASES, CacheStats, LeaseCache
 from ._conn import CLOSING, DROPPED, Conn, ConnectError
 from ._wire import (
-    CMD_ACQUIRE, CMD_CANCEL, CMD_INSPECT, CMD_RELEASE, CMD_RENEW, CMD_TRY_ACQUIRE,
-    DEFAULT_TTL, backoff, ms, new_handle, parse_token, validate_key, validate_ttl, validate_value, ws_url,
+    CMD_ACQUIRE, CMD_ACQUIRE_ALL, CMD_CANCEL, CMD_INSPECT, CMD_RELEASE, CMD_RENEW, CMD_TRY_ACQUIRE,
+    CMD_TRY_ACQUIRE_ALL, DEFAULT_TTL, backoff, ms, new_handle, parse_token, validate_key, validate_keys,
+    validate_primitives, validate_ttl, validate_value, ws_url,
 )
 from .errors import (
     ClosedError, LockgateError, LockTimeoutError, NotHeldError, NotLeaderError, UnauthorizedError,
-    UnavailableError, error_from_reply,
+    UnavailableError, UnsupportedError, error_from_reply,
 )
-from .lease import Lease, LockInfo
+from .lease import HolderInfo, Lease, LockInfo
+from .watch import Watch
 
 __all__ = ["Client"]
 
@@ -63,10 +65,14 @@ class _Call:
     """One logical request, sent once per connection attempt (each copy with
     a fresh id) until it is answered."""
 
-    __slots__ = ("op", "req", "wait", "grantable", "sends", "first", "last", "prior", "last_error", "on_send")
+    __slots__ = ("op", "req", "wait", "grantable", "sends", "first", "last", "prior", "last_error", "on_send", "needs")
 
-    def __init__(self, op: str, req: Dict[str, Any], wait: bool = False, grantable: bool = False) -> None:
+    def __init__(self, op: str, req: Dict[str, Any], wait: bool = False, grantable: bool = False,
+                 needs: Optional[List[str]] = None) -> None:
         self.op = op
+        # Gateway features the request needs: refused locally
+        # (UnsupportedError) on a gateway that did not announce one.
+        self.needs = needs or []
         self.req = req
         self.wait = wait  # a waiting acquire: cancelled on the gateway when given up
         self.grantable = grantable  # the answer may be a grant that must be released if nobody takes it
@@ -81,7 +87,7 @@ class _Call:
         self.on_send: Any = None
 
     def what(self) -> str:
-        return f"{self.op} {self.req.get('key')!r}"
+        return f"{self.op} {self.req.get('key', self.req.get('keys'))!r}"
 
 
 class Client:
@@ -140,8 +146,10 @@ class Client:
         self._ready: Optional[asyncio.Event] = None
         self._dead: Dict[str, float] = {}
         self._dial_error: Optional[BaseException] = None
-        self._held: Dict[str, Lease] = {}  # live leases by lock token, for "wanted" pushes
-        self._early_wanted: Dict[str, None] = {}  # lock tokens wanted before their grant was handled
+        # Live leases by (lock token, key), for "wanted" pushes (raftlock
+        # gives every lease of an acquire_all the same lock token).
+        self._held: Dict["tuple[str, str]", Lease] = {}
+        self._early_wanted: Dict["tuple[str, str]", None] = {}  # wanted before their grant was handled
         self._waits: set = set()  # reply queues of waiting acquires, told CLOSING at close
         self._calls = 0
         self._idle: Optional[asyncio.Event] = None
@@ -263,6 +271,42 @@ class Client:
             avoid = wc.addr
             await asyncio.sleep(backoff(attempt))
 
+    @staticmethod
+    def _check_features(wc: Conn, needs: List[str], what: str) -> None:
+        """UnsupportedError, before anything is sent, for a feature the
+        gateway did not announce."""
+        for f in needs:
+            if f not in wc.features:
+                raise UnsupportedError(f"{what}: the gateway {wc.addr} does not offer {f!r} "
+                                       f"(Lockgate-Features: {','.join(wc.features) or 'none'})", None, f)
+
+    async def features(self) -> List[str]:
+        """What the gateway the client is (or was last) connected to
+        announced in its upgrade's ``Lockgate-Features``: wanted, shared,
+        semaphore, multikey, watch, lockdelay. Connects first if needed,
+        bounded by ``request_timeout`` (UnavailableError)."""
+        with self._enter():
+            try:
+                async with asyncio.timeout(self.request_timeout):
+                    wc = await self._conn()
+            except TimeoutError:
+                raise UnavailableError("unavailable", f"features: no connection within {self.request_timeout:g} s"
+                                       + (f" (last failure: {self._dial_error})" if self._dial_error else "")) from None
+            return list(wc.features)
+
+    def watch(self, key: str) -> Watch:
+        """Watch ``key``'s holder changes (the gateway's ``watch`` feature):
+        an event per current holder, ``synced``, then every grant, release
+        and expiry. ``async with client.watch(key) as w: async for ev in
+        w: …`` (or ``w = await client.watch(key)``, then ``await
+        w.aclose()``). The watch lives on one connection: when it is lost
+        the iteration raises UnavailableError, when it fell behind
+        WatchOverflowError; watch again, and the new watch starts with the
+        current holders. Closing the watch (or the client) ends the
+        iteration quietly."""
+        validate_key(key)
+        return Watch(self, key)
+
     def _pick(self, avoid: str) -> str:
         n = len(self.endpoints)
         i = random.randrange(n)
@@ -292,7 +336,7 @@ class Client:
         tok = r.get("lockToken")
         if not isinstance(tok, str):
             return
-        lease = self._held.get(tok)
+        lease = self._held.get((tok, str(r.get("key"))))
         if lease is not None:
             # A caller may reuse a lock token: the push must name this grant.
             ft = parse_token(r.get("fencingToken"))
@@ -301,19 +345,19 @@ class Client:
             return
         # The push can beat the grant's handling (it follows the grant on the
         # wire, but the acquirer runs later): remember it, bounded.
-        self._early_wanted[tok] = None
+        self._early_wanted[(tok, str(r.get("key")))] = None
         while len(self._early_wanted) > MAX_EARLY_WANTED:
             self._early_wanted.pop(next(iter(self._early_wanted)))
 
     def _track(self, lease: Lease) -> None:
-        self._held[lease.lock_token] = lease
-        if self._early_wanted.pop(lease.lock_token, 0) is None:
+        self._held[(lease.lock_token, lease.key)] = lease
+        if self._early_wanted.pop((lease.lock_token, lease.key), 0) is None:
             lease._mark_wanted()
 
     def _untrack(self, lease: Lease) -> None:
         """The lease ended: it is forgotten (and leaves the lease cache)."""
-        if self._held.get(lease.lock_token) is lease:
-            del self._held[lease.lock_token]
+        if self._held.get((lease.lock_token, lease.key)) is lease:
+            del self._held[(lease.lock_token, lease.key)]
         if self._cache is not None:
             self._cache.drop(lease)
 
@@ -333,6 +377,7 @@ class Client:
         retry = 0
         while True:
             wc = await self._conn()
+            self._check_features(wc, k.needs, k.what())
             rid = format(next(self._ids), "x")
             q = wc.register(rid)
             if q is None:
@@ -454,6 +499,10 @@ class Client:
                             continue
                         if r.get("type") == "grant":
                             await self._release_raced(r)
+                        elif r.get("type") == "grants":
+                            for g in r.get("leases") or []:
+                                if isinstance(g, dict):
+                                    await self._release_raced(g)
                         return
             except TimeoutError:
                 log.warning("lockgate: no answer to a cancelled %s; closing the connection so that the "
@@ -504,11 +553,13 @@ class Client:
 
     @contextlib.asynccontextmanager
     async def lock(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
-                   auto_renew: Optional[bool] = None, wait: Optional[float] = None) -> AsyncIterator[Lease]:
+                   auto_renew: Optional[bool] = None, wait: Optional[float] = None, *, mode: Optional[str] = None,
+                   permits: Optional[int] = None, lock_delay: Optional[float] = None) -> AsyncIterator[Lease]:
         """``async with client.lock(key) as lease:`` — acquire (waiting), run
         the block, release. Act only while ``lease.held``; ``lease.lost`` is
         set if the lease ends early."""
-        lease = await self.acquire(key, ttl=ttl, value=value, auto_renew=auto_renew, wait=wait)
+        lease = await self.acquire(key, ttl=ttl, value=value, auto_renew=auto_renew, wait=wait, mode=mode,
+                                   permits=permits, lock_delay=lock_delay)
         try:
             yield lease
         finally:
@@ -524,26 +575,53 @@ class Client:
 
     async def acquire(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
                       auto_renew: Optional[bool] = None, wait: Optional[float] = None,
-                      lock_token: Optional[str] = None) -> Lease:
+                      lock_token: Optional[str] = None, *, mode: Optional[str] = None,
+                      permits: Optional[int] = None, lock_delay: Optional[float] = None) -> Lease:
         """Wait until ``key`` is granted, across reconnects and leader changes.
 
         ``ttl`` in seconds (None: 20 s, renewed automatically); ``auto_renew``
         renews at ttl/3 (default: only for the default TTL); ``wait`` bounds
         the wait in seconds (sent as waitMs; running out raises
         LockTimeoutError). Cancelling the awaiting task cancels the wait on the
-        gateway and releases a grant that raced in."""
-        return await self._acquire(key, ttl, value, auto_renew, wait, lock_token, True)
+        gateway and releases a grant that raced in.
+
+        ``mode="shared"`` takes a read lock (held beside other shared
+        holders, never beside an exclusive one; the gateway's ``shared``
+        feature); ``permits=N`` one of N semaphore permits (``semaphore``;
+        PermitsMismatchError when the key's holders hold another N);
+        ``lock_delay`` (seconds, ≤ 60) keeps the key from anyone for that
+        long after this lease expires (``lockdelay``). A feature the gateway
+        did not announce raises UnsupportedError before anything is sent."""
+        return await self._acquire(key, ttl, value, auto_renew, wait, lock_token, True,
+                                   validate_primitives(mode, permits, lock_delay))
 
     async def try_acquire(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
-                          auto_renew: Optional[bool] = None, lock_token: Optional[str] = None) -> Lease:
-        """One attempt: a held key raises HeldError naming the holder."""
-        return await self._acquire(key, ttl, value, auto_renew, None, lock_token, False)
+                          auto_renew: Optional[bool] = None, lock_token: Optional[str] = None, *,
+                          mode: Optional[str] = None, permits: Optional[int] = None,
+                          lock_delay: Optional[float] = None) -> Lease:
+        """One attempt: a held key raises HeldError naming the holder (a key
+        in its lock-delay: DelayedError with ``retry_in``)."""
+        return await self._acquire(key, ttl, value, auto_renew, None, lock_token, False,
+                                   validate_primitives(mode, permits, lock_delay))
+
+    @staticmethod
+    def _primitive_fields(req: Dict[str, Any], prim: "tuple[str, int, int, List[str]]") -> None:
+        mode, permits, delay, _ = prim
+        if mode == "shared":
+            req["mode"] = "shared"
+        if permits > 0:
+            req["permits"] = permits
+        if delay > 0:
+            req["lockDelayMs"] = delay
 
     async def _acquire(self, key: str, ttl: Optional[float], value: Optional[str], auto_renew: Optional[bool],
-                       wait: Optional[float], handle: Optional[str], waiting: bool) -> Lease:
+                       wait: Optional[float], handle: Optional[str], waiting: bool,
+                       prim: "tuple[str, int, int, List[str]]") -> Lease:
         validate_key(key)
         ttl = validate_ttl(ttl)
         validate_value(value)
+        needs = prim[3]
+        plain = not needs  # only plain exclusive leases are cached (as the Go SDK)
         if auto_renew is None:
             auto_renew = ttl is None
         if ttl is None:
@@ -551,13 +629,16 @@ class Client:
         if wait is not None and wait < 0:
             raise ValueError("lockgate: wait must be ≥ 0 seconds")
         with self._enter():
-            if self._cache is not None:
-                opts = (float(ttl), value, bool(auto_renew))
+            opts = (float(ttl), value, bool(auto_renew))
+            if self._cache is not None and plain:
                 hit, stale = self._cache.take(key, opts, handle)
                 if hit is not None:
                     return hit
                 if stale is not None:
                     await self._release_quietly(stale)  # or this acquire would wait behind it
+            elif self._cache is not None:
+                for stale in self._cache.evict([key]):
+                    await self._release_quietly(stale)
             user_handle = handle
             wait_until = time.monotonic() + wait if wait is not None else None
             while True:
@@ -566,7 +647,8 @@ class Client:
                                        "clientId": self.client_id, "ttl": ms(ttl), "lockToken": h}
                 if value is not None:
                     req["value"] = value
-                k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True)
+                self._primitive_fields(req, prim)
+                k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True, needs=needs)
                 if wait_until is not None:
                     def on_send(now: float, req: Dict[str, Any] = req) -> None:
                         # A re-sent copy asks only for what is left of the wait.
@@ -593,9 +675,100 @@ class Client:
                         log.info("lockgate: grant of %r expired on arrival; queueing again", key)
                         continue
                     raise NotHeldError("the grant expired before it could be renewed", key)
-                if self._cache is not None:
+                if self._cache is not None and plain:
                     self._cache.hold(lease, opts)
                 return lease
+
+    async def acquire_all(self, keys: Sequence[str], ttl: Optional[float] = None, value: Optional[str] = None,
+                          auto_renew: Optional[bool] = None, wait: Optional[float] = None, *,
+                          mode: Optional[str] = None, permits: Optional[int] = None,
+                          lock_delay: Optional[float] = None) -> List[Lease]:
+        """Wait until every key of ``keys`` is granted at once (all or
+        nothing; the gateway's ``multikey`` feature) and return one lease
+        per key, in the order of ``keys``. Options, ``wait`` and
+        cancellation as :meth:`acquire`'s. The leases are never kept by the
+        lease cache."""
+        return await self._acquire_all(keys, ttl, value, auto_renew, wait, True,
+                                       validate_primitives(mode, permits, lock_delay))
+
+    async def try_acquire_all(self, keys: Sequence[str], ttl: Optional[float] = None, value: Optional[str] = None,
+                              auto_renew: Optional[bool] = None, *, mode: Optional[str] = None,
+                              permits: Optional[int] = None, lock_delay: Optional[float] = None) -> List[Lease]:
+        """One attempt at every key: a held key raises HeldError and nothing is held."""
+        return await self._acquire_all(keys, ttl, value, auto_renew, None, False,
+                                       validate_primitives(mode, permits, lock_delay))
+
+    async def _acquire_all(self, keys: Sequence[str], ttl: Optional[float], value: Optional[str],
+                           auto_renew: Optional[bool], wait: Optional[float], waiting: bool,
+                           prim: "tuple[str, int, int, List[str]]") -> List[Lease]:
+        keys = validate_keys(keys)
+        ttl = validate_ttl(ttl)
+        validate_value(value)
+        if auto_renew is None:
+            auto_renew = ttl is None
+        if ttl is None:
+            ttl = DEFAULT_TTL
+        if wait is not None and wait < 0:
+            raise ValueError("lockgate: wait must be ≥ 0 seconds")
+        with self._enter():
+            if self._cache is not None:
+                for stale in self._cache.evict(keys):
+                    await self._release_quietly(stale)
+            wait_until = time.monotonic() + wait if wait is not None else None
+            while True:
+                req: Dict[str, Any] = {"commandType": CMD_ACQUIRE_ALL if waiting else CMD_TRY_ACQUIRE_ALL,
+                                       "keys": keys, "clientId": self.client_id, "ttl": ms(ttl),
+                                       "lockToken": new_handle()}
+                if value is not None:
+                    req["value"] = value
+                self._primitive_fields(req, prim)
+                k = _Call("acquire-all" if waiting else "try-acquire-all", req, wait=waiting, grantable=True,
+                          needs=["multikey"] + prim[3])
+                if wait_until is not None:
+                    def on_send(now: float, req: Dict[str, Any] = req) -> None:
+                        req["waitMs"] = max(1, ms(wait_until - now))
+                    k.on_send = on_send
+                if waiting and wait_until is None:
+                    r = await self._do(k)
+                elif waiting:
+                    assert wait is not None
+                    try:
+                        async with asyncio.timeout(max(0.0, wait_until - time.monotonic()) + min(1.0, self.request_timeout)):
+                            r = await self._do(k)
+                    except TimeoutError:
+                        raise LockTimeoutError(f"not granted within {wait:g} s", keys[0]) from None
+                else:
+                    r = await self._timed(k)
+                if r.get("type") != "grants":
+                    raise self._unexpected(r, keys[0], "grants")
+                got = r.get("leases") if isinstance(r.get("leases"), list) else []
+                leases: List[Lease] = []
+                lost: Optional[LockgateError] = None
+                expired = False
+                if len(got) != len(keys):
+                    lost = UnavailableError("unavailable", f"{len(got)} leases for {len(keys)} keys", keys[0])
+                for i, g in enumerate(got if lost is None else []):
+                    if not isinstance(g, dict) or g.get("key") != keys[i]:
+                        lost = UnavailableError("unavailable", f"lease {i} is not for {keys[i]!r}", keys[0])
+                        break
+                    lease = await self._lease(dict(g, type="grant"), keys[i], ttl, value, auto_renew, k.first)
+                    if lease is None:
+                        expired = True
+                        lost = NotHeldError("the grant expired before it could be renewed", keys[i])
+                        break
+                    leases.append(lease)
+                if lost is None:
+                    return leases
+                # All or nothing: give back what this grant gave.
+                for lease in leases:
+                    with contextlib.suppress(LockgateError):
+                        await self._release(lease)
+                for g in got[len(leases) + (1 if expired else 0):]:
+                    if isinstance(g, dict):
+                        await self._release_raced(g)
+                if not (expired and waiting):
+                    raise lost
+                log.info("lockgate: a grant of %r expired on arrival; queueing again", keys)
 
     async def _lease(self, r: Dict[str, Any], key: str, ttl: float, value: Optional[str], auto_renew: bool,
                      sent: float) -> Optional[Lease]:
@@ -624,7 +797,10 @@ class Client:
                 if not held:
                     return None
                 sent, ttl = rsent, rttl
-        lease = Lease(self, key, str(r.get("owner") or self.client_id), tok, handle, ttl, sent, value)
+        permits = r.get("permits")
+        lease = Lease(self, key, str(r.get("owner") or self.client_id), tok, handle, ttl, sent, value,
+                      mode="shared" if r.get("mode") == "shared" else "exclusive",
+                      permits=permits if isinstance(permits, int) and not isinstance(permits, bool) else 0)
         if r.get("wanted"):
             lease._mark_wanted()
         self._track(lease)
@@ -769,9 +945,19 @@ class Client:
                 raise self._unexpected(r, key, "info")
             exp = r.get("expiresIn")
             w = r.get("waiters")
+            p = r.get("permits")
+            holders = []
+            for h in r.get("holders") or []:
+                if isinstance(h, dict):
+                    he = h.get("expiresIn")
+                    holders.append(HolderInfo(owner=str(h.get("owner") or ""), fencing_token=parse_token(h.get("fencingToken")),
+                                              value=h.get("value"),
+                                              expires_in=he / 1000.0 if isinstance(he, (int, float)) else None))
             return LockInfo(key=key, owner=str(r.get("owner") or ""), fencing_token=parse_token(r.get("fencingToken")),
                             value=r.get("value"), expires_in=exp / 1000.0 if isinstance(exp, (int, float)) else None,
-                            waiters=w if isinstance(w, int) else -1)
+                            waiters=w if isinstance(w, int) else -1,
+                            mode="shared" if r.get("mode") == "shared" else "exclusive",
+                            permits=p if isinstance(p, int) and not isinstance(p, bool) else 0, holders=holders)
 
     @staticmethod
     def _unexpected(r: Dict[str, Any], key: str, want: str) -> LockgateError:

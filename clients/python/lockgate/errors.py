@@ -23,6 +23,10 @@ __all__ = [
     "LockTimeoutError",
     "ValidationError",
     "UnauthorizedError",
+    "UnsupportedError",
+    "DelayedError",
+    "PermitsMismatchError",
+    "WatchOverflowError",
     "error_from_reply",
 ]
 
@@ -113,9 +117,45 @@ class UnauthorizedError(LockgateError):
         super().__init__("unauthorized", message, key)
 
 
+class UnsupportedError(LockgateError):
+    """The gateway's backend does not offer a feature the call needs:
+    ``feature`` is ``shared``, ``semaphore``, ``lockdelay``, ``multikey`` or
+    ``watch``. The client raises it itself, before sending, when the
+    gateway did not announce the feature (``Lockgate-Features``)."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None, feature: str = "") -> None:
+        super().__init__("unsupported", message, key)
+        self.feature = feature
+
+
+class DelayedError(LockgateError):
+    """A try-acquire found the key free but in its lock-delay; ``retry_in``
+    (seconds) says about how long is left."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None, retry_in: float = 0.0) -> None:
+        super().__init__("delayed", message, key)
+        self.retry_in = retry_in
+
+
+class PermitsMismatchError(LockgateError):
+    """A semaphore acquire asked for another number of permits than the
+    key's holders hold it with (or the key is a read lock)."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("permits_mismatch", message, key)
+
+
+class WatchOverflowError(LockgateError):
+    """A watch fell behind the key's changes and was ended: watch again."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("watch_overflow", message, key)
+
+
 _VALIDATION = {
     "bad_json", "unknown_command", "missing_field", "invalid_key", "invalid_ttl", "invalid_value",
     "invalid_owner", "invalid_handle", "invalid_wait", "too_large",
+    "invalid_mode", "invalid_permits", "invalid_lock_delay", "invalid_keys", "duplicate_id",
 }
 _UNAVAILABLE = {"unavailable", "closed", "too_many_waiters", "too_many_locks"}
 
@@ -144,6 +184,15 @@ def error_from_reply(err: Any, key: Optional[str] = None) -> LockgateError:
         return LockTimeoutError(msg, key)
     if code == "unauthorized":
         return UnauthorizedError(msg, key)
+    if code == "unsupported":
+        return UnsupportedError(msg, key, str(err.get("feature") or ""))
+    if code == "delayed":
+        r = err.get("retryIn")
+        return DelayedError(msg, key, r / 1000.0 if isinstance(r, (int, float)) else 0.0)
+    if code == "permits_mismatch":
+        return PermitsMismatchError(msg, key)
+    if code == "watch_overflow":
+        return WatchOverflowError(msg, key)
     if code in _VALIDATION:
         return ValidationError(code, msg, key)
     if code in _UNAVAILABLE:

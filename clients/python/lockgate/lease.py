@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional
 
 from ._wire import deadline as _deadline
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
 
-__all__ = ["Lease", "LockInfo"]
+__all__ = ["Lease", "LockInfo", "HolderInfo"]
 
 
 class Lease:
@@ -32,13 +32,16 @@ class Lease:
     """
 
     def __init__(self, client: "Client", key: str, owner: str, fencing_token: int, lock_token: str,
-                 ttl: float, sent: float, value: Optional[str] = None) -> None:
+                 ttl: float, sent: float, value: Optional[str] = None, mode: str = "exclusive",
+                 permits: int = 0) -> None:
         self._client = client
         self.key = key
         self.owner = owner
         self.fencing_token = fencing_token
         self.lock_token = lock_token
         self.value = value
+        self.mode = mode  #: "shared" for a read lock or a semaphore permit, else "exclusive"
+        self.permits = permits  #: a semaphore permit's number of permits (0 otherwise)
         self.ttl = ttl  #: seconds, as granted (or last renewed)
         self.sent = sent  #: time.monotonic() when the request that started the current TTL was sent
         self.deadline = _deadline(sent, ttl)  #: time.monotonic() after which the holder must stop acting
@@ -141,3 +144,16 @@ class LockInfo:
     value: Optional[str]
     expires_in: Optional[float]  #: seconds, as the gateway counted when it answered
     waiters: int  #: callers queued for the key (-1: the gateway did not say)
+    mode: str = "exclusive"  #: "shared" for read locks and semaphores
+    permits: int = 0  #: a semaphore's permits (0 otherwise)
+    holders: "List[HolderInfo]" = field(default_factory=list)  #: a shared key's holders, oldest grant first
+
+
+@dataclass
+class HolderInfo:
+    """One holder of a shared key, as inspect reports it."""
+
+    owner: str
+    fencing_token: Optional[int]
+    value: Optional[str]
+    expires_in: Optional[float]  #: seconds

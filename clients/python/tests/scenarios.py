@@ -323,6 +323,198 @@ async def lease_cache(r: Run) -> None:
     await lb.release()
 
 
+# -- issue 22's scenarios (clients/scenarios_primitives_go_test.go has their meaning) ------
+
+async def expect_raises(coro: Awaitable[Any], exc: type, what: str) -> Any:
+    try:
+        got = await coro
+    except exc as e:
+        return e
+    except Exception as e:
+        raise ScenarioFailure(f"{what}: {type(e).__name__}: {e}, want {exc.__name__}") from None
+    raise ScenarioFailure(f"{what}: succeeded ({got!r}), want {exc.__name__}")
+
+
+async def holds(c: Client, lease: lockgate.Lease) -> None:
+    info = await c.inspect(lease.key)
+    check(info.fencing_token == lease.fencing_token and info.owner == lease.owner,
+          f"inspect {lease.key!r}: {info}, want owner {lease.owner} token {lease.fencing_token}")
+
+
+async def shared_readers(r: Run) -> None:
+    a, b, c = r.client(name="a"), r.client(name="b"), r.client(name="c")
+    feats = await a.features()
+    want = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay"]
+    check(feats == want, f"features {feats}, want {want}")
+    la = await a.acquire(r.key, ttl=r.ttl, mode="shared")
+    lb = await b.try_acquire(r.key, ttl=r.ttl, mode="shared")
+    check(la.mode == "shared" and lb.mode == "shared" and lb.fencing_token > la.fencing_token,
+          f"leases A {la.mode}/{la.fencing_token}, B {lb.mode}/{lb.fencing_token}: want shared, B's token above A's")
+    info = await c.inspect(r.key)
+    check(info.mode == "shared" and [h.fencing_token for h in info.holders] == [la.fencing_token, lb.fencing_token],
+          f"inspect {info}: want mode shared, holders A ({la.fencing_token}) then B ({lb.fencing_token})")
+    await expect_raises(c.try_acquire(r.key, ttl=r.ttl), lockgate.HeldError, "C's exclusive try beside two readers")
+    tc = asyncio.ensure_future(c.acquire(r.key, ttl=r.ttl))
+    await waiters_are(a, r.key, 1)
+    await la.release()
+    check(not tc.done(), "C's exclusive acquire answered while B still reads")
+    await holds(c, lb)
+    await lb.release()
+    lc = await granted(tc, "C's exclusive acquire after both releases")
+    check(lc.mode == "exclusive" and lc.fencing_token > lb.fencing_token,
+          f"C's lease {lc.mode}/{lc.fencing_token}: want exclusive above {lb.fencing_token}")
+    await lc.release()
+
+
+async def semaphore_permits(r: Run) -> None:
+    a, b, c = r.client(name="a"), r.client(name="b"), r.client(name="c")
+    la = await a.acquire(r.key, ttl=r.ttl, permits=2)
+    lb = await b.acquire(r.key, ttl=r.ttl, permits=2)
+    check(la.permits == 2 and lb.permits == 2 and la.mode == "shared",
+          f"permits A {la.permits} ({la.mode}), B {lb.permits}: want 2, shared")
+    info = await c.inspect(r.key)
+    check(info.permits == 2 and len(info.holders) == 2, f"inspect {info}: want permits 2 with 2 holders")
+    await expect_raises(c.try_acquire(r.key, ttl=r.ttl, permits=2), lockgate.HeldError, "C's third permit")
+    await expect_raises(c.try_acquire(r.key, ttl=r.ttl, permits=3), lockgate.PermitsMismatchError,
+                        "C with 3 permits on a semaphore of 2")
+    tc = asyncio.ensure_future(c.acquire(r.key, ttl=r.ttl, permits=2))
+    await waiters_are(a, r.key, 1)
+    await la.release()
+    lc = await granted(tc, "C's permit after A's release")
+    check(lc.permits == 2 and lc.fencing_token > lb.fencing_token,
+          f"C's permit: {lc.permits} permits, token {lc.fencing_token}; want 2, above {lb.fencing_token}")
+    await lb.release()
+    await lc.release()
+    await expect_not_found(a, r.key)
+
+
+async def acquire_all(r: Run) -> None:
+    a, b = r.client(name="a"), r.client(name="b")
+    keys = [f"{r.key}/{i}" for i in (1, 2, 3)]
+    la = await a.acquire(keys[1], ttl=r.ttl)
+    await expect_raises(b.try_acquire_all(keys, ttl=r.ttl), lockgate.HeldError, f"B's try of {keys} with one held")
+    await expect_not_found(a, keys[0])
+    await expect_not_found(a, keys[2])
+    tb = asyncio.ensure_future(b.acquire_all(keys, ttl=r.ttl))
+    await waiters_are(a, keys[1], 1)
+    check(not tb.done(), f"B's acquire-all answered while A holds {keys[1]}")
+    await la.release()
+    try:
+        leases = await asyncio.wait_for(asyncio.shield(tb), STEP)
+    except asyncio.TimeoutError:
+        raise ScenarioFailure("B's acquire-all was not granted after A's release") from None
+    check([l.key for l in leases] == keys and all(l.fencing_token for l in leases),
+          f"B's leases {leases}: want one per key of {keys}, in order, with tokens")
+    for lease in leases:
+        await holds(a, lease)
+    check(leases[1].fencing_token > la.fencing_token,
+          f"B's token for {keys[1]} is {leases[1].fencing_token}, not above A's {la.fencing_token}")
+    for lease in leases:
+        await lease.release()
+    for k in keys:
+        await expect_not_found(a, k)
+
+
+async def watch(r: Run) -> None:
+    a, w = r.client(name="a"), r.client(name="w")
+    seen: List[str] = []
+    async with w.watch(r.key) as events:
+        async def want(typ: str, token: Optional[int], owner: str = "", value: str = "") -> Any:
+            try:
+                ev = await asyncio.wait_for(events.next(), STEP)
+            except asyncio.TimeoutError:
+                raise ScenarioFailure(f"no event within {STEP:g} s after {seen}") from None
+            check(ev is not None, f"the watch ended after {seen}")
+            seen.append(ev.type)
+            check(ev.type == typ and ev.fencing_token == token and (not owner or ev.owner == owner)
+                  and (not value or ev.value == value) and ev.key == r.key,
+                  f"after {seen[:-1]}: event {ev}; want {typ} token {token} owner {owner!r} value {value!r}")
+            return ev
+        await want("synced", None)
+        la = await a.acquire(r.key, ttl=10.0, value="v1")
+        g = await want("granted", la.fencing_token, la.owner, "v1")
+        async with w.watch(r.key) as second:
+            h = await asyncio.wait_for(second.next(), STEP)
+            check(h is not None and h.type == "holder" and h.fencing_token == la.fencing_token and h.owner == la.owner,
+                  f"second watch's first event {h}: want holder A")
+            sy = await asyncio.wait_for(second.next(), STEP)
+            check(sy is not None and sy.type == "synced", f"second watch's second event {sy}: want synced")
+        await la.release()
+        rel = await want("released", la.fencing_token)
+        lx = await a.acquire(r.key, ttl=r.ttl)
+        g2 = await want("granted", lx.fencing_token, lx.owner)
+        ex = await want("expired", lx.fencing_token)
+        check(g.revision < rel.revision < g2.revision < ex.revision,
+              f"revisions {g.revision}, {rel.revision}, {g2.revision}, {ex.revision}: want increasing")
+    check(await events.next() is None, "a closed watch goes on")
+    await expect_not_found(a, r.key)
+
+
+async def lock_delay(r: Run) -> None:
+    a, b = r.client(name="a"), r.client(name="b")
+    delay = 1.5
+    la = await a.acquire(r.key, ttl=r.ttl, lock_delay=delay)
+    await asyncio.wait_for(la.lost.wait(), STEP)
+
+    async def gone() -> bool:
+        try:
+            await b.inspect(r.key)
+            return False
+        except lockgate.NotFoundError:
+            return True
+    await eventually("A's lease to expire on the server", gone)
+    freed = time.monotonic()
+    e = await expect_raises(b.try_acquire(r.key, ttl=10.0), lockgate.DelayedError, "B's try within the lock-delay")
+    check(0 < e.retry_in <= delay, f"retry_in {e.retry_in} s: want within (0, {delay}]")
+    lb = await granted(asyncio.ensure_future(b.acquire(r.key, ttl=10.0)), "B's waiting acquire", STEP + delay)
+    since = time.monotonic() - freed
+    check(since <= delay + 5, f"B granted {since:.3f} s after the key was freed: want about the delay {delay} s")
+    check(lb.fencing_token > la.fencing_token, f"B's token {lb.fencing_token} not above A's {la.fencing_token}")
+    await lb.release()
+
+
+async def election_scenario(r: Run) -> None:
+    from lockgate import election
+    a, b, o = r.client(name="a"), r.client(name="b"), r.client(name="o")
+    cur = await election.current(o, r.key)
+    check(not cur.present, f"current before any campaign: {cur}; want nobody")
+    leaders = election.observe(o, r.key)
+    seen: List[str] = []
+
+    async def expect(present: bool, token: int = 0, value: str = "") -> None:
+        try:
+            ld = await asyncio.wait_for(leaders.__anext__(), STEP)
+        except asyncio.TimeoutError:
+            raise ScenarioFailure(f"no leader reported within {STEP:g} s after {seen}") from None
+        except StopAsyncIteration:
+            raise ScenarioFailure(f"observe ended after {seen}") from None
+        seen.append(f"{ld.present}/{ld.fencing_token}/{ld.value}")
+        check(ld.present == present and (not present or (ld.fencing_token == token and ld.value == value)),
+              f"leaders {seen}: the last want present {present} token {token} value {value!r}")
+    try:
+        await expect(False)
+        ea = await election.campaign(a, r.key, "a", ttl=r.ttl)
+        await expect(True, ea.fencing_token, "a")
+        cur = await election.current(o, r.key)
+        check(cur.present and cur.fencing_token == ea.fencing_token and cur.value == "a", f"current while A leads: {cur}")
+        tb = asyncio.ensure_future(election.campaign(b, r.key, "b", ttl=r.ttl))
+        await waiters_are(o, r.key, 1)
+        await ea.resign()
+        try:
+            eb = await asyncio.wait_for(asyncio.shield(tb), STEP)
+        except asyncio.TimeoutError:
+            raise ScenarioFailure("B's campaign: not leading after A's resignation") from None
+        check(eb.fencing_token > ea.fencing_token, f"B's term {eb.fencing_token} not above A's {ea.fencing_token}")
+        await expect(False)
+        await expect(True, eb.fencing_token, "b")
+        await eb.resign()
+        await expect(False)
+        cur = await election.current(o, r.key)
+        check(not cur.present, f"current after both resigned: {cur}; want nobody")
+    finally:
+        await leaders.aclose()
+
+
 SCENARIOS: Dict[str, Callable[[Run], Awaitable[None]]] = {
     "contention-pushed-grant": contention_pushed_grant,
     "fifo-three": fifo_three,
@@ -337,6 +529,12 @@ SCENARIOS: Dict[str, Callable[[Run], Awaitable[None]]] = {
     "leader-killed-while-waiting": leader_killed_while_waiting,
     "bad-input": bad_input,
     "lease-cache": lease_cache,
+    "shared-readers": shared_readers,
+    "semaphore-permits": semaphore_permits,
+    "acquire-all": acquire_all,
+    "watch": watch,
+    "lock-delay": lock_delay,
+    "election": election_scenario,
 }
 
 
