@@ -460,4 +460,3 @@ func electionScenario(ctx context.Context, r *goRun, s scenario) error {
 	}
 	return nil
 }
-
