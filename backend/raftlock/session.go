@@ -23,6 +23,7 @@ type Session struct {
 	cancel   context.CancelFunc
 
 	mu      sync.Mutex
+	closed  bool
 	watches map[*watch]struct{} // open watches, ended by Close
 }
 
@@ -46,13 +47,18 @@ const (
 // primitive, in its state machine (docs/raftlock.md).
 func (s *Session) Features() lock.Features { return lock.AllFeatures }
 
-func (s *Session) addWatch(w *watch) {
+// addWatch records w as s's, unless s is closed.
+func (s *Session) addWatch(w *watch) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
 	if s.watches == nil {
 		s.watches = make(map[*watch]struct{})
 	}
 	s.watches[w] = struct{}{}
+	return true
 }
 
 func (s *Session) removeWatch(w *watch) {
@@ -375,6 +381,7 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 func (s *Session) Close() error {
 	s.cancel()
 	s.mu.Lock()
+	s.closed = true
 	ws := make([]*watch, 0, len(s.watches))
 	for w := range s.watches {
 		ws = append(ws, w)

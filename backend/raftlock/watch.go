@@ -66,6 +66,9 @@ func (h *watchHub) watch(ctx context.Context, s *Session, key string) (<-chan lo
 	}
 	ls, index := h.n.fsm.Holders(key)
 	w := &watch{key: key, ch: make(chan lock.Event, h.n.cfg.WatchBuffer+len(ls)+2), from: index, session: s}
+	if !s.addWatch(w) {
+		return nil, lock.ErrClosed
+	}
 	base := index << revisionShift
 	for i, l := range ls {
 		ev := event(lock.EventHolder, key, l)
@@ -80,7 +83,6 @@ func (h *watchHub) watch(ctx context.Context, s *Session, key string) (<-chan lo
 	}
 	m[w] = struct{}{}
 	h.count++
-	s.addWatch(w)
 	w.stop = context.AfterFunc(ctx, func() { h.end(w, nil) })
 	return w.ch, nil
 }
