@@ -291,7 +291,9 @@ type MultiLocker interface {
 	// once, or ctx is done; it never holds some keys while waiting for
 	// others, and two callers that list the same keys in different orders
 	// never deadlock. It returns one lease per key, in the order of keys,
-	// each with its own fencing token, to be released together
+	// each with a fencing token from its key's sequence (tokens are per
+	// key: two keys' leases may carry the same number, as zklike's do, whose
+	// token is the one revision that queued them all), to be released together
 	// (ReleaseAll) or one by one. opts applies to every key (a Handle, if
 	// given, is shared by the leases: a lease is (Key, Token, Handle)).
 	// When ctx ends first the caller holds none of the keys.
@@ -392,8 +394,9 @@ type Event struct {
 	Value   []byte
 	Mode    Mode
 	Permits int // the semaphore's N; 0 for a mutex or read lock
-	// Revision orders events: it increases from one change to the next
-	// (the Raft index, the etcd revision); 0 where the backend has none.
+	// Revision orders events: it increases from one event to the next,
+	// also between events of one backend change (a release and the grant
+	// it hands over); 0 where the backend has none.
 	Revision uint64
 	// Err is set on EventError only.
 	Err error

@@ -337,7 +337,9 @@ func (s *suite) writerNotStarved(t *testing.T) {
 				}
 				time.Sleep(hold)
 				holding.Add(-1)
-				if err := l.Release(c, lease); err != nil {
+				// Not c: finish cancels c while readers hold, and their
+				// releases must still go through.
+				if err := l.Release(ctx(t, time.Minute), lease); err != nil {
 					errs <- fmt.Errorf("reader %d: Release: %w", i, err)
 					return
 				}
