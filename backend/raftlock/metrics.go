@@ -18,7 +18,7 @@ type nodeMetrics struct {
 	commit prometheus.Histogram
 
 	state, term, commitIndex, appliedIndex, lastIndex, lastContact, peers,
-	fsmPending, snapshotIndex, locks, lastToken, waiters, ready, restores *prometheus.Desc
+	fsmPending, snapshotIndex, locks, lastToken, waiters, watches, ready, restores *prometheus.Desc
 }
 
 func newNodeMetrics(n *Node) *nodeMetrics {
@@ -48,6 +48,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		locks:         d("lockgate_raftlock_locks", "Locks in the replicated lock table (held, or expired and not yet released)."),
 		lastToken:     d("lockgate_raftlock_last_token", "The last fencing token granted."),
 		waiters:       d("lockgate_raftlock_waiters", "Acquires queued on this node (the leader) for a held key."),
+		watches:       d("lockgate_raftlock_watches", "Watches open on this node (bounded by Config.MaxWatchers)."),
 	}
 }
 
@@ -58,7 +59,7 @@ func (n *Node) Collector() prometheus.Collector { return n.metrics }
 func (m *nodeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.commit.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.state, m.ready, m.term, m.commitIndex, m.appliedIndex, m.lastIndex,
-		m.lastContact, m.peers, m.fsmPending, m.snapshotIndex, m.restores, m.locks, m.lastToken, m.waiters} {
+		m.lastContact, m.peers, m.fsmPending, m.snapshotIndex, m.restores, m.locks, m.lastToken, m.waiters, m.watches} {
 		ch <- d
 	}
 }
@@ -98,6 +99,7 @@ func (m *nodeMetrics) Collect(ch chan<- prometheus.Metric) {
 	w := n.sched.waiters
 	n.sched.mu.Unlock()
 	gauge(m.waiters, float64(w))
+	gauge(m.watches, float64(n.watches.open()))
 }
 
 func b2f(b bool) float64 {

@@ -29,6 +29,11 @@ func TestMetrics(t *testing.T) {
 	}
 	go l.NewSession().Acquire(ctx, "m/a", lock.AcquireOptions{TTL: time.Minute}) // waits until ctx ends
 	awaitWaiting(t, l, "m/a", 1)
+	for _, k := range []string{"m/a", "m/x"} {
+		if _, err := l.Watch(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	lm := gather(t, l)
 	for name, want := range map[string]float64{
@@ -38,6 +43,7 @@ func TestMetrics(t *testing.T) {
 		"lockgate_raftlock_locks":               3,
 		"lockgate_raftlock_last_token":          float64(last.Token),
 		"lockgate_raftlock_waiters":             1,
+		"lockgate_raftlock_watches":             2,
 		"lockgate_raft_peers":                   2,
 		"lockgate_raft_last_contact_seconds":    0,
 	} {
