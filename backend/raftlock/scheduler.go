@@ -213,7 +213,7 @@ type keyState struct {
 	shared  int    // shared holders
 	permits uint32 // their semaphore's N
 	until   int64  // the end of a lock-delay, when ahead of now
-	oldest  *fsm.Lock
+	oldest  *fsm.HolderRef
 }
 
 // stateLocked reads key's state at now (leader clock). freed are tokens
@@ -221,9 +221,7 @@ type keyState struct {
 // do not count (a re-sent acquire is answered with them).
 func (s *scheduler) stateLocked(key string, freed map[uint64]bool, own string, now int64) keyState {
 	var st keyState
-	ls, _ := s.n.fsm.Holders(key)
-	for i := range ls {
-		l := &ls[i]
+	s.n.fsm.EachHolder(key, func(l fsm.HolderRef) bool {
 		switch {
 		case freed[l.Token]:
 		case l.Expires <= now:
@@ -232,18 +230,19 @@ func (s *scheduler) stateLocked(key string, freed map[uint64]bool, own string, n
 			if l.LockDelay > 0 {
 				st.until = max(st.until, l.Expires+int64(l.LockDelay))
 			}
-		case own != "" && fsm.EqualHandles(l.Handle, own):
+		case own != "" && l.HandleIs(own):
 		case l.Mode == fsm.ModeShared:
 			st.shared++
 			st.permits = l.Permits
 			if st.oldest == nil {
-				st.oldest = l
+				st.oldest = &l
 			}
 		default:
 			st.excl = true
-			st.oldest = l
+			st.oldest = &l
 		}
-	}
+		return true
+	})
 	if until := s.n.fsm.Delay(key); until > st.until {
 		st.until = until
 	}
@@ -302,7 +301,7 @@ func (s *scheduler) refusal(key string, v verdict, st *keyState, permits int) er
 	return s.heldErr(key, st.oldest)
 }
 
-func (s *scheduler) heldErr(key string, l *fsm.Lock) error {
+func (s *scheduler) heldErr(key string, l *fsm.HolderRef) error {
 	if l == nil {
 		return &lock.HeldError{Key: key}
 	}
@@ -361,14 +360,15 @@ func (s *scheduler) enqueue(w *waiter) error {
 }
 
 // ownLiveLocked returns key's live holder with handle, if any.
-func (s *scheduler) ownLiveLocked(key, handle string, now int64) (fsm.Lock, bool) {
-	ls, _ := s.n.fsm.Holders(key)
-	for _, l := range ls {
-		if l.Expires > now && fsm.EqualHandles(l.Handle, handle) {
-			return l, true
+func (s *scheduler) ownLiveLocked(key, handle string, now int64) (own fsm.HolderRef, found bool) {
+	s.n.fsm.EachHolder(key, func(l fsm.HolderRef) bool {
+		if l.Expires > now && l.HandleIs(handle) {
+			own, found = l, true
+			return false
 		}
-	}
-	return fsm.Lock{}, false
+		return true
+	})
+	return own, found
 }
 
 // waiting counts q's waiters that still wait: not granted yet (in flight),
@@ -386,14 +386,12 @@ func waiting(q *keyQueue) int {
 // wantedLocked arranges for every lease that holds key, if this node knows
 // it, to hear that a caller waits (once mu is released).
 func (s *scheduler) wantedLocked(key string) {
-	ls, _ := s.n.fsm.Holders(key)
-	live := func(lease *lock.Lease) bool {
-		for _, l := range ls {
-			if l.Token == uint64(lease.Token) && fsm.EqualHandles(l.Handle, lease.Handle) {
-				return true
-			}
-		}
-		return false
+	live := func(lease *lock.Lease) (found bool) {
+		s.n.fsm.EachHolder(key, func(l fsm.HolderRef) bool {
+			found = l.Token == uint64(lease.Token) && l.HandleIs(lease.Handle)
+			return !found
+		})
+		return found
 	}
 	if lease := s.holders[key]; lease != nil && live(lease) {
 		s.tell = append(s.tell, lease)

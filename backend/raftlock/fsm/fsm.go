@@ -711,6 +711,46 @@ func (f *FSM) Holders(key string) ([]Lock, uint64) {
 	return nil, index
 }
 
+// HolderRef is a stored holder as EachHolder shows it: its fields without
+// copies (records are immutable), and its handle only to compare.
+type HolderRef struct {
+	Owner     string
+	Token     uint64
+	Expires   int64
+	LockDelay time.Duration
+	Mode      uint8
+	Permits   uint32
+	rec       *record
+}
+
+// HandleIs reports whether h is the holder's handle (in time that does
+// not depend on how much of h is right).
+func (r HolderRef) HandleIs(h string) bool { return r.rec.handleIs(h) }
+
+// EachHolder calls fn with every holder stored for key (expired ones
+// included), oldest grant first, until fn returns false: the leader's
+// scheduler reads a key's state with it on every decision, without the
+// copies Holders makes.
+func (f *FSM) EachHolder(key string, fn func(HolderRef) bool) {
+	f.mu.RLock()
+	r := f.kv[lockPrefix+key]
+	g := f.groups[key]
+	f.mu.RUnlock()
+	if r != nil {
+		fn(HolderRef{Owner: r.owner, Token: r.token, Expires: r.expires, LockDelay: time.Duration(r.delay), rec: r})
+		return
+	}
+	if g == nil {
+		return
+	}
+	for _, h := range g.holders {
+		if !fn(HolderRef{Owner: h.owner, Token: h.token, Expires: h.expires, LockDelay: time.Duration(h.delay),
+			Mode: ModeShared, Permits: g.permits, rec: h}) {
+			return
+		}
+	}
+}
+
 // Holder returns the holder of key with token, as stored (perhaps
 // expired), and false when there is none.
 func (f *FSM) Holder(key string, token uint64) (Lock, bool) {

@@ -350,3 +350,29 @@ func TestSnapshotVersion(t *testing.T) {
 		t.Errorf("a passed lock-delay still persists as version %d", v)
 	}
 }
+
+// TestEachHolder: EachHolder shows what Holders copies, and stops when
+// told.
+func TestEachHolder(t *testing.T) {
+	f := New()
+	apply(t, f, 1, Entry{Now: t0, Ops: []Op{shared("k", "a", hA, s10, 3), delayed(shared("k", "b", hX, s10, 3), time.Second), acq("x", "c", hC, s10)}})
+	for _, key := range []string{"k", "x", "free"} {
+		ls, _ := f.Holders(key)
+		var refs []HolderRef
+		f.EachHolder(key, func(r HolderRef) bool { refs = append(refs, r); return true })
+		if len(refs) != len(ls) {
+			t.Fatalf("%s: %d refs, %d holders", key, len(refs), len(ls))
+		}
+		for i, r := range refs {
+			l := ls[i]
+			if r.Owner != l.Owner || r.Token != l.Token || r.Expires != l.Expires || r.LockDelay != l.LockDelay || r.Mode != l.Mode || r.Permits != l.Permits || !r.HandleIs(l.Handle) || r.HandleIs(l.Handle+"0") {
+				t.Errorf("%s holder %d: ref %+v, lock %+v", key, i, r, l)
+			}
+		}
+	}
+	n := 0
+	f.EachHolder("k", func(HolderRef) bool { n++; return false })
+	if n != 1 {
+		t.Errorf("EachHolder went on after false: %d calls", n)
+	}
+}
