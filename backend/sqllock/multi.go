@@ -48,20 +48,20 @@ func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 	}
 	var leases []*lock.Lease
 	_, err := l.life.Acquire(keys[0], opts, l.cfg.ClientID, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		// opts is normalized here (a zero TTL is DefaultTTL with AutoRenew).
 		if err := l.checkSupported(opts); err != nil {
 			return nil, err
 		}
 		var err error
-		leases, err = l.waitAll(ctx, keys, opts, try)
+		if leases, err = l.waitAll(ctx, keys, opts, try); err == nil && opts.AutoRenew {
+			for _, lease := range leases {
+				go lock.KeepAlive(l.ctx, l, lease)
+			}
+		}
 		return nil, err
 	})
 	if err != nil {
 		return nil, err
-	}
-	if opts.AutoRenew {
-		for _, lease := range leases {
-			go lock.KeepAlive(l.ctx, l, lease)
-		}
 	}
 	return leases, nil
 }

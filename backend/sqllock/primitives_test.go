@@ -312,3 +312,41 @@ func TestWantedNoticeBeforeGrant(t *testing.T) {
 		t.Errorf("a notice older than the ring still marks")
 	}
 }
+
+// TestAcquireAllAutoRenew: multi-key leases taken with AutoRenew are
+// renewed (each lease's deadline moves on past its first TTL), and zero
+// options are normalized as for Acquire (DefaultTTL).
+func TestAcquireAllAutoRenew(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	l := newLocker(t, p, func(c *Config) { c.Table = "multi_renew_locks" })
+	ctx := bg(t, time.Minute)
+	leases, err := l.AcquireAll(ctx, []string{"r1", "r2"}, lock.AcquireOptions{TTL: 600 * time.Millisecond, AutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := []time.Time{leases[0].Deadline(), leases[1].Deadline()}
+	eventually(t, 20*time.Second, "both leases renewed", func() bool {
+		return leases[0].Deadline().After(first[0]) && leases[1].Deadline().After(first[1])
+	})
+	for _, lease := range leases {
+		select {
+		case <-lease.Done():
+			t.Errorf("lease %q ended: %v", lease.Key, lease.Err())
+		default:
+		}
+	}
+	if err := lock.ReleaseAll(ctx, l, leases); err != nil {
+		t.Fatal(err)
+	}
+	leases, err = l.AcquireAll(ctx, []string{"r1", "r2"}, lock.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range leases {
+		if lease.TTL() != lock.DefaultTTL {
+			t.Errorf("lease %q of zero options has TTL %v, want %v", lease.Key, lease.TTL(), lock.DefaultTTL)
+		}
+	}
+	lock.ReleaseAll(ctx, l, leases)
+}
