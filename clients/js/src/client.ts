@@ -335,9 +335,18 @@ export class Client {
    */
   async features(opts: { signal?: AbortSignal } = {}): Promise<string[] | undefined> {
     if (this.#closed) throw this.#closedError();
-    const ctl = AbortSignal.any([AbortSignal.timeout(this.#requestTimeoutMs), this.#closing.signal, ...(opts.signal ? [opts.signal] : [])]);
-    const conn = await this.#track(abortable(this.#getConn(), ctl));
-    return conn.featuresKnown ? [...conn.features] : undefined;
+    const ctl = new AbortController();
+    const t = setTimeout(() => {
+      const why = this.#dialErr ? ` (last dial: ${this.#dialErr.message})` : "";
+      ctl.abort(new LockgateError("unavailable", `lockgate: features: no connection within ${this.#requestTimeoutMs} ms${why}`));
+    }, this.#requestTimeoutMs);
+    const stop = AbortSignal.any([ctl.signal, this.#closing.signal, ...(opts.signal ? [opts.signal] : [])]);
+    try {
+      const conn = await this.#track(abortable(this.#getConn(), stop));
+      return conn.featuresKnown ? [...conn.features] : undefined;
+    } finally {
+      clearTimeout(t);
+    }
   }
 
   /**

@@ -370,3 +370,36 @@ test("election.observe: the leader after sync, none on release, then the next; a
     await f.close();
   }
 });
+
+test("features() without a reachable gateway fails unavailable within requestTimeoutMs", async () => {
+  const c = new Client(["127.0.0.1:1"], { requestTimeoutMs: 300, dialTimeoutMs: 100 });
+  await assert.rejects(c.features(), (e: unknown) => e instanceof LockgateError && e.code === "unavailable");
+  await c.close();
+});
+
+test("an aborted acquireAll sends cancel (6) naming it; a grants reply that raced the cancel is released whole", async () => {
+  const f = await fake(All, (m, reply, ws) => {
+    if (m.commandType === 7) return; // queued
+    if (m.commandType === 6) {
+      const target = f.got.find((x) => x.id === m.target)!;
+      ws.send(JSON.stringify({ id: m.target, type: "grants", success: true, leases: target.keys.map((k: string, i: number) => ({ key: k, fencingToken: tok(k, 20 + i), lockToken: target.lockToken, ttl: target.ttl })) }));
+      return;
+    }
+    granting(m, reply);
+  });
+  try {
+    const c = new Client([f.addr]);
+    const ctl = new AbortController();
+    const p = c.acquireAll(["a", "b"], { ttlMs: 5000, signal: ctl.signal });
+    await until(() => f.got.some((m) => m.commandType === 7));
+    ctl.abort();
+    await assert.rejects(p, (e: LockgateError) => e.code === "cancelled");
+    const acquire = f.got.find((m) => m.commandType === 7)!;
+    assert.equal(f.got.find((m) => m.commandType === 6)?.target, acquire.id);
+    await until(() => f.got.filter((m) => m.commandType === 2).length === 2);
+    assert.deepEqual(f.got.filter((m) => m.commandType === 2).map((m) => [m.key, m.lockToken, m.fencingToken.value]), [["a", acquire.lockToken, 20], ["b", acquire.lockToken, 21]]);
+    await c.close();
+  } finally {
+    await f.close();
+  }
+});

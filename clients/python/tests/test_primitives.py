@@ -269,6 +269,29 @@ class TestPrimitives(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(len(watches), 2)
             del gw
 
+    async def test_cancelled_acquire_all_releases_raced_grants(self) -> None:
+        async def script(f: Fake, ws: Any, req: Dict[str, Any]) -> None:
+            if req["commandType"] == 7:
+                return  # queued
+            if req["commandType"] == 6:
+                target = next(r for r in f.requests if r.get("id") == req["target"])
+                await ws.send(json.dumps({"id": req["target"], "type": "grants", "success": True, "leases": [
+                    {"key": k, "fencingToken": tok(k, 20 + i), "lockToken": target["lockToken"], "ttl": target["ttl"]}
+                    for i, k in enumerate(target["keys"])]}))
+                return
+            await granting(f, ws, req)
+        async with Fake(script, features=ALL) as gw, lockgate.Client([gw.addr]) as c:
+            t = asyncio.ensure_future(c.acquire_all(["a", "b"], ttl=5))
+            acquire, = await gw.wait_for(cmd(7))
+            t.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await t
+            cancel, = await gw.wait_for(cmd(6))
+            self.assertEqual(cancel["target"], acquire["id"])
+            rel = await gw.wait_for(cmd(2), 2)
+            self.assertEqual([(r["key"], r["lockToken"], r["fencingToken"]["value"]) for r in rel],
+                             [("a", acquire["lockToken"], 20), ("b", acquire["lockToken"], 21)])
+
 
 if __name__ == "__main__":
     unittest.main()
