@@ -44,7 +44,9 @@ func watchKey(t *testing.T, n *Node, key string) <-chan lock.Event {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	ch, err := n.Watch(ctx, key)
+	// The hub directly: Watch opens watches on the leader only, and the
+	// follower tests watch each node's own applied state.
+	ch, err := n.watches.watch(ctx, n.session, key)
 	if err != nil {
 		t.Fatalf("Watch(%q) on node %s: %v", key, n.ID(), err)
 	}

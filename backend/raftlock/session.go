@@ -68,8 +68,14 @@ func (s *Session) removeWatch(w *watch) {
 }
 
 // Watch implements lock.Watcher: it streams key's holders from this node's
-// applied state, on the leader or a follower alike (docs/raftlock.md,
-// "Watch"). At most Config.MaxWatchers watches are open per node; a watch
+// applied state (docs/raftlock.md, "Watch"). Only the leader opens a watch
+// (a follower answers with a *lock.NotLeaderError, as for Inspect), after
+// confirming with a quorum that it still leads: its applied state holds
+// every grant it has answered, so a client that acquired a key and then
+// watches it sees its own grant among the first holders. A follower's
+// state may not have caught up yet (its watch would start without that
+// grant). Once open, a watch survives a leader change: every node applies
+// the same entries, so its events go on, in order. At most Config.MaxWatchers watches are open per node; a watch
 // that falls Config.WatchBuffer events behind ends with
 // lock.ErrWatchOverflow; Close of the session, and the node's shutdown
 // (with an EventError), end it too.
@@ -81,6 +87,9 @@ func (s *Session) Watch(ctx context.Context, key string) (<-chan lock.Event, err
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.n.verifyLeader(); err != nil {
 		return nil, err
 	}
 	return s.n.watches.watch(ctx, s, key)
