@@ -46,6 +46,7 @@ fuzz-smoke:
 	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime 40000x ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzREST$$' -fuzztime 40000x ./gateway
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 100000x ./backend/raftlock/fsm
+	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime 300000x ./backend/raftlock/fsm
 	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 3000x ./fencedstore
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 150000x ./internal/wire
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 150000x ./internal/wire
