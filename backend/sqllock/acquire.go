@@ -37,6 +37,12 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		if err := l.checkSupported(opts); err != nil {
 			return nil, err
 		}
+		if opts.Mode == lock.ModeShared {
+			if opts.LockDelay > 0 {
+				return nil, &lock.UnsupportedError{Backend: "sqllock", Feature: lock.FeatureLockDelay, Reason: ReasonSharedLockDelay}
+			}
+			return l.acquireShared(ctx, key, opts, try)
+		}
 		if !try {
 			// The caller is about to wait: a lease of this Locker on key
 			// hears it now, in process (wanted.go).
@@ -76,7 +82,8 @@ func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, _ l
 // before the first attempt.
 func (l *Locker) subscribeGate(_ context.Context, key string) *localgate.Subscription {
 	w := l.subscribe(key)
-	return &localgate.Subscription{Wake: w.wake, Close: func() { l.unsubscribe(w) }}
+	done := l.holdTicket(key)
+	return &localgate.Subscription{Wake: w.wake, Close: func() { l.unsubscribe(w); done() }}
 }
 
 // outcome of one acquire attempt.
@@ -85,6 +92,7 @@ type outcome struct {
 	held      *lock.HeldError
 	remaining time.Duration // the holder's remaining TTL (or lock-delay), on the database's clock
 	delayed   *lock.DelayedError
+	ticket    int64 // the waiter's place in the key's queue (queue.go)
 	err       error
 }
 
@@ -102,9 +110,16 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome
 	sent := time.Now()
 	var token int64
 	var contended bool
-	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds(), opts.LockDelay.Microseconds()}, &token, &contended)
+	var ticket int64
+	if !try {
+		ticket = l.ticket(key)
+	}
+	err := l.queryRow(c, l.q.acquire, []any{l.class, key, opts.Owner, handle, opts.Value, opts.TTL.Microseconds(), opts.LockDelay.Microseconds(), ticket, l.names.channel}, &token, &contended, new(*bool))
 	switch {
 	case err == nil:
+		if ticket != 0 {
+			l.setTicket(key, 0) // the grant left the queue
+		}
 		lease := l.newLease(key, handle, token, opts, sent)
 		l.wanted.granted(lease, contended, !try)
 		return outcome{lease: lease}
@@ -112,7 +127,11 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome
 		l.stats.held.Add(1)
 		// A waiter marks the row so that its release notifies and its
 		// holder is told (wanted.go); a TryAcquire only reads it.
-		return l.refusal(c, key, try)
+		o := l.refusal(c, key, try, ticket, !try)
+		if o.ticket != 0 && o.ticket != ticket {
+			l.setTicket(key, o.ticket)
+		}
+		return o
 	default:
 		if outcomeUnknown(err) {
 			l.abandon(key, handle, opts.TTL)

@@ -11,6 +11,10 @@ INSERT INTO {{table}} AS l (key, owner, handle, token, value, acquired_at, expir
 SELECT u.k, $3::text, u.h, nextval({{seqlit}}), $4::bytea,
        clock_timestamp(), clock_timestamp() + $5::bigint * interval '1 microsecond', $6::bigint
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(k, h, i)
+ -- no waiter queued (queue.go): multi-key callers do not queue, they wait
+ -- until every key is free of holders and waiters
+ WHERE NOT EXISTS (SELECT 1 FROM {{queue}} AS q WHERE q.key = u.k AND q.expires_at > clock_timestamp())
+    OR EXISTS (SELECT 1 FROM {{table}} AS o WHERE o.key = u.k AND o.handle = u.h)
  ORDER BY u.i
 ON CONFLICT (key) DO UPDATE
    SET owner       = EXCLUDED.owner,
@@ -20,7 +24,10 @@ ON CONFLICT (key) DO UPDATE
        acquired_at = EXCLUDED.acquired_at,
        expires_at  = EXCLUDED.expires_at,
        lock_delay  = EXCLUDED.lock_delay,
+       mode        = 0,
+       permits     = 0,
        contended   = l.contended AND l.handle = EXCLUDED.handle
- WHERE l.expires_at + l.lock_delay * interval '1 microsecond' <= clock_timestamp()
-    OR l.handle = EXCLUDED.handle
+ WHERE l.handle = EXCLUDED.handle
+    OR (l.expires_at + l.lock_delay * interval '1 microsecond' <= clock_timestamp()
+        AND NOT EXISTS (SELECT 1 FROM {{queue}} AS q WHERE q.key = l.key AND q.expires_at > clock_timestamp()))
 RETURNING key, token, contended

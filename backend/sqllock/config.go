@@ -190,6 +190,8 @@ type names struct {
 	schema  string // quoted schema, "" when the table is unqualified
 	table   string // quoted, schema-qualified where given
 	seq     string // quoted sequence, same schema
+	holders string // quoted table of shared holders (shared.go), same schema
+	queue   string // quoted table of queued waiters (queue.go), same schema
 	channel string // LISTEN/NOTIFY channel (unquoted; at most 63 bytes)
 	plain   string // Config.Table as given, for messages
 }
@@ -233,9 +235,13 @@ func parseTable(s string) (names, error) {
 		n.schema = pgx.Identifier{parts[0]}.Sanitize()
 		n.table = pgx.Identifier{parts[0], tbl}.Sanitize()
 		n.seq = pgx.Identifier{parts[0], tbl + seqSuffix}.Sanitize()
+		n.holders = pgx.Identifier{parts[0], tbl + holdersSuffix}.Sanitize()
+		n.queue = pgx.Identifier{parts[0], tbl + queueSuffix}.Sanitize()
 	} else {
 		n.table = pgx.Identifier{tbl}.Sanitize()
 		n.seq = pgx.Identifier{tbl + seqSuffix}.Sanitize()
+		n.holders = pgx.Identifier{tbl + holdersSuffix}.Sanitize()
+		n.queue = pgx.Identifier{tbl + queueSuffix}.Sanitize()
 	}
 	n.channel = "lockgate:" + s
 	if len(n.channel) > maxIdent {

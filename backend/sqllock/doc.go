@@ -114,10 +114,36 @@
 //
 // # Beyond the exclusive lock (lock.Features)
 //
-// The Locker offers lock.FeatureMultiKey and lock.FeatureLockDelay, and
-// refuses shared locks, semaphores and watches with lock.ErrUnsupported
-// before sending anything (the reasons are ReasonShared, ReasonSemaphore
-// and ReasonWatch).
+// The Locker offers lock.FeatureShared, lock.FeatureSemaphore,
+// lock.FeatureMultiKey and lock.FeatureLockDelay, and refuses watches
+// (ReasonWatch), lock-delay on shared grants (ReasonSharedLockDelay) and
+// shared multi-key acquires (ReasonMultiShared) with lock.ErrUnsupported
+// before sending anything.
+//
+// Shared locks and semaphores (shared.go) keep one holder row per grant in
+// "<table>_holders", each with its own token and expiry; the key's main
+// row says mode 1, the permits, an empty handle, the latest token and the
+// latest expiry of the holders, so an exclusive acquire finds the key held
+// until the last shared holder ends. A shared attempt, release or renewal
+// is a transaction holding the key's advisory lock (four or five round
+// trips, against one for an exclusive acquire). An acquire with another
+// number of permits than the live holders' fails at once with
+// lock.ErrPermitsMismatch.
+//
+// Waiters are ordered across modes and Lockers by the queue table
+// "<table>_queue" (queue.go): a waiter joins it with a ticket from the
+// token sequence, refreshes it at least every second, and is granted only
+// when no live ticket before its own is queued; a ticket whose waiter
+// stopped counts for 3 s, and one whose waiter gave up is removed at once.
+// Shared waiters always queue; an exclusive waiter queues when readers are
+// involved (the key is held shared, or somebody is queued), so that
+// exclusive-only contention keeps its former throughput (the local gate's
+// handoffs, no order across Lockers). The order this gives: no caller is
+// granted ahead of a queued one, so a queued writer is not overtaken by
+// later readers nor a queued reader by later writers; a writer that was
+// already waiting for an exclusive holder when a reader queued joins the
+// queue behind that reader. While anybody is queued, a release is never
+// handed over inside a Locker.
 //
 // Multi-key acquires (AcquireAll, TryAcquireAll; multi.go) are one
 // transaction per attempt: fence.sql takes the keys' advisory locks in the

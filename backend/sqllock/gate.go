@@ -26,16 +26,25 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 	handle := lock.NewHandle()
 	opts := t.Opts
 	sent := time.Now()
-	var token int64
-	var contended bool
+	var token *int64
+	var contended *bool
+	var queued bool
 	err := l.queryRow(detached(ctx), l.q.handoff, []any{l.class, lease.Key, lease.Handle, int64(lease.Token),
-		opts.Owner, handle, opts.Value, opts.TTL.Microseconds(), opts.LockDelay.Microseconds()}, &token, &contended)
+		opts.Owner, handle, opts.Value, opts.TTL.Microseconds(), opts.LockDelay.Microseconds()}, &token, &contended, &queued)
+	if err == nil && token == nil {
+		err = pgx.ErrNoRows
+	}
 	switch {
+	case err != nil && queued:
+		// Waiters of other Lockers are queued ahead: no handoff. t goes
+		// to the database (behind them), and the lease is released.
+		l.gate.Decline(t)
+		return l.release(ctx, lease)
 	case err == nil:
 		l.stats.handoffs.Add(1)
-		next := l.newLease(lease.Key, handle, token, opts, sent)
+		next := l.newLease(lease.Key, handle, *token, opts, sent)
 		// t's caller is counted as waiting; any other still waits.
-		l.wanted.granted(next, contended, true)
+		l.wanted.granted(next, *contended, true)
 		l.gate.HandOver(t, lease, next)
 		return lease.Released(true)
 	case errors.Is(err, pgx.ErrNoRows):

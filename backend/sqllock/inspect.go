@@ -16,8 +16,13 @@ import (
 // the database.
 func (l *Locker) Inspect(ctx context.Context, key string) (*lock.LockInfo, error) {
 	return l.life.Inspect(key, func() (*lock.LockInfo, error) {
-		info, _, err := l.inspect(ctx, l.q.inspect, []any{key}, key)
-		return info, err
+		var mode, permits int32
+		info, _, err := l.inspect(ctx, l.q.inspect, []any{key}, key, &mode, &permits)
+		if err != nil || mode == 0 {
+			return info, err
+		}
+		info.Mode, info.Permits = lock.ModeShared, int(permits)
+		return l.inspectShared(ctx, info)
 	})
 }
 

@@ -52,6 +52,9 @@ func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 		if err := l.checkSupported(opts); err != nil {
 			return nil, err
 		}
+		if opts.Mode == lock.ModeShared {
+			return nil, &lock.UnsupportedError{Backend: "sqllock", Feature: opts.Needs() &^ lock.FeatureLockDelay, Reason: ReasonMultiShared}
+		}
 		var err error
 		if leases, err = l.waitAll(ctx, keys, opts, try); err == nil && opts.AutoRenew {
 			for _, lease := range leases {
@@ -215,7 +218,7 @@ func (l *Locker) attemptAll(keys []string, opts lock.AcquireOptions, try bool) m
 			break
 		}
 	}
-	o := l.refusal(c, key, try)
+	o := l.refusal(c, key, try, 0, false)
 	return multiOutcome{held: o.held, remaining: o.remaining, delayed: o.delayed, err: o.err}
 }
 
@@ -263,31 +266,57 @@ func (l *Locker) acquireAllTx(ctx context.Context, keys, handles []string, opts 
 	return granted, false, nil
 }
 
-// refusal reads what keeps key from a caller (the live holder, or a
-// lock-delay), marking the row for a waiter (see attempt).
-func (l *Locker) refusal(ctx context.Context, key string, try bool) outcome {
-	var live bool
-	var notified *bool
-	var info *lock.LockInfo
-	var remaining time.Duration
-	var err error
+// refusal reads what keeps key from a caller: the live holder, a
+// lock-delay, or waiters queued ahead of ticket. A waiter (not try) marks
+// the holder's row (see attempt) and, with enqueue, joins the queue or
+// refreshes its ticket (the outcome's ticket); its sleep is then at most
+// queueRefresh, so that its ticket stays live.
+func (l *Locker) refusal(ctx context.Context, key string, try bool, ticket int64, enqueue bool) outcome {
 	if try {
-		info, remaining, err = l.inspect(ctx, l.q.held, []any{key}, key, &live)
-	} else {
-		info, remaining, err = l.inspect(ctx, l.q.waiters, []any{key, l.names.channel}, key, &live, &notified)
+		var live bool
+		info, remaining, err := l.inspect(ctx, l.q.held, []any{key}, key, &live)
+		switch {
+		case errors.Is(err, lock.ErrNotFound):
+			// Free of holders: freed since, or waiters are queued.
+			return outcome{held: &lock.HeldError{Key: key}}
+		case err != nil:
+			return outcome{held: &lock.HeldError{Key: key}, err: err}
+		case !live:
+			return outcome{held: &lock.HeldError{Key: key}, remaining: remaining,
+				delayed: &lock.DelayedError{Key: key, Until: info.Expires}}
+		}
+		return outcome{held: &lock.HeldError{Key: key, Owner: info.Owner, Token: info.Token, Expires: info.Expires}, remaining: remaining}
+	}
+	now := time.Now()
+	var (
+		queued         *int64
+		owner          *string
+		token, micros  *int64
+		value          []byte
+		live, notified *bool
+		ahead          *int64
+	)
+	err := l.queryRow(ctx, l.q.waiters, []any{key, l.names.channel, ticket, queueTTL.Microseconds(), enqueue},
+		&queued, &owner, &token, &value, &micros, &live, &notified, &ahead)
+	if err != nil {
+		return outcome{held: &lock.HeldError{Key: key}, err: l.fail("acquire", key, err)}
+	}
+	o := outcome{held: &lock.HeldError{Key: key}}
+	if queued != nil {
+		o.ticket = *queued
 	}
 	switch {
-	case errors.Is(err, lock.ErrNotFound):
-		// Freed since: try again at once.
-		return outcome{held: &lock.HeldError{Key: key}}
-	case err != nil:
-		return outcome{held: &lock.HeldError{Key: key}, err: err}
-	case !live:
-		return outcome{held: &lock.HeldError{Key: key}, remaining: remaining,
-			delayed: &lock.DelayedError{Key: key, Until: info.Expires}}
+	case owner != nil && *live:
+		o.remaining = time.Duration(*micros) * time.Microsecond
+		o.held = &lock.HeldError{Key: key, Owner: *owner, Token: lock.Token(*token), Expires: now.Add(o.remaining)}
+	case owner != nil:
+		o.remaining = time.Duration(*micros) * time.Microsecond
+		o.delayed = &lock.DelayedError{Key: key, Until: now.Add(o.remaining)}
+	case ahead != nil:
+		o.remaining = time.Duration(*ahead) * time.Microsecond
 	}
-	return outcome{
-		held:      &lock.HeldError{Key: key, Owner: info.Owner, Token: info.Token, Expires: info.Expires},
-		remaining: remaining,
+	if enqueue || ahead != nil {
+		o.remaining = min(o.remaining, queueRefresh)
 	}
+	return o
 }

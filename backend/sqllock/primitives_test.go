@@ -25,6 +25,8 @@ func TestMigrateExistingTable(t *testing.T) {
 	db := admin(t, p)
 	ctx := bg(t, time.Minute)
 	for _, q := range []string{
+		`DROP TABLE IF EXISTS old_locks, old_locks_holders, old_locks_queue`, // (a second run: -count)
+		`DROP SEQUENCE IF EXISTS old_locks_token_seq`,
 		`CREATE SEQUENCE old_locks_token_seq AS bigint MINVALUE 1`,
 		`CREATE TABLE old_locks (key text PRIMARY KEY, owner text NOT NULL, handle text NOT NULL,
 			token bigint NOT NULL, value bytea, acquired_at timestamptz NOT NULL, expires_at timestamptz NOT NULL)`,
@@ -57,8 +59,8 @@ func TestMigrateExistingTable(t *testing.T) {
 	l := newLocker(t, p, table)
 	var cols int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'old_locks'::regclass
-		AND attname IN ('contended', 'lock_delay') AND NOT attisdropped`).Scan(&cols); err != nil || cols != 2 {
-		t.Fatalf("%d of the 2 new columns after New (%v)", cols, err)
+		AND attname IN ('contended', 'lock_delay', 'mode', 'permits') AND NOT attisdropped`).Scan(&cols); err != nil || cols != 4 {
+		t.Fatalf("%d of the 4 new columns after New (%v)", cols, err)
 	}
 	info, err := l.Inspect(ctx, "held")
 	if err != nil || info.Owner != "old-owner" {
@@ -100,9 +102,10 @@ func TestLockDelayCorners(t *testing.T) {
 	ctx := bg(t, time.Minute)
 	const delay = 30 * time.Second // far longer than the test's steps
 	ttl := 300 * time.Millisecond
+	run := lock.NewHandle()[:8] // keys of their own in every run (-count)
 
 	t.Run("LateRelease", func(t *testing.T) {
-		lease, err := a.Acquire(ctx, "late", lock.AcquireOptions{TTL: ttl, LockDelay: delay})
+		lease, err := a.Acquire(ctx, run+"late", lock.AcquireOptions{TTL: ttl, LockDelay: delay})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,13 +113,13 @@ func TestLockDelayCorners(t *testing.T) {
 		// Done closes before the database's expiry (drift allowance):
 		// wait until the row has expired there.
 		eventually(t, 10*time.Second, "row expired", func() bool {
-			_, err := a.Inspect(ctx, "late")
+			_, err := a.Inspect(ctx, run+"late")
 			return errors.Is(err, lock.ErrNotFound)
 		})
 		if err := a.Release(ctx, lock.NewLease(lock.Grant{Key: lease.Key, Token: lease.Token, Handle: lease.Handle, TTL: ttl, Sent: time.Now()})); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("release after expiry: %v, want ErrNotHeld", err)
 		}
-		_, err = b.TryAcquire(ctx, "late", lock.AcquireOptions{TTL: time.Second})
+		_, err = b.TryAcquire(ctx, run+"late", lock.AcquireOptions{TTL: time.Second})
 		var de *lock.DelayedError
 		if !errors.As(err, &de) || !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire within the delay after a late release: %v, want a *lock.DelayedError", err)
@@ -125,19 +128,19 @@ func TestLockDelayCorners(t *testing.T) {
 			t.Errorf("DelayedError.Until is %v away, want about %v", left, delay)
 		}
 		// TryAcquireAll too.
-		if _, err := b.TryAcquireAll(ctx, []string{"late-other", "late"}, lock.AcquireOptions{TTL: time.Second}); !errors.As(err, &de) || de.Key != "late" {
+		if _, err := b.TryAcquireAll(ctx, []string{run + "late-other", run + "late"}, lock.AcquireOptions{TTL: time.Second}); !errors.As(err, &de) || de.Key != run+"late" {
 			t.Errorf("TryAcquireAll with a key in its delay: %v, want a *lock.DelayedError for it", err)
 		}
 		var n int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM delay_locks WHERE key = 'late-other'`).Scan(&n); err != nil || n != 0 {
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM delay_locks WHERE key = $1`, run+"late-other").Scan(&n); err != nil || n != 0 {
 			t.Errorf("%d rows of the other key after a refused TryAcquireAll (%v), want 0", n, err)
 		}
 	})
 
 	t.Run("Sweep", func(t *testing.T) {
-		for _, k := range []string{"sweep-delayed", "sweep-plain"} {
+		for _, k := range []string{run + "sweep-delayed", run + "sweep-plain"} {
 			d := delay
-			if k == "sweep-plain" {
+			if k == run+"sweep-plain" {
 				d = 0
 			}
 			if _, err := a.TryAcquire(ctx, k, lock.AcquireOptions{TTL: ttl, LockDelay: d}); err != nil {
@@ -146,21 +149,21 @@ func TestLockDelayCorners(t *testing.T) {
 		}
 		eventually(t, 10*time.Second, "rows expired", func() bool {
 			var n int
-			db.QueryRow(ctx, `SELECT count(*) FROM delay_locks WHERE key LIKE 'sweep-%' AND expires_at < clock_timestamp()`).Scan(&n)
+			db.QueryRow(ctx, `SELECT count(*) FROM delay_locks WHERE key LIKE $1 AND expires_at < clock_timestamp()`, run+"sweep-%").Scan(&n)
 			return n == 2
 		})
 		if _, err := db.Exec(ctx, a.q.sweep); err != nil {
 			t.Fatal(err)
 		}
 		rows := map[string]bool{}
-		r, err := db.Query(ctx, `SELECT key FROM delay_locks WHERE key LIKE 'sweep-%'`)
+		r, err := db.Query(ctx, `SELECT key FROM delay_locks WHERE key LIKE $1`, run+"sweep-%")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for r.Next() {
 			var k string
 			r.Scan(&k)
-			rows[k] = true
+			rows[k[len(run):]] = true
 		}
 		r.Close()
 		if !rows["sweep-delayed"] || rows["sweep-plain"] {
@@ -178,7 +181,7 @@ func TestLockDelayCorners(t *testing.T) {
 			{"PlainToDelayed", 0, delay, true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				k := "handoff-" + tc.name
+				k := run + "handoff-" + tc.name
 				first, err := a.Acquire(ctx, k, lock.AcquireOptions{TTL: time.Minute, LockDelay: tc.first})
 				if err != nil {
 					t.Fatal(err)
@@ -191,7 +194,7 @@ func TestLockDelayCorners(t *testing.T) {
 					}
 					got <- l
 				}()
-				<-first.Wanted() // the local waiter queued
+				eventually(t, 10*time.Second, "the local waiter queued", func() bool { return a.gate.Queued(k) == 1 })
 				handoffs := a.stats.handoffs.Load()
 				if err := a.Release(ctx, first); err != nil {
 					t.Fatal(err)
@@ -349,4 +352,164 @@ func TestAcquireAllAutoRenew(t *testing.T) {
 		}
 	}
 	lock.ReleaseAll(ctx, l, leases)
+}
+
+// TestSharedRebuiltLease: a shared grant rebuilt from its key, token and
+// handle (its mode unknown, as the gateway rebuilds leases) renews and
+// releases like the original, and the key is then free.
+func TestSharedRebuiltLease(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	a := newLocker(t, p, func(c *Config) { c.Table = "shared_locks" })
+	b := newLocker(t, p, func(c *Config) { c.Table = "shared_locks" })
+	ctx := bg(t, time.Minute)
+	r1, err := a.Acquire(ctx, "rebuilt", lock.AcquireOptions{TTL: time.Minute, Mode: lock.ModeShared, Owner: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := a.Acquire(ctx, "rebuilt", lock.AcquireOptions{TTL: time.Minute, Mode: lock.ModeShared, Owner: "r2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.Inspect(ctx, "rebuilt")
+	if err != nil || info.Mode != lock.ModeShared || len(info.Holders) != 2 || info.Owner != "r1" || info.Token != r1.Token {
+		t.Fatalf("Inspect: %+v, %v; want shared, r1 first of 2", info, err)
+	}
+	copy1 := lock.NewLease(lock.Grant{Key: r1.Key, Token: r1.Token, Handle: r1.Handle, TTL: time.Minute, Sent: time.Now()})
+	if err := b.Renew(ctx, copy1, time.Minute); err != nil {
+		t.Errorf("Renew of a rebuilt shared lease: %v", err)
+	}
+	if err := b.Release(ctx, copy1); err != nil {
+		t.Errorf("Release of a rebuilt shared lease: %v", err)
+	}
+	if _, err := b.TryAcquire(ctx, "rebuilt", lock.AcquireOptions{TTL: time.Minute}); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("exclusive TryAcquire while r2 holds: %v, want ErrNotAcquired", err)
+	}
+	if err := a.Release(ctx, r2); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.TryAcquire(ctx, "rebuilt", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("exclusive TryAcquire after both readers released: %v", err)
+	}
+	if w.Token <= r2.Token {
+		t.Errorf("writer's token %d, want > the readers' (%d)", w.Token, r2.Token)
+	}
+	// A rebuilt exclusive lease still releases (the shared fallback does
+	// not get in the way), and a stale one is refused.
+	if err := b.Release(ctx, lock.NewLease(lock.Grant{Key: w.Key, Token: w.Token, Handle: w.Handle, TTL: time.Minute, Sent: time.Now()})); err != nil {
+		t.Errorf("Release of a rebuilt exclusive lease: %v", err)
+	}
+	if err := a.Release(ctx, r1); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second release of r1: %v, want ErrNotHeld", err)
+	}
+}
+
+// TestQueueAcrossLockers: a reader of Locker B queued behind A's writer
+// is served before a caller of A that queued in process afterwards: the
+// release is not handed over inside A while B waits at the database.
+func TestQueueAcrossLockers(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	a := newLocker(t, p, func(c *Config) { c.Table = "queue_locks" })
+	b := newLocker(t, p, func(c *Config) { c.Table = "queue_locks" })
+	db := admin(t, p)
+	ctx := bg(t, time.Minute)
+	w, err := a.Acquire(ctx, "q", lock.AcquireOptions{TTL: time.Minute, Owner: "writer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "q", lock.AcquireOptions{TTL: time.Minute, Mode: lock.ModeShared, Owner: "reader"})
+		if err != nil {
+			t.Error(err)
+		}
+		reader <- l
+	}()
+	eventually(t, 10*time.Second, "the reader queued", func() bool {
+		var n int
+		db.QueryRow(ctx, `SELECT count(*) FROM queue_locks_queue WHERE key = 'q' AND mode = 1`).Scan(&n)
+		return n == 1
+	})
+	local := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "q", lock.AcquireOptions{TTL: time.Minute, Owner: "local"})
+		if err != nil {
+			t.Error(err)
+		}
+		local <- l
+	}()
+	eventually(t, 10*time.Second, "the local caller queued in A", func() bool { return a.gate.Queued("q") == 1 })
+	handoffs := a.stats.handoffs.Load()
+	if err := a.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	r := <-reader
+	if r == nil {
+		t.FailNow()
+	}
+	select {
+	case l := <-local:
+		t.Fatalf("A's local caller was granted (token %d) while the reader queued before it held", l.Token)
+	default:
+	}
+	if a.stats.handoffs.Load() != handoffs {
+		t.Errorf("the release was handed over inside A although a reader of B was queued")
+	}
+	if err := b.Release(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	l := <-local
+	if l == nil || l.Token <= r.Token {
+		t.Fatalf("local caller's lease %v, want a token above the reader's %d", l, r.Token)
+	}
+	a.Release(ctx, l)
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM queue_locks_queue WHERE key = 'q'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d tickets left in the queue (%v), want 0", n, err)
+	}
+}
+
+// TestDeadWaiterTicket: a ticket whose waiter stopped refreshing it (a
+// crashed waiter, written here directly) keeps newcomers out only until it
+// expires; a waiter that gives up removes its ticket at once.
+func TestDeadWaiterTicket(t *testing.T) {
+	t.Parallel()
+	p := shared(t)
+	a := newLocker(t, p, func(c *Config) { c.Table = "dead_locks" })
+	db := admin(t, p)
+	ctx := bg(t, time.Minute)
+	if _, err := db.Exec(ctx, `INSERT INTO dead_locks_queue VALUES ('dead', 1, 1, 0, clock_timestamp() + interval '1 second')
+		ON CONFLICT (key, ticket) DO UPDATE SET expires_at = EXCLUDED.expires_at`); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := a.TryAcquire(ctx, "dead", lock.AcquireOptions{TTL: time.Minute, Mode: lock.ModeShared}); err == nil {
+		t.Fatalf("TryAcquire granted token %d while a waiter was queued", l.Token)
+	}
+	l, err := a.Acquire(ctx, "dead", lock.AcquireOptions{TTL: time.Minute, Mode: lock.ModeShared})
+	if err != nil {
+		t.Fatalf("Acquire after the dead ticket expired: %v", err)
+	}
+	// A waiter that gives up leaves the queue.
+	wctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(wctx, "dead", lock.AcquireOptions{TTL: time.Minute})
+		gaveUp <- err
+	}()
+	eventually(t, 10*time.Second, "the writer queued", func() bool {
+		var n int
+		db.QueryRow(ctx, `SELECT count(*) FROM dead_locks_queue WHERE key = 'dead' AND mode = 0`).Scan(&n)
+		return n == 1
+	})
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled writer: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM dead_locks_queue WHERE key = 'dead' AND mode = 0`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d tickets of the cancelled writer left (%v), want 0", n, err)
+	}
+	a.Release(ctx, l)
 }

@@ -40,17 +40,33 @@ var (
 	fenceSQL string
 	//go:embed acquireall.sql
 	acquireAllSQL string
+	//go:embed dequeue.sql
+	dequeueSQL string
+	//go:embed shared_state.sql
+	sharedStateSQL string
+	//go:embed shared_grant.sql
+	sharedGrantSQL string
+	//go:embed enqueue.sql
+	enqueueSQL string
+	//go:embed shared_release.sql
+	sharedReleaseSQL string
+	//go:embed shared_renew.sql
+	sharedRenewSQL string
+	//go:embed holders.sql
+	holdersSQL string
 )
 
 // queries are the statements of one table, with its names filled in.
 type queries struct {
 	schema, acquire, release, handoff, renew, inspect, waiters, abandon, sweep, wanted, held string
-	fence, acquireAll                                                                        string
+	fence, acquireAll, dequeue                                                               string
+	sharedState, sharedGrant, enqueue, sharedRelease, sharedRenew, holders                   string
 }
 
 func newQueries(n names) queries {
 	lit := "'" + strings.ReplaceAll(n.seq, "'", "''") + "'"
-	r := strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{seqlit}}", lit)
+	r := strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{seqlit}}", lit,
+		"{{holders}}", n.holders, "{{queue}}", n.queue)
 	return queries{
 		schema:     r.Replace(schemaSQL),
 		acquire:    r.Replace(acquireSQL),
@@ -65,6 +81,14 @@ func newQueries(n names) queries {
 		held:       r.Replace(heldSQL),
 		fence:      r.Replace(fenceSQL),
 		acquireAll: r.Replace(acquireAllSQL),
+		dequeue:    r.Replace(dequeueSQL),
+
+		sharedState:   r.Replace(sharedStateSQL),
+		sharedGrant:   r.Replace(sharedGrantSQL),
+		enqueue:       r.Replace(enqueueSQL),
+		sharedRelease: r.Replace(sharedReleaseSQL),
+		sharedRenew:   r.Replace(sharedRenewSQL),
+		holders:       r.Replace(holdersSQL),
 	}
 }
 

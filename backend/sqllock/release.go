@@ -23,7 +23,18 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	sent := time.Now()
 	var token int64
 	var contended bool
-	err := l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token, &contended)
+	var err error
+	if lease.Mode != lock.ModeShared {
+		err = l.queryRow(ctx, l.q.renew, []any{lease.Key, lease.Handle, int64(lease.Token), ttl.Microseconds()}, &token, &contended)
+	}
+	if lease.Mode == lock.ModeShared || errors.Is(err, pgx.ErrNoRows) {
+		// A shared grant, or a lease rebuilt from one's fields.
+		var found bool
+		found, contended, err = l.renewShared(ctx, lease.Key, lease.Handle, lease.Token, ttl)
+		if err == nil && !found {
+			err = pgx.ErrNoRows
+		}
+	}
 	switch {
 	case err == nil:
 		if err := lease.Renewed(sent, ttl, true); err != nil {
@@ -48,7 +59,19 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	var held bool
 	var notified *bool
-	err := l.queryRow(ctx, l.q.release, []any{lease.Key, lease.Handle, int64(lease.Token), l.names.channel}, &held, &notified)
+	var err error
+	if lease.Mode != lock.ModeShared {
+		err = l.queryRow(ctx, l.q.release, []any{lease.Key, lease.Handle, int64(lease.Token), l.names.channel}, &held, &notified)
+	}
+	if lease.Mode == lock.ModeShared || errors.Is(err, pgx.ErrNoRows) {
+		// A shared grant (or a lease rebuilt from one's fields, whose
+		// mode is unknown).
+		var found bool
+		found, held, err = l.releaseShared(ctx, lease.Key, lease.Handle, lease.Token)
+		if err == nil && !found {
+			err = pgx.ErrNoRows
+		}
+	}
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w (outcome unknown)", l.fail("release", lease.Key, err))
 	}

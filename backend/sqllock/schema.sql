@@ -25,4 +25,32 @@ CREATE TABLE IF NOT EXISTS {{table}} (
 );
 
 -- A table of an earlier version lacks the later columns: New adds them
--- (migrate in sqllock.go), with constant defaults, so without a rewrite.
+-- (migrate in sqllock.go), with constant defaults, so without a rewrite:
+-- lock_delay, and mode (0 exclusive, 1 shared) and permits (the
+-- semaphore's N, 0 for a read lock) of a key held shared, whose main row
+-- then has an empty handle (no lease presents one), the latest grant's
+-- token, and the latest expiry of its holders (shared.go).
+
+-- The holders of keys held shared: one row per grant.
+CREATE TABLE IF NOT EXISTS {{holders}} (
+    key         text        NOT NULL,
+    handle      text        NOT NULL,
+    owner       text        NOT NULL,
+    token       bigint      NOT NULL,
+    value       bytea,
+    acquired_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (key, handle)
+);
+
+-- The waiters of keys, in one FIFO order across modes (queue.go): a
+-- waiter's ticket comes from the token sequence; a row whose waiter stopped
+-- refreshing it is ignored after expires_at.
+CREATE TABLE IF NOT EXISTS {{queue}} (
+    key         text        NOT NULL,
+    ticket      bigint      NOT NULL,
+    mode        smallint    NOT NULL,
+    permits     integer     NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (key, ticket)
+);

@@ -42,6 +42,11 @@ type Locker struct {
 	rechecks atomic.Int64 // recheckWanted runs asked for and not yet done
 
 	stats stats
+
+	// tickets are the queue tickets of the gate's callers at the database
+	// (queue.go), guarded by tmu.
+	tmu     sync.Mutex
+	tickets map[string]*ticketState
 }
 
 // stats count events for tests and diagnostics.
@@ -109,6 +114,8 @@ func New(ctx context.Context, cfg Config) (*Locker, error) {
 		ctx:    lctx,
 		subs:   make(map[string][]*waiter),
 		wanted: newWanted(),
+
+		tickets: make(map[string]*ticketState),
 	}
 	l.gate = localgate.NewSequence(localgate.Backend{Locker: l, Ctx: lctx,
 		Attempt: l.attemptOnce, Subscribe: l.subscribeGate, SubscribeFirst: true, Retry: cfg.Retry, Handoff: l.handoff, Release: l.release, GaveUp: l.gaveUp, Discard: l.releaseQuietly})
@@ -174,6 +181,8 @@ func (l *Locker) createSchema(ctx context.Context) error {
 var addedColumns = []struct{ name, def string }{
 	{"contended", "boolean NOT NULL DEFAULT false"},
 	{"lock_delay", "bigint NOT NULL DEFAULT 0"},
+	{"mode", "smallint NOT NULL DEFAULT 0"},
+	{"permits", "integer NOT NULL DEFAULT 0"},
 }
 
 // migrate adds the columns a table created by an earlier version lacks.
