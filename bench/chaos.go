@@ -56,6 +56,10 @@ type ChaosConfig struct {
 	SharedFraction float64
 	// Permits is ChaosSemaphore's N (default 3).
 	Permits int
+	// Observers is ChaosElection's observers per election key (default
+	// DefaultObservers); ChaosElection's Clients default to 8 and its
+	// Keys to 2.
+	Observers int
 	// Command is the command line that reproduces the campaign; it is
 	// printed when the campaign starts and kept in its report.
 	Command string
@@ -133,6 +137,19 @@ func (c *ChaosConfig) defaults() error {
 		if c.Keys == 0 && c.Clients != 0 {
 			c.Keys = max(1, c.Clients/8) // enough holders per key to fill its permits
 		}
+	case ChaosElection:
+		if c.Observers == 0 {
+			c.Observers = DefaultObservers
+		}
+		if c.Clients == 0 {
+			c.Clients = 8
+		}
+		if c.Keys == 0 {
+			c.Keys = 2
+		}
+		if c.Observers < 1 || c.Observers > 16 {
+			return fmt.Errorf("observers %d: want 1 to 16 per key", c.Observers)
+		}
 	default:
 		return fmt.Errorf("mode %q: want %s", c.Mode, strings.Join(ChaosModes, ", "))
 	}
@@ -206,6 +223,8 @@ type ChaosReport struct {
 	PermitExcess        int `json:"permit_excess,omitempty"`
 	ModeTokenViolations int `json:"mode_token_violations,omitempty"`
 	SharedKeys          int `json:"shared_keys,omitempty"`
+	// Election is ChaosElection's leaders and observers (nil otherwise).
+	Election *ChaosElectionReport `json:"election,omitempty"`
 	// TokenCheck is "checked", or why the fencing tokens were not checked
 	// (a backend without them: the campaign numbers its grants itself).
 	// TokensReused counts grants of a key whose token an earlier grant
@@ -244,6 +263,9 @@ type ChaosReport struct {
 	history check.History
 	result  check.Result
 	faults  []check.Fault
+	// ChaosElection's observers' reports and watches.
+	observations []check.Observation
+	watches      []check.WatchSession
 }
 
 // KindAvailability is what clients saw around the faults of one kind: the
@@ -378,6 +400,8 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 		rep.SharedFraction = cfg.SharedFraction
 	case ChaosSemaphore:
 		rep.Permits = cfg.Permits
+	case ChaosElection:
+		rep.Election = &ChaosElectionReport{Keys: cfg.Keys, ObserversPerKey: cfg.Observers}
 	}
 	if !info.Caps.Fencing {
 		rep.Notes = append(rep.Notes, cfg.Backend+" gives no fencing token: its writes go to the unfenced store only")
@@ -404,7 +428,16 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
+	var elect *electionRun
+	if cfg.Mode == ChaosElection {
+		if elect, err = w.startElection(ctx, runCtx, tg, lockers, links, &wg); err != nil {
+			return nil, err
+		}
+	}
 	for i, l := range lockers {
+		if elect != nil {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -433,6 +466,11 @@ func runCampaign(ctx context.Context, tg *target, cfg ChaosConfig, dir string) (
 	}
 	stop()
 	wg.Wait()
+	if elect != nil {
+		elect.finish()
+		rep.observations, rep.watches = elect.records()
+		rep.Election.Resigned, rep.Election.Crashed, rep.Election.Paused = elect.resigned, elect.crashed, elect.paused
+	}
 	if faultErr != nil {
 		return nil, faultErr
 	}
@@ -503,6 +541,9 @@ func (rep *ChaosReport) check() {
 			Unserved: a.Unserved, Unrecovered: a.Unrecovered})
 	}
 	rep.Valid = !rep.breaks(false) || rep.Overlaps > 0
+	if rep.Holds == ChaosElection {
+		rep.electionCheck()
+	}
 }
 
 // breaks reports whether a fault injected in the campaign is expected to
@@ -542,7 +583,7 @@ func (rep *ChaosReport) Failures() []string {
 		out = append(out, fmt.Sprintf("linearizable: false (%s; keys not Ok: %s; %d of %d keys unknown)",
 			rep.Linearizability, strings.Join(rep.NotLinearizableKeys, ", "), rep.LinearizabilityUnknownKeys, rep.LinearizabilityKeys))
 	}
-	return out
+	return append(out, rep.electionFailures()...)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -24,6 +24,10 @@ type historyFile struct {
 	Report   *ChaosReport  `json:"report"`
 	Timeline []check.Fault `json:"timeline"`
 	Ops      check.History `json:"ops"`
+	// Observations and Watches are an election campaign's observers'
+	// reports and watches (check.Elections).
+	Observations []check.Observation  `json:"observations,omitempty"`
+	Watches      []check.WatchSession `json:"watches,omitempty"`
 }
 
 // WriteHistory writes the whole campaign, every operation and the fault
@@ -32,7 +36,8 @@ type historyFile struct {
 func (r *ChaosReport) WriteHistory(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)
-	if err := enc.Encode(historyFile{Format: HistoryFormat, Report: r, Timeline: r.faults, Ops: r.history}); err != nil {
+	if err := enc.Encode(historyFile{Format: HistoryFormat, Report: r, Timeline: r.faults, Ops: r.history,
+		Observations: r.observations, Watches: r.watches}); err != nil {
 		return err
 	}
 	return bw.Flush()
@@ -77,6 +82,7 @@ func LoadHistory(path string) (*ChaosReport, error) {
 	}
 	r := hf.Report
 	r.history, r.faults = hf.Ops, hf.Timeline
+	r.observations, r.watches = hf.Observations, hf.Watches
 	return r, nil
 }
 
@@ -85,6 +91,10 @@ func LoadHistory(path string) (*ChaosReport, error) {
 func (r *ChaosReport) Recheck() *ChaosReport {
 	c := *r
 	c.Injected = append([]FaultEvent(nil), r.Injected...)
+	if r.Election != nil {
+		el := *r.Election
+		c.Election = &el
+	}
 	c.check()
 	return &c
 }
@@ -109,6 +119,10 @@ func (r *ChaosReport) Verdicts() []string {
 	if r.Holds != "" && r.Holds != ChaosExclusive {
 		v = append(v, fmt.Sprintf("holds %s (permit_excess %d, mode_token_violations %d, shared_keys %d)",
 			r.Holds, r.PermitExcess, r.ModeTokenViolations, r.SharedKeys))
+	}
+	if el := r.Election; el != nil {
+		v = append(v, fmt.Sprintf("election terms %d, reports %d, vacant %d, watches %d, rewatches %d, seen %d, missed_during_rewatch %d, before_sync %d, unseen %d, order_violations %d, phantom_tokens %d (explained %d)",
+			el.Terms, el.Reports, el.Vacant, el.Watches, el.Rewatches, el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen, el.OrderViolations, el.PhantomTokens, el.PhantomsExplained))
 	}
 	for _, f := range r.Failures() {
 		v = append(v, "FAILED "+f)

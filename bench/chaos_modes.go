@@ -16,10 +16,11 @@ const (
 	ChaosExclusive = "exclusive"
 	ChaosRW        = "rw"
 	ChaosSemaphore = "semaphore"
+	ChaosElection  = "election"
 )
 
 // ChaosModes lists the modes, as --mode spells them.
-var ChaosModes = []string{ChaosExclusive, ChaosRW, ChaosSemaphore}
+var ChaosModes = []string{ChaosExclusive, ChaosRW, ChaosSemaphore, ChaosElection}
 
 // chaosFeature is the primitive a campaign's mode needs (0: none).
 func chaosFeature(mode string) lock.Features {
@@ -28,6 +29,8 @@ func chaosFeature(mode string) lock.Features {
 		return lock.FeatureShared
 	case ChaosSemaphore:
 		return lock.FeatureSemaphore
+	case ChaosElection:
+		return lock.FeatureWatch // Observe; Campaign needs only AutoRenew
 	}
 	return 0
 }
@@ -77,6 +80,11 @@ func (rep *ChaosReport) modeNotes() []string {
 		return []string{fmt.Sprintf("rw: each acquire shared with probability %.2f, else exclusive; shared holders read (no store write); overlaps count an exclusive holder beside any other, and keys with shared holds are left out of the linearizability search (its model is a mutex's)", rep.SharedFraction)}
 	case ChaosSemaphore:
 		return []string{fmt.Sprintf("semaphore: every acquire one of %d permits; holders read (no store write); overlaps count a permit granted while all %d were held (permit_excess), and the keys are left out of the linearizability search (its model is a mutex's)", rep.Permits, rep.Permits)}
+	case ChaosElection:
+		return []string{"election: clients campaign (lock/election, auto-renewed) on election keys, lead writing with their term's token, then resign or crash (Locker closed: the lease runs out); " +
+			"a term is an acquire ended at the leader's last deadline, so overlaps count two leaders at once by a leader's own clock; " +
+			"observers (election.Observe, each on its own client) must report leader tokens in increasing order, only tokens some grant carried (or an unknown campaign may have), " +
+			"and every term requested after their watch was in sync, unless that watch broke before reporting it or a later term (missed during re-watch: Observe reports the leader, not every term)"}
 	}
 	return nil
 }
@@ -91,6 +99,13 @@ func (rep *ChaosReport) holdsText() string {
 	case ChaosSemaphore:
 		return fmt.Sprintf("semaphore of %d permits; %d permits granted beyond them; %d keys left out of the linearizability search",
 			rep.Permits, rep.PermitExcess, rep.SharedKeys)
+	case ChaosElection:
+		if el := rep.Election; el != nil {
+			return fmt.Sprintf("election on %d keys, %d observers each: %d terms (%d resigned, %d crashed, %d paused); %d leader reports, %d vacant, over %d watches (%d broke); "+
+				"per term and observer %d seen, %d missed during re-watch, %d before sync, %d unseen; %d order violations; %d phantom tokens (%d explained by unknown campaigns)",
+				el.Keys, el.ObserversPerKey, el.Terms, el.Resigned, el.Crashed, el.Paused, el.Reports, el.Vacant, el.Watches, el.Rewatches,
+				el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen, el.OrderViolations, el.PhantomTokens, el.PhantomsExplained)
+		}
 	}
 	return ""
 }

@@ -81,6 +81,11 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	for _, ex := range r.TokenExamples {
 		fmt.Fprintf(w, "token: %s\n", ex)
 	}
+	if r.Election != nil {
+		for _, ex := range r.Election.Examples {
+			fmt.Fprintf(w, "election: %s\n", ex)
+		}
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

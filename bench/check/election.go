@@ -100,7 +100,7 @@ func Elections(h History, obs []Observation, sessions []WatchSession, maxExample
 		}
 	}
 	granted := map[string]map[uint64]time.Duration{} // key → token → earliest acquire Start
-	unknowns := map[string][]time.Duration{}          // key → Starts of Unknown acquires
+	unknowns := map[string][]time.Duration{}         // key → Starts of Unknown acquires
 	observed := map[string]bool{}
 	for _, o := range obs {
 		observed[o.Key] = true

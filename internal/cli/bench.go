@@ -311,6 +311,16 @@ it. Keys with shared holds are left out of the linearizability search,
 whose model is a mutex's. A backend without the primitive is refused at
 once (unsupported).
 
+--mode election: the clients (default 8) campaign with lock/election on
+--keys election keys (default 2), lead for a short random time writing with
+their term's token, then resign or crash (their client closed, the lease
+left to run out) and campaign again; --observers per key (default 2) run
+election.Observe on clients of their own. Two leaders at once by a leader's
+own deadline count as overlaps; an observer must report leader tokens in
+increasing order, only tokens a grant carried, and every term requested
+after its watch was in sync unless that watch broke before reporting it or
+a later term (counted as missed during re-watch). It needs watches.
+
 The campaign prints its seed and the command that reproduces it. The exit
 status is 1 when a checker failed (an overlap where no fault injected was
 expected to break mutual exclusion, a stale write accepted, a token reused or
@@ -394,6 +404,7 @@ check FILE' runs the checkers on it again.`,
 		" (rw: shared with probability --rw-shared, else exclusive; semaphore: one of --permits permits, on clients/8 keys by default)")
 	f.Float64Var(&cfg.SharedFraction, "rw-shared", 0.5, "--mode rw: probability (above 0, at most 1) that an acquire is shared")
 	f.IntVar(&cfg.Permits, "permits", 3, "--mode semaphore: the permits of each key")
+	f.IntVar(&cfg.Observers, "observers", bench.DefaultObservers, "--mode election: observers per election key")
 	f.StringVar(&historyOut, "history", "", "write the whole history (JSON) here; without it, a failed campaign writes it next to --json/--html or to chaos-history-SEED.json")
 	f.StringVar(&jsonOut, "json", "", "write the verdicts as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write an HTML report (timeline of faults and verdicts) to this file")
