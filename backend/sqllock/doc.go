@@ -143,7 +143,8 @@
 // later readers nor a queued reader by later writers; a writer that was
 // already waiting for an exclusive holder when a reader queued joins the
 // queue behind that reader. While anybody is queued, a release is never
-// handed over inside a Locker.
+// handed over inside a Locker. Shared holders hear that they are wanted at
+// their next renewal (the latest of them at once, by notification).
 //
 // Multi-key acquires (AcquireAll, TryAcquireAll; multi.go) are one
 // transaction per attempt: fence.sql takes the keys' advisory locks in the

@@ -268,9 +268,9 @@ func (l *Locker) acquireAllTx(ctx context.Context, keys, handles []string, opts 
 
 // refusal reads what keeps key from a caller: the live holder, a
 // lock-delay, or waiters queued ahead of ticket. A waiter (not try) marks
-// the holder's row (see attempt) and, with enqueue, joins the queue or
-// refreshes its ticket (the outcome's ticket); its sleep is then at most
-// queueRefresh, so that its ticket stays live.
+// the holder's row (see attempt) and, with enqueue, joins the queue where
+// readers are involved or refreshes its ticket (the outcome's ticket); a
+// queued waiter sleeps at most queueRefresh, so that its ticket stays live.
 func (l *Locker) refusal(ctx context.Context, key string, try bool, ticket int64, enqueue bool) outcome {
 	if try {
 		var live bool
@@ -315,7 +315,9 @@ func (l *Locker) refusal(ctx context.Context, key string, try bool, ticket int64
 	case ahead != nil:
 		o.remaining = time.Duration(*ahead) * time.Microsecond
 	}
-	if enqueue || ahead != nil {
+	if o.ticket != 0 || ahead != nil {
+		// Queued, or behind queued waiters: come back before the
+		// ticket (or the one ahead) lapses.
 		o.remaining = min(o.remaining, queueRefresh)
 	}
 	return o
