@@ -212,8 +212,12 @@ func (e *EtcdMutex) prefix(key string) string {
 }
 
 // session returns the Locker's live Session, opening one if there is none
-// or the last one died.
-func (e *EtcdMutex) session() (*etcdSession, error) {
+// or the last one died. The lease is granted within ctx (the caller's
+// request: concurrency.NewSession would grant it under the Session's
+// context, the Locker's lifetime, and wait for an unreachable etcd beyond
+// the caller's deadline); the Session's keep-alives live as long as the
+// Locker.
+func (e *EtcdMutex) session(ctx context.Context) (*etcdSession, error) {
 	e.sessMu.Lock()
 	defer e.sessMu.Unlock()
 	e.mu.Lock()
@@ -228,7 +232,11 @@ func (e *EtcdMutex) session() (*etcdSession, error) {
 	}
 	secs := int((e.cfg.SessionTTL + time.Second - 1) / time.Second)
 	// The Session's context is the Locker's: Close stops its keep-alives.
-	cs, err := concurrency.NewSession(e.cli, concurrency.WithTTL(secs), concurrency.WithContext(e.life.Context()))
+	grant, err := e.cli.Grant(ctx, int64(secs))
+	if err != nil {
+		return nil, fmt.Errorf("etcd-mutex: granting the session lease: %w", err)
+	}
+	cs, err := concurrency.NewSession(e.cli, concurrency.WithTTL(secs), concurrency.WithLease(grant.ID), concurrency.WithContext(e.life.Context()))
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +300,9 @@ func (e *EtcdMutex) acquire(ctx context.Context, key string, opts lock.AcquireOp
 		return nil, &lock.HeldError{Key: key}
 	}
 	for {
-		s, err := e.session()
+		sctx, scancel := bounded(wctx, e.cfg.RequestTimeout)
+		s, err := e.session(sctx)
+		scancel()
 		if err != nil {
 			leave()
 			return nil, e.life.fail(ctx, "etcd-mutex", "acquire", key, err)

@@ -97,9 +97,7 @@ func TestUnsupportedRefusedBeforeTheLibrary(t *testing.T) {
 			if _, err := lock.Watch(ctx, l, "a"); !errors.Is(err, lock.ErrUnsupported) {
 				t.Errorf("Watch: %v", err)
 			}
-			if name == "zookeeper" || name == "etcd-mutex" {
-				// (etcd-mutex opens its session with concurrency.NewSession,
-				// which waits for an unreachable etcd beyond ctx.)
+			if name == "zookeeper" {
 				return
 			}
 			c, cancel := context.WithTimeout(ctx, 2*time.Second)
