@@ -115,7 +115,7 @@ func (w *workload) startElection(ctx, runCtx context.Context, tg *target, locker
 			defer e.observers.Done()
 			reported := false
 			for ld := range ch {
-				o := check.Observation{Observer: j, Key: ld.Key, At: w.now(), Present: ld.Present, Token: uint64(ld.Token)}
+				o := check.Observation{Observer: j, Key: ld.Key, At: w.now(), Present: ld.Present, Token: uint64(ld.Token), Value: string(ld.Value)}
 				e.mu.Lock()
 				e.observations = append(e.observations, o)
 				e.mu.Unlock()
@@ -288,6 +288,14 @@ func (e *electionRun) campaigner(ctx context.Context, id int, l lock.Locker, lin
 			w.fail("resign", err)
 		}
 		w.record(rel)
+		if rel.Unknown {
+			// Still the leader, for all it knows, and still renewing:
+			// crash, so that the lease runs out (the term's belief
+			// ends at the resign's start).
+			l.Close()
+			e.count(&e.crashed)
+			l, links = e.reopen(ctx, id, l, rng)
+		}
 	}
 }
 

@@ -13,13 +13,15 @@ import (
 
 // Observation is one leader an observer reported (election.Observe): At is
 // when the report was received, Token the leader's fencing token (its
-// term). Present false is a report that nobody leads.
+// term), Value the value it campaigned with (the campaign names its
+// client there). Present false is a report that nobody leads.
 type Observation struct {
 	Observer int           `json:"observer"`
 	Key      string        `json:"key"`
 	At       time.Duration `json:"at"`
 	Present  bool          `json:"present,omitempty"`
 	Token    uint64        `json:"token,omitempty"`
+	Value    string        `json:"value,omitempty"`
 }
 
 // WatchSession is one watch an observer's Observe opened: Start when it
@@ -141,6 +143,7 @@ func Elections(h History, obs []Observation, sessions []WatchSession, maxExample
 	sort.Ints(obsIDs)
 	reported := map[int]map[uint64]bool{} // observer → tokens reported
 	phantomAt := map[string]map[uint64]time.Duration{}
+	phantomBy := map[string]map[uint64]string{} // the value reported with it
 	for _, id := range obsIDs {
 		os := byObs[id]
 		sort.SliceStable(os, func(i, j int) bool { return os[i].At < os[j].At })
@@ -166,6 +169,10 @@ func Elections(h History, obs []Observation, sessions []WatchSession, maxExample
 			}
 			if at, ok := phantomAt[o.Key][o.Token]; !ok || o.At < at {
 				phantomAt[o.Key][o.Token] = o.At
+				if phantomBy[o.Key] == nil {
+					phantomBy[o.Key] = map[uint64]string{}
+				}
+				phantomBy[o.Key][o.Token] = o.Value
 			}
 		}
 	}
@@ -194,7 +201,7 @@ func Elections(h History, obs []Observation, sessions []WatchSession, maxExample
 				r.PhantomsExplained++
 				continue
 			}
-			example("key %q: token %d reported at %v was granted to nobody (no OK grant, no unknown acquire left to explain it)", k, p.token, p.at)
+			example("key %q: token %d (value %q) reported at %v was granted to nobody (no OK grant, no unknown acquire left to explain it)", k, p.token, phantomBy[k][p.token], p.at)
 		}
 	}
 
