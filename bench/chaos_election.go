@@ -64,6 +64,7 @@ type ChaosElectionReport struct {
 	OrderViolations   int      `json:"order_violations"`
 	PhantomTokens     int      `json:"phantom_tokens"`
 	PhantomsExplained int      `json:"phantoms_explained"`
+	PhantomsInFlight  int      `json:"phantoms_in_flight"`
 	Violations        int      `json:"violations"`
 	Examples          []string `json:"examples,omitempty"`
 }
@@ -405,7 +406,7 @@ func (rep *ChaosReport) electionCheck() {
 	el := *rep.Election
 	el.Terms, el.Reports, el.Vacant, el.Watches, el.Rewatches = r.Terms, r.Reports, r.Vacant, r.Watches, r.Rewatches
 	el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen = r.Seen, r.MissedDuringRewatch, r.BeforeSync, r.Unseen
-	el.OrderViolations, el.PhantomTokens, el.PhantomsExplained = r.OrderViolations, r.PhantomTokens, r.PhantomsExplained
+	el.OrderViolations, el.PhantomTokens, el.PhantomsExplained, el.PhantomsInFlight = r.OrderViolations, r.PhantomTokens, r.PhantomsExplained, r.PhantomsInFlight
 	el.Violations, el.Examples = r.Violations(), r.Examples
 	rep.Election = &el
 }
@@ -421,7 +422,7 @@ func (rep *ChaosReport) electionFailures() []string {
 		out = append(out, fmt.Sprintf("observer order: %d leader reports whose token was not above their observer's earlier reports", el.OrderViolations))
 	}
 	if n := el.PhantomTokens - el.PhantomsExplained; n > 0 {
-		out = append(out, fmt.Sprintf("observer reality: %d leader tokens reported that no grant carried", n))
+		out = append(out, fmt.Sprintf("observer reality: %d leader tokens reported that no grant carried (%d named a client whose campaign was in flight: a ghost term)", n, el.PhantomsInFlight))
 	}
 	if el.Unseen > 0 {
 		out = append(out, fmt.Sprintf("observer completeness: %d terms an observer with a watch in sync and unbroken never reported", el.Unseen))

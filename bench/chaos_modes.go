@@ -102,9 +102,9 @@ func (rep *ChaosReport) holdsText() string {
 	case ChaosElection:
 		if el := rep.Election; el != nil {
 			return fmt.Sprintf("election on %d keys, %d observers each: %d terms (%d resigned, %d crashed, %d paused); %d leader reports, %d vacant, over %d watches (%d broke); "+
-				"per term and observer %d seen, %d missed during re-watch, %d before sync, %d unseen; %d order violations; %d phantom tokens (%d explained by unknown campaigns)",
+				"per term and observer %d seen, %d missed during re-watch, %d before sync, %d unseen; %d order violations; %d phantom tokens (%d explained by unknown campaigns, %d ghosts of campaigns in flight)",
 				el.Keys, el.ObserversPerKey, el.Terms, el.Resigned, el.Crashed, el.Paused, el.Reports, el.Vacant, el.Watches, el.Rewatches,
-				el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen, el.OrderViolations, el.PhantomTokens, el.PhantomsExplained)
+				el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen, el.OrderViolations, el.PhantomTokens, el.PhantomsExplained, el.PhantomsInFlight)
 		}
 	}
 	return ""

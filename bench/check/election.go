@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -13,8 +14,8 @@ import (
 
 // Observation is one leader an observer reported (election.Observe): At is
 // when the report was received, Token the leader's fencing token (its
-// term), Value the value it campaigned with (the campaign names its
-// client there). Present false is a report that nobody leads.
+// term), Value the value it campaigned with (a campaign's clients put
+// their Client number there, in decimal). Present false is a report that nobody leads.
 type Observation struct {
 	Observer int           `json:"observer"`
 	Key      string        `json:"key"`
@@ -55,6 +56,12 @@ type ElectionResult struct {
 	// before it may have been granted (a campaign that gave up as it was
 	// granted: the contract releases that grant, but a watch saw it).
 	PhantomTokens, PhantomsExplained int
+	// PhantomsInFlight counts the unexplained phantoms whose Value names
+	// a client with an acquire of the key in flight at the first report
+	// (started before, returned after: with another token, or none): the
+	// backend made it the holder, its client never learned it (a ghost
+	// term). They are violations all the same.
+	PhantomsInFlight int
 	// Per (term, observer of its key): Seen, the observer reported it;
 	// Unseen, not reported although a watch of that observer was in sync
 	// before the term was requested and neither broke nor skipped it
@@ -129,6 +136,16 @@ func Elections(h History, obs []Observation, sessions []WatchSession, maxExample
 		}
 	}
 	r.Terms = len(terms)
+	// inFlight reports whether client c had an acquire of key in flight
+	// at instant at.
+	inFlight := func(c int, key string, at time.Duration) bool {
+		for _, o := range h {
+			if o.Kind == Acquire && o.Client == c && o.Key == key && o.Start < at && o.End > at {
+				return true
+			}
+		}
+		return false
+	}
 
 	// Each observer's reports in the order received (stable: one
 	// observer's reports are recorded in order).
@@ -200,6 +217,9 @@ func Elections(h History, obs []Observation, sessions []WatchSession, maxExample
 				used++
 				r.PhantomsExplained++
 				continue
+			}
+			if c, err := strconv.Atoi(phantomBy[k][p.token]); err == nil && inFlight(c, k, p.at) {
+				r.PhantomsInFlight++
 			}
 			example("key %q: token %d (value %q) reported at %v was granted to nobody (no OK grant, no unknown acquire left to explain it)", k, p.token, phantomBy[k][p.token], p.at)
 		}

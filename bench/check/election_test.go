@@ -75,6 +75,14 @@ func TestElectionsPhantom(t *testing.T) {
 	if r.PhantomTokens != 2 || r.PhantomsExplained != 1 || r.Violations() != 1 {
 		t.Fatalf("two phantoms, one unknown acquire: %+v", r)
 	}
+	// A phantom named after a client whose acquire was in flight: a
+	// ghost term, a violation all the same.
+	ghost := seen(0, "e", 50, 7)
+	ghost.Value = "1"
+	r = Elections(electionTerms, []Observation{ghost}, sessions, 0)
+	if r.PhantomTokens != 1 || r.PhantomsInFlight != 1 || r.Violations() != 1 {
+		t.Fatalf("a ghost term: %+v", r)
+	}
 	r = Elections(hist, []Observation{seen(0, "e", 130, 7)}, sessions, 0)
 	if r.PhantomTokens != 1 || r.PhantomsExplained != 0 || r.Violations() != 1 {
 		t.Fatalf("a phantom reported before the unknown acquire started passed: %+v", r)
