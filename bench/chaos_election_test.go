@@ -196,8 +196,9 @@ func TestChaosElectionCheck(t *testing.T) {
 
 // raftElectionCampaign runs a 15 s election campaign on three `lockgate
 // node` processes under faults and logs its table; it fails the test
-// unless the campaign did enough to judge (a fault, twenty terms, reports
-// from the observers).
+// unless the campaign did enough to judge (a fault, eight terms — a quiet
+// machine gives 25–30, a loaded CI machine beside another suite gave 16 —
+// and reports from the observers).
 func raftElectionCampaign(t *testing.T, faults ...string) *ChaosReport {
 	t.Helper()
 	var log bytes.Buffer
@@ -209,7 +210,7 @@ func raftElectionCampaign(t *testing.T, faults ...string) *ChaosReport {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	logTable(t, rep)
-	if len(rep.Injected) < 1 || rep.Election.Terms < 20 || rep.Election.Reports < rep.Election.Terms {
+	if len(rep.Injected) < 1 || rep.Election.Terms < 8 || rep.Election.Reports < rep.Election.Terms {
 		t.Fatalf("%d faults, %d terms, %d reports: the campaign did too little to judge", len(rep.Injected), rep.Election.Terms, rep.Election.Reports)
 	}
 	return rep
