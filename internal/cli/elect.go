@@ -61,18 +61,11 @@ etcdctl elect and Kubernetes' leader election.`,
 				return fmt.Errorf("campaigning for %q: %w", key, err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "lockgate: leading %q (fencing token %d)\n", key, lead.Token())
-			code, lost := runHolding(cmd, lead.Lease, args, killAfter, "LOCKGATE_LEADER_VALUE="+value)
-			if !lost {
+			return holdWhile(cmd, lead.Lease, args, killAfter, "resigning", func() error {
 				rctx, rcancel := context.WithTimeout(context.Background(), cf.timeout)
 				defer rcancel()
-				if err := lead.Resign(rctx); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "lockgate: resigning %q: %v\n", key, err)
-				}
-			}
-			if code != 0 {
-				return exitCode(code)
-			}
-			return nil
+				return lead.Resign(rctx)
+			}, "LOCKGATE_LEADER_VALUE="+value)
 		},
 	}
 	cf.register(cmd)
@@ -119,13 +112,8 @@ the cluster, without repeating a leader. Needs a backend with watches.`,
 				return err
 			}
 			defer c.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := streamContext(forTime)
 			defer stop()
-			if forTime > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, forTime)
-				defer cancel()
-			}
 			leaders, err := election.Observe(ctx, c, key)
 			if err != nil {
 				return err
@@ -193,13 +181,8 @@ func newLockWatchCmd() *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := streamContext(forTime)
 			defer stop()
-			if forTime > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, forTime)
-				defer cancel()
-			}
 			events, err := lock.Watch(ctx, c, args[0])
 			if err != nil {
 				return err
@@ -232,4 +215,15 @@ func newLockWatchCmd() *cobra.Command {
 	cmd.Flags().IntVar(&count, "count", 0, "exit after this many events (0: until interrupted)")
 	cmd.Flags().DurationVar(&forTime, "for", 0, "exit after this long (0: until interrupted)")
 	return cmd
+}
+
+// streamContext is the context of a command that prints a stream until it
+// is interrupted (SIGINT, SIGTERM) or, when forTime > 0, for that long.
+func streamContext(forTime time.Duration) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if forTime <= 0 {
+		return ctx, stop
+	}
+	ctx, cancel := context.WithTimeout(ctx, forTime)
+	return ctx, func() { cancel(); stop() }
 }

@@ -269,18 +269,11 @@ that offers it; others refuse with "not supported".`,
 			if err != nil {
 				return fmt.Errorf("acquiring %q: %w", key, err)
 			}
-			code, lost := runHolding(cmd, lease, args, killAfter)
-			rctx, rcancel := context.WithTimeout(context.Background(), cf.timeout)
-			defer rcancel()
-			if !lost {
-				if err := c.Release(rctx, lease); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "lockgate: releasing %q: %v\n", key, err)
-				}
-			}
-			if code != 0 {
-				return exitCode(code)
-			}
-			return nil
+			return holdWhile(cmd, lease, args, killAfter, "releasing", func() error {
+				rctx, rcancel := context.WithTimeout(context.Background(), cf.timeout)
+				defer rcancel()
+				return c.Release(rctx, lease)
+			})
 		},
 	}
 	cf.register(cmd)
@@ -316,6 +309,23 @@ func (h *holdFlags) options(opts lock.AcquireOptions) (lock.AcquireOptions, erro
 	}
 	opts.Permits, opts.LockDelay = h.permits, h.lockDelay
 	return opts, nil
+}
+
+// holdWhile runs the command while lease holds (runHolding), then, unless
+// the lease was lost, gives it up with end (its failure reported as
+// "lockgate: <what> <key>: …"), and returns the command's exit status as
+// an exitCode (nil for 0).
+func holdWhile(cmd *cobra.Command, lease *lock.Lease, args []string, killAfter time.Duration, what string, end func() error, env ...string) error {
+	code, lost := runHolding(cmd, lease, args, killAfter, env...)
+	if !lost {
+		if err := end(); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "lockgate: %s %q: %v\n", what, lease.Key, err)
+		}
+	}
+	if code != 0 {
+		return exitCode(code)
+	}
+	return nil
 }
 
 // runHolding runs the command while lease holds and returns its exit status,

@@ -2,13 +2,11 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -180,7 +178,7 @@ func (p *procs) awaitWaiters(key string, n int) {
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	errBuf *syncBuf
+	errBuf *syncBuffer
 	lines  chan string
 	done   chan struct{}
 }
@@ -202,7 +200,7 @@ func (p *procs) start(args ...string) *proc {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	pr := &proc{t: p.t, cmd: cmd, errBuf: &syncBuf{}, lines: make(chan string, 64), done: make(chan struct{})}
+	pr := &proc{t: p.t, cmd: cmd, errBuf: &syncBuffer{}, lines: make(chan string, 64), done: make(chan struct{})}
 	cmd.Stderr = pr.errBuf
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
@@ -261,21 +259,4 @@ func (pr *proc) line() leaderJSON {
 		pr.t.Fatalf("%v printed nothing for a minute; stderr:\n%s", pr.cmd.Args, pr.stderr())
 	}
 	return leaderJSON{}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
