@@ -32,43 +32,22 @@ const (
 	compatResults  = "testdata/results-v1.sha256"  // digest of every op's Result, in order
 )
 
+// compatFiles names one format version's recorded files: its log, the
+// snapshot after it and the digest of every result.
+type compatFiles struct {
+	version                string // "v1", "v2": in messages
+	log, snapshot, results string
+}
+
+var compatV1 = compatFiles{"v1", compatLog, compatSnapshot, compatResults}
+
 func TestCompatV1Log(t *testing.T) {
 	if *update {
-		writeCompatFiles(t)
+		writeCompatFiles(t, compatV1, randomLog(t, 20261122, 3000))
 	}
-	raw := readGz(t, compatLog)
-	f := New()
-	digest := sha256.New()
-	n := 0
-	for len(raw) > 0 {
-		size, k := binary.Uvarint(raw)
-		if k <= 0 || uint64(len(raw)-k) < size {
-			t.Fatalf("%s: truncated after %d entries", compatLog, n)
-		}
-		b := raw[k : k+int(size)]
-		raw = raw[k+int(size):]
-		e, err := Decode(b)
-		if err != nil {
-			t.Fatalf("entry %d of the v1 log no longer decodes: %v", n, err)
-		}
-		if again := Encode(e); !bytes.Equal(again, b) {
-			t.Fatalf("entry %d re-encodes differently: the v1 entry format changed without a new version", n)
-		}
-		n++
-		for _, r := range apply(t, f, uint64(n), e) {
-			fmt.Fprintf(digest, "%d %d %q %d\n", r.Status, r.Token, r.Owner, r.Expires)
-		}
-	}
+	f, n, _ := replayCompatLog(t, compatV1)
 	if n < 1000 {
 		t.Fatalf("%s holds %d entries, want the full log", compatLog, n)
-	}
-	want, err := os.ReadFile(compatResults)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := hex.EncodeToString(digest.Sum(nil)); got != strings.TrimSpace(string(want)) {
-		t.Errorf("replaying the v1 log gives other results than the binary that wrote it (digest %s, want %s): "+
-			"an op's meaning changed, and old and new nodes would diverge", got, strings.TrimSpace(string(want)))
 	}
 	if !bytes.Equal(snapBytes(t, f), readGz(t, compatSnapshot)) {
 		t.Error("replaying the v1 log ends in another state than the binary that wrote it")
@@ -88,23 +67,70 @@ func TestCompatV1Snapshot(t *testing.T) {
 	}
 }
 
-func writeCompatFiles(t *testing.T) {
+// writeCompatFiles records log as files: the entries, the snapshot after
+// applying them to a new FSM and the digest of every result.
+func writeCompatFiles(t *testing.T, files compatFiles, log []Entry) {
 	t.Helper()
-	var log bytes.Buffer
+	var raw bytes.Buffer
 	f := New()
 	digest := sha256.New()
-	for i, e := range randomLog(t, 20261122, 3000) {
+	for i, e := range log {
 		b := Encode(e)
-		log.Write(binary.AppendUvarint(nil, uint64(len(b))))
-		log.Write(b)
-		for _, r := range apply(t, f, uint64(i+1), e) {
-			fmt.Fprintf(digest, "%d %d %q %d\n", r.Status, r.Token, r.Owner, r.Expires)
-		}
+		raw.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		raw.Write(b)
+		digestResults(digest, apply(t, f, uint64(i+1), e))
 	}
-	writeGz(t, compatLog, log.Bytes())
-	writeGz(t, compatSnapshot, snapBytes(t, f))
-	if err := os.WriteFile(compatResults, []byte(hex.EncodeToString(digest.Sum(nil))+"\n"), 0o644); err != nil {
+	writeGz(t, files.log, raw.Bytes())
+	writeGz(t, files.snapshot, snapBytes(t, f))
+	if err := os.WriteFile(files.results, []byte(hex.EncodeToString(digest.Sum(nil))+"\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// replayCompatLog applies files.log to a new FSM, failing the test when an
+// entry no longer decodes, re-encodes to other bytes, or the results'
+// digest differs from files.results. It returns the FSM, the number of
+// entries and how many of them carry each entry version byte.
+func replayCompatLog(t *testing.T, files compatFiles) (f *FSM, n int, versions map[byte]int) {
+	t.Helper()
+	raw := readGz(t, files.log)
+	f = New()
+	digest := sha256.New()
+	versions = map[byte]int{}
+	for len(raw) > 0 {
+		size, k := binary.Uvarint(raw)
+		if k <= 0 || uint64(len(raw)-k) < size {
+			t.Fatalf("%s: truncated after %d entries", files.log, n)
+		}
+		b := raw[k : k+int(size)]
+		raw = raw[k+int(size):]
+		e, err := Decode(b)
+		if err != nil {
+			t.Fatalf("entry %d of the %s log no longer decodes: %v", n, files.version, err)
+		}
+		if !bytes.Equal(Encode(e), b) {
+			t.Fatalf("entry %d re-encodes differently: the %s entry format changed without a new version", n, files.version)
+		}
+		versions[b[0]]++
+		n++
+		digestResults(digest, apply(t, f, uint64(n), e))
+	}
+	want, err := os.ReadFile(files.results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(digest.Sum(nil)); got != strings.TrimSpace(string(want)) {
+		t.Errorf("replaying the %s log gives other results than the binary that wrote it (digest %s, want %s): "+
+			"an op's meaning changed, and old and new nodes would diverge", files.version, got, strings.TrimSpace(string(want)))
+	}
+	return f, n, versions
+}
+
+// digestResults writes one line per result into the digest the results
+// files record.
+func digestResults(digest io.Writer, results []Result) {
+	for _, r := range results {
+		fmt.Fprintf(digest, "%d %d %q %d\n", r.Status, r.Token, r.Owner, r.Expires)
 	}
 }
 
