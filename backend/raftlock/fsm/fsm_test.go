@@ -62,12 +62,33 @@ const (
 	exp10 = t0 + 10*sec
 )
 
-// opTests are the per-op table tests; FuzzDecode also seeds from them.
-var opTests = []struct {
+// stepTest is one table test: steps applied in order to a new FSM at
+// indexes 1, 2, ..., then check (if any) on the state they leave.
+type stepTest struct {
 	name  string
 	steps []step
 	check func(t *testing.T, f *FSM)
-}{
+}
+
+// runSteps applies tc's steps to a new FSM, failing the test when a step's
+// results differ from its want, runs tc.check and returns the FSM.
+func runSteps(t *testing.T, tc stepTest) *FSM {
+	t.Helper()
+	f := New()
+	for i, s := range tc.steps {
+		got := apply(t, f, uint64(i+1), Entry{Now: s.now, Ops: s.ops})
+		if !slices.Equal(got, s.want) {
+			t.Fatalf("step %d:\n got %+v\nwant %+v", i, got, s.want)
+		}
+	}
+	if tc.check != nil {
+		tc.check(t, f)
+	}
+	return f
+}
+
+// opTests are the per-op table tests; FuzzDecode also seeds from them.
+var opTests = []stepTest{
 	{"acquire free key", []step{
 		{t0, []Op{{Type: OpAcquire, Key: "k", Owner: "alice", Handle: hA, TTL: s10, Value: []byte("v")}}, []Result{ok(1, "alice", exp10)}},
 	}, func(t *testing.T, f *FSM) {
@@ -257,16 +278,7 @@ var opTests = []struct {
 func TestOps(t *testing.T) {
 	for _, tc := range opTests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := New()
-			for i, s := range tc.steps {
-				got := apply(t, f, uint64(i+1), Entry{Now: s.now, Ops: s.ops})
-				if !slices.Equal(got, s.want) {
-					t.Fatalf("step %d:\n got %+v\nwant %+v", i, got, s.want)
-				}
-			}
-			if tc.check != nil {
-				tc.check(t, f)
-			}
+			f := runSteps(t, tc)
 			if f.AppliedIndex() != uint64(len(tc.steps)) {
 				t.Errorf("AppliedIndex = %d, want %d", f.AppliedIndex(), len(tc.steps))
 			}

@@ -35,11 +35,7 @@ func mismatch(tok uint64, owner string, exp int64) Result {
 // primTests are the table tests of the primitives (shared locks,
 // semaphores, lock-delay, all-or-nothing groups); FuzzDecode seeds from
 // them too.
-var primTests = []struct {
-	name  string
-	steps []step
-	check func(t *testing.T, f *FSM)
-}{
+var primTests = []stepTest{
 	{"readers share, a writer waits for all of them", []step{
 		{t0, []Op{shared("k", "r1", hA, s10, 0), shared("k", "r2", hB, s10, 0)}, []Result{ok(1, "r1", exp10), ok(2, "r2", exp10)}},
 		{t0, []Op{acq("k", "w", hC, s10)}, []Result{held(1, "r1", exp10)}},
@@ -140,16 +136,7 @@ var primTests = []struct {
 func TestPrimitives(t *testing.T) {
 	for _, tc := range primTests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := New()
-			for i, s := range tc.steps {
-				got := apply(t, f, uint64(i+1), Entry{Now: s.now, Ops: s.ops})
-				if !slices.Equal(got, s.want) {
-					t.Fatalf("step %d:\n got %+v\nwant %+v", i, got, s.want)
-				}
-			}
-			if tc.check != nil {
-				tc.check(t, f)
-			}
+			f := runSteps(t, tc)
 			// Every state round-trips through a snapshot.
 			b := snapBytes(t, f)
 			if !bytes.Equal(snapBytes(t, restored(t, b)), b) {
