@@ -30,26 +30,14 @@ func (r *Request) AppendJSON(b []byte) []byte {
 	b = appendString(b, r.ID)
 	b = append(b, `,"commandType":`...)
 	b = strconv.AppendInt(b, int64(r.CommandType), 10)
-	if r.Key != "" {
-		b = append(b, `,"key":`...)
-		b = appendString(b, r.Key)
-	}
-	if r.ClientID != "" {
-		b = append(b, `,"clientId":`...)
-		b = appendString(b, r.ClientID)
-	}
-	if r.TTL != 0 {
-		b = append(b, `,"ttl":`...)
-		b = strconv.AppendInt(b, r.TTL, 10)
-	}
+	b = appendStringField(b, `,"key":`, r.Key)
+	b = appendStringField(b, `,"clientId":`, r.ClientID)
+	b = appendIntField(b, `,"ttl":`, r.TTL)
 	if r.Value != nil {
 		b = append(b, `,"value":`...)
 		b = appendString(b, *r.Value)
 	}
-	if r.LockToken != "" {
-		b = append(b, `,"lockToken":`...)
-		b = appendString(b, r.LockToken)
-	}
+	b = appendStringField(b, `,"lockToken":`, r.LockToken)
 	if r.FencingToken != nil {
 		b = append(b, `,"fencingToken":`...)
 		b = r.FencingToken.appendJSON(b)
@@ -60,26 +48,11 @@ func (r *Request) AppendJSON(b []byte) []byte {
 	if r.ReleaseOnDisconnect {
 		b = append(b, `,"releaseOnDisconnect":true`...)
 	}
-	if r.Target != "" {
-		b = append(b, `,"target":`...)
-		b = appendString(b, r.Target)
-	}
-	if r.WaitMS != 0 {
-		b = append(b, `,"waitMs":`...)
-		b = strconv.AppendInt(b, r.WaitMS, 10)
-	}
-	if r.Mode != "" {
-		b = append(b, `,"mode":`...)
-		b = appendString(b, r.Mode)
-	}
-	if r.Permits != 0 {
-		b = append(b, `,"permits":`...)
-		b = strconv.AppendInt(b, int64(r.Permits), 10)
-	}
-	if r.LockDelayMS != 0 {
-		b = append(b, `,"lockDelayMs":`...)
-		b = strconv.AppendInt(b, r.LockDelayMS, 10)
-	}
+	b = appendStringField(b, `,"target":`, r.Target)
+	b = appendIntField(b, `,"waitMs":`, r.WaitMS)
+	b = appendStringField(b, `,"mode":`, r.Mode)
+	b = appendIntField(b, `,"permits":`, int64(r.Permits))
+	b = appendIntField(b, `,"lockDelayMs":`, r.LockDelayMS)
 	if len(r.Keys) != 0 {
 		b = append(b, `,"keys":[`...)
 		for i, k := range r.Keys {
@@ -113,26 +86,14 @@ func (r *Reply) AppendJSON(b []byte) []byte {
 	b = appendString(b, r.Type)
 	b = append(b, `,"success":`...)
 	b = strconv.AppendBool(b, r.Success)
-	if r.Key != "" {
-		b = append(b, `,"key":`...)
-		b = appendString(b, r.Key)
-	}
+	b = appendStringField(b, `,"key":`, r.Key)
 	if r.FencingToken != nil {
 		b = append(b, `,"fencingToken":`...)
 		b = r.FencingToken.appendJSON(b)
 	}
-	if r.LockToken != "" {
-		b = append(b, `,"lockToken":`...)
-		b = appendString(b, r.LockToken)
-	}
-	if r.TTL != 0 {
-		b = append(b, `,"ttl":`...)
-		b = strconv.AppendInt(b, r.TTL, 10)
-	}
-	if r.Owner != "" {
-		b = append(b, `,"owner":`...)
-		b = appendString(b, r.Owner)
-	}
+	b = appendStringField(b, `,"lockToken":`, r.LockToken)
+	b = appendIntField(b, `,"ttl":`, r.TTL)
+	b = appendStringField(b, `,"owner":`, r.Owner)
 	if r.Value != nil {
 		b = append(b, `,"value":`...)
 		b = appendString(b, *r.Value)
@@ -148,23 +109,32 @@ func (r *Reply) AppendJSON(b []byte) []byte {
 	if r.Wanted {
 		b = append(b, `,"wanted":true`...)
 	}
-	if r.Mode != "" {
-		b = append(b, `,"mode":`...)
-		b = appendString(b, r.Mode)
-	}
-	if r.Permits != 0 {
-		b = append(b, `,"permits":`...)
-		b = strconv.AppendInt(b, int64(r.Permits), 10)
-	}
-	if r.Event != "" {
-		b = append(b, `,"event":`...)
-		b = appendString(b, r.Event)
-	}
+	b = appendStringField(b, `,"mode":`, r.Mode)
+	b = appendIntField(b, `,"permits":`, int64(r.Permits))
+	b = appendStringField(b, `,"event":`, r.Event)
 	if r.Revision != 0 {
 		b = append(b, `,"revision":`...)
 		b = strconv.AppendUint(b, r.Revision, 10)
 	}
 	return append(b, '}')
+}
+
+// appendStringField appends field (`,"name":`) and s, unless s is empty
+// (omitempty).
+func appendStringField(b []byte, field, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return appendString(append(b, field...), s)
+}
+
+// appendIntField appends field (`,"name":`) and v, unless v is 0
+// (omitempty).
+func appendIntField(b []byte, field string, v int64) []byte {
+	if v == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, field...), v, 10)
 }
 
 func (t *FencingToken) appendJSON(b []byte) []byte {
@@ -381,6 +351,18 @@ func (s *scanner) int(max int) (int64, bool) {
 	return int64(v), ok
 }
 
+// text reads a string as str does, as a string.
+func (s *scanner) text() (string, bool) {
+	str, ok := s.str()
+	return string(str), ok
+}
+
+// smallInt reads an integer of at most 9 digits, as an int.
+func (s *scanner) smallInt() (int, bool) {
+	v, ok := s.int(9)
+	return int(v), ok
+}
+
 func (s *scanner) uint() (uint64, bool) {
 	s.space()
 	return s.digits(19)
@@ -451,38 +433,31 @@ func (s *scanner) end() bool {
 
 func fastRequest(data []byte, r *Request) bool {
 	s := &scanner{b: data}
-	var str []byte
 	ok := s.object(func(name []byte) (int, bool) {
 		var ok bool
 		switch string(name) {
 		case "id":
-			str, ok = s.str()
-			r.ID = string(str)
+			r.ID, ok = s.text()
 			return 0, ok
 		case "commandType":
-			var v int64
-			v, ok = s.int(9)
-			r.CommandType = int(v)
+			r.CommandType, ok = s.smallInt()
 			return 1, ok
 		case "key":
-			str, ok = s.str()
-			r.Key = string(str)
+			r.Key, ok = s.text()
 			return 2, ok
 		case "clientId":
-			str, ok = s.str()
-			r.ClientID = string(str)
+			r.ClientID, ok = s.text()
 			return 3, ok
 		case "ttl":
 			r.TTL, ok = s.int(18)
 			return 4, ok
 		case "value":
-			str, ok = s.str()
-			v := string(str)
+			var v string
+			v, ok = s.text()
 			r.Value = &v
 			return 5, ok
 		case "lockToken":
-			str, ok = s.str()
-			r.LockToken = string(str)
+			r.LockToken, ok = s.text()
 			return 6, ok
 		case "fencingToken":
 			r.FencingToken, ok = s.fencingToken()
@@ -494,20 +469,16 @@ func fastRequest(data []byte, r *Request) bool {
 			r.ReleaseOnDisconnect, ok = s.bool()
 			return 9, ok
 		case "target":
-			str, ok = s.str()
-			r.Target = string(str)
+			r.Target, ok = s.text()
 			return 10, ok
 		case "waitMs":
 			r.WaitMS, ok = s.int(18)
 			return 11, ok
 		case "mode":
-			str, ok = s.str()
-			r.Mode = string(str)
+			r.Mode, ok = s.text()
 			return 12, ok
 		case "permits":
-			var v int64
-			v, ok = s.int(9)
-			r.Permits = int(v)
+			r.Permits, ok = s.smallInt()
 			return 13, ok
 		case "lockDelayMs":
 			r.LockDelayMS, ok = s.int(18)
@@ -532,11 +503,11 @@ func (s *scanner) strings() ([]string, bool) {
 		return out, true
 	}
 	for {
-		str, ok := s.str()
+		str, ok := s.text()
 		if !ok {
 			return nil, false
 		}
-		out = append(out, string(str))
+		out = append(out, str)
 		if s.byte(',') {
 			continue
 		}
@@ -546,42 +517,36 @@ func (s *scanner) strings() ([]string, bool) {
 
 func fastReply(data []byte, r *Reply) bool {
 	s := &scanner{b: data}
-	var str []byte
 	ok := s.object(func(name []byte) (int, bool) {
 		var ok bool
 		switch string(name) {
 		case "id":
-			str, ok = s.str()
-			r.ID = string(str)
+			r.ID, ok = s.text()
 			return 0, ok
 		case "type":
-			str, ok = s.str()
-			r.Type = string(str)
+			r.Type, ok = s.text()
 			return 1, ok
 		case "success":
 			r.Success, ok = s.bool()
 			return 2, ok
 		case "key":
-			str, ok = s.str()
-			r.Key = string(str)
+			r.Key, ok = s.text()
 			return 3, ok
 		case "fencingToken":
 			r.FencingToken, ok = s.fencingToken()
 			return 4, ok
 		case "lockToken":
-			str, ok = s.str()
-			r.LockToken = string(str)
+			r.LockToken, ok = s.text()
 			return 5, ok
 		case "ttl":
 			r.TTL, ok = s.int(18)
 			return 6, ok
 		case "owner":
-			str, ok = s.str()
-			r.Owner = string(str)
+			r.Owner, ok = s.text()
 			return 7, ok
 		case "value":
-			str, ok = s.str()
-			v := string(str)
+			var v string
+			v, ok = s.text()
 			r.Value = &v
 			return 8, ok
 		case "expiresIn":
@@ -590,26 +555,21 @@ func fastReply(data []byte, r *Reply) bool {
 			r.ExpiresIn = &v
 			return 9, ok
 		case "waiters":
-			var v int64
-			v, ok = s.int(9)
-			n := int(v)
+			var n int
+			n, ok = s.smallInt()
 			r.Waiters = &n
 			return 10, ok
 		case "wanted":
 			r.Wanted, ok = s.bool()
 			return 11, ok
 		case "mode":
-			str, ok = s.str()
-			r.Mode = string(str)
+			r.Mode, ok = s.text()
 			return 12, ok
 		case "permits":
-			var v int64
-			v, ok = s.int(9)
-			r.Permits = int(v)
+			r.Permits, ok = s.smallInt()
 			return 13, ok
 		case "event":
-			str, ok = s.str()
-			r.Event = string(str)
+			r.Event, ok = s.text()
 			return 14, ok
 		case "revision":
 			r.Revision, ok = s.uint()
@@ -634,9 +594,7 @@ func (s *scanner) fencingToken() (*FencingToken, bool) {
 		var ok bool
 		switch string(name) {
 		case "key":
-			var str []byte
-			str, ok = s.str()
-			t.Key = string(str)
+			t.Key, ok = s.text()
 			return 0, ok
 		case "value":
 			t.Value, ok = s.uint()
