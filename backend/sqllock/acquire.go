@@ -64,6 +64,58 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 	return nil
 }
 
+// awaitRetry is the turn of a waiter outside the local gate (multi.go,
+// shared.go) after an attempt that granted nothing: it returns the error
+// to give up with when the caller's context or the Locker ended (naming
+// attemptErr, the attempt's error, if any), when attemptErr is not
+// retryable, or when retries (the count of failed attempts in a row, kept
+// by the caller) are spent; otherwise it sleeps until a release
+// notification on wake, the refusal's remaining time (attemptErr nil,
+// plus a little, so that the waiter arrives after the expiry) or the
+// retry backoff passes, or the caller gives up, and then returns gaveUp.
+func (l *Locker) awaitRetry(ctx context.Context, key string, wake <-chan struct{}, remaining time.Duration, attemptErr error, retries *int) error {
+	if err := l.gaveUp(ctx, key); err != nil {
+		if attemptErr != nil {
+			return fmt.Errorf("%w (last attempt: %w)", err, attemptErr)
+		}
+		return err
+	}
+	var pause time.Duration
+	if attemptErr == nil {
+		*retries = 0
+		pause = remaining + time.Millisecond + rand.N(time.Millisecond)
+	} else {
+		if !lock.IsRetryable(attemptErr) {
+			return attemptErr
+		}
+		*retries++
+		p, again := l.cfg.Retry.Backoff(*retries)
+		if !again {
+			return attemptErr
+		}
+		pause = p
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-l.ctx.Done():
+	}
+	return l.gaveUp(ctx, key)
+}
+
+// drain empties wake (nil: nothing to empty) before an attempt, so that
+// only a release announced after the attempt read its rows wakes the
+// waiter early.
+func drain(wake <-chan struct{}) {
+	select {
+	case <-wake:
+	default:
+	}
+}
+
 // attemptOnce is the local gate's Attempt: one run of acquire.sql. A
 // refusal names the holder and its remaining TTL on the database's clock:
 // the waiter sleeps until then (plus a little, so that it arrives after

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
@@ -85,12 +84,7 @@ func (l *Locker) waitAll(ctx context.Context, keys []string, opts lock.AcquireOp
 	}
 	retries := 0
 	for {
-		if wake != nil {
-			select {
-			case <-wake:
-			default:
-			}
-		}
+		drain(wake)
 		o := l.attemptAll(keys, opts, try)
 		if o.leases != nil {
 			if err := l.gaveUp(ctx, keys[0]); err != nil {
@@ -111,36 +105,7 @@ func (l *Locker) waitAll(ctx context.Context, keys []string, opts lock.AcquireOp
 			}
 			return nil, o.held
 		}
-		if err := l.gaveUp(ctx, keys[0]); err != nil {
-			if o.err != nil {
-				return nil, fmt.Errorf("%w (last attempt: %w)", err, o.err)
-			}
-			return nil, err
-		}
-		var pause time.Duration
-		if o.err == nil {
-			retries = 0
-			pause = o.remaining + time.Millisecond + rand.N(time.Millisecond)
-		} else {
-			if !lock.IsRetryable(o.err) {
-				return nil, o.err
-			}
-			retries++
-			p, again := l.cfg.Retry.Backoff(retries)
-			if !again {
-				return nil, o.err
-			}
-			pause = p
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-l.ctx.Done():
-		}
-		t.Stop()
-		if err := l.gaveUp(ctx, keys[0]); err != nil {
+		if err := l.awaitRetry(ctx, keys[0], wake, o.remaining, o.err, &retries); err != nil {
 			return nil, err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,12 +49,7 @@ func (l *Locker) acquireShared(ctx context.Context, key string, opts lock.Acquir
 	}
 	retries := 0
 	for {
-		if wake != nil {
-			select {
-			case <-wake:
-			default:
-			}
-		}
+		drain(wake)
 		o := l.attemptShared(key, opts, try, &ticket)
 		if o.lease != nil {
 			ticket = 0 // the grant left the queue
@@ -77,36 +71,8 @@ func (l *Locker) acquireShared(ctx context.Context, key string, opts lock.Acquir
 			}
 			return nil, o.held
 		}
-		if err := l.gaveUp(ctx, key); err != nil {
-			if o.err != nil {
-				return nil, fmt.Errorf("%w (last attempt: %w)", err, o.err)
-			}
-			return nil, err
-		}
-		var pause time.Duration
-		if o.err == nil {
-			retries = 0
-			pause = min(o.remaining, queueRefresh) + time.Millisecond + rand.N(time.Millisecond)
-		} else {
-			if !lock.IsRetryable(o.err) {
-				return nil, o.err
-			}
-			retries++
-			p, again := l.cfg.Retry.Backoff(retries)
-			if !again {
-				return nil, o.err
-			}
-			pause = p
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-l.ctx.Done():
-		}
-		t.Stop()
-		if err := l.gaveUp(ctx, key); err != nil {
+		// Refused, a waiter is queued: it comes back before its ticket lapses.
+		if err := l.awaitRetry(ctx, key, wake, min(o.remaining, queueRefresh), o.err, &retries); err != nil {
 			return nil, err
 		}
 	}
