@@ -225,14 +225,7 @@ func (cl *clusterLocker) TryAcquireAll(ctx context.Context, keys []string, opts 
 
 func (cl *clusterLocker) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions,
 	f func(*Node, context.Context, []string, lock.AcquireOptions) ([]*lock.Lease, error)) ([]*lock.Lease, error) {
-	if opts.Handle == "" {
-		opts.Handle = lock.NewHandle()
-	}
-	autoRenew := opts.AutoRenew || opts.TTL == 0
-	if opts.TTL == 0 {
-		opts.TTL = lock.DefaultTTL
-	}
-	opts.AutoRenew = false // renewed here, through whichever node leads
+	opts, autoRenew := renewedHere(opts)
 	var leases []*lock.Lease
 	err := cl.retry(ctx, func(ctx context.Context, n *Node) error {
 		var err error
@@ -304,16 +297,26 @@ func (cl *clusterLocker) TryAcquire(ctx context.Context, key string, opts lock.A
 	return cl.acquire(ctx, key, opts, (*Node).TryAcquire)
 }
 
-func (cl *clusterLocker) acquire(ctx context.Context, key string, opts lock.AcquireOptions,
-	f func(*Node, context.Context, string, lock.AcquireOptions) (*lock.Lease, error)) (*lock.Lease, error) {
+// renewedHere readies the options of an acquire the clusterLocker sends to
+// whichever node leads: the handle is chosen here (so that a re-sent acquire
+// names the same holder), the TTL defaulted, and auto-renewal taken off the
+// node; autoRenew reports whether the clusterLocker must renew the lease
+// itself (lock.KeepAlive, through whichever node leads).
+func renewedHere(opts lock.AcquireOptions) (_ lock.AcquireOptions, autoRenew bool) {
 	if opts.Handle == "" {
 		opts.Handle = lock.NewHandle()
 	}
-	autoRenew := opts.AutoRenew || opts.TTL == 0
+	autoRenew = opts.AutoRenew || opts.TTL == 0
 	if opts.TTL == 0 {
 		opts.TTL = lock.DefaultTTL
 	}
 	opts.AutoRenew = false // renewed here, through whichever node leads
+	return opts, autoRenew
+}
+
+func (cl *clusterLocker) acquire(ctx context.Context, key string, opts lock.AcquireOptions,
+	f func(*Node, context.Context, string, lock.AcquireOptions) (*lock.Lease, error)) (*lock.Lease, error) {
+	opts, autoRenew := renewedHere(opts)
 	var lease *lock.Lease
 	err := cl.retry(ctx, func(ctx context.Context, n *Node) error {
 		var err error
