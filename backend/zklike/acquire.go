@@ -110,32 +110,10 @@ func (l *Locker) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 
 // acquireNormalized is acquire once the options are normalized.
 func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.AcquireOptions, try bool) (*lock.Lease, error) {
-	op := "acquire"
-	if try {
-		op = "try-acquire"
-	}
-	if err := l.checkSupported(opts); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, l.fail(ctx, op, key, nil)
-	}
-	if !try {
-		// A waiter of this Locker tells its holders of the key at once
-		// (those it certainly cannot share the key with).
-		l.wanted.localWaiter(l.dir(key), opts.Mode == lock.ModeExclusive)
-	}
-	// wctx ends with the caller's ctx or at Close.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(l.ctx, cancel)()
-	for restarts := 0; ; restarts++ {
-		c, err := l.enter(wctx, key, opts)
-		if err != nil {
-			return nil, l.fail(ctx, op, key, err)
-		}
+	leases, err := l.contend(ctx, []string{key}, opts, try, false, func(wctx context.Context, cs []*contender) ([]*lock.Lease, error) {
 		var lease *lock.Lease
-		switch shared := opts.Mode == lock.ModeShared; {
+		var err error
+		switch c, shared := cs[0], opts.Mode == lock.ModeShared; {
 		case try && shared:
 			lease, err = l.tryShared(wctx, c)
 		case try:
@@ -145,27 +123,97 @@ func (l *Locker) acquireNormalized(ctx context.Context, key string, opts lock.Ac
 		default:
 			lease, err = l.queue(wctx, c)
 		}
-		if err == nil && wctx.Err() != nil {
-			// The grant raced the cancellation: never leave it behind.
-			lease.End(lock.ErrReleased)
-			lease, err = nil, wctx.Err()
-			c.granted = true // its removal is a release (watch.go)
+		if err != nil {
+			return nil, err
+		}
+		return []*lock.Lease{lease}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
+}
+
+// contend is the loop that Acquire and AcquireAll (multi) share: it
+// prepares the contenders (enter, or enterAll for multi) and runs attempt
+// on them until it grants a lease per key (held then, l.hold), refuses
+// (held, within a lock-delay, or ErrPermitsMismatch) or fails; a
+// contender that lost its lease while waiting starts afresh (a try at most
+// maxTryRestarts times). A grant that raced the end of ctx or of the
+// Locker is given back. The options are normalized.
+func (l *Locker) contend(ctx context.Context, keys []string, opts lock.AcquireOptions, try, multi bool,
+	attempt func(ctx context.Context, cs []*contender) ([]*lock.Lease, error)) ([]*lock.Lease, error) {
+	op := "acquire"
+	if multi {
+		op = "acquire-all"
+	}
+	if try {
+		op = "try-" + op
+	}
+	if err := l.checkSupported(opts); err != nil {
+		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, l.fail(ctx, op, keys[0], nil)
+	}
+	if !try {
+		// A waiter of this Locker tells its holders of the keys at once
+		// (those it certainly cannot share a key with).
+		for _, k := range keys {
+			l.wanted.localWaiter(l.dir(k), opts.Mode == lock.ModeExclusive)
+		}
+	}
+	// wctx ends with the caller's ctx or at Close.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.ctx, cancel)()
+	for restarts := 0; ; restarts++ {
+		var cs []*contender
+		var err error
+		if multi {
+			cs, err = l.enterAll(wctx, keys, opts)
+		} else {
+			var c *contender
+			c, err = l.enter(wctx, keys[0], opts)
+			cs = []*contender{c}
 		}
 		if err != nil {
-			l.abandon(c)
+			return nil, l.fail(ctx, op, keys[0], err)
+		}
+		leases, err := attempt(wctx, cs)
+		if err == nil && wctx.Err() != nil {
+			// The grant raced the cancellation: never leave it behind.
+			for _, lease := range leases {
+				lease.End(lock.ErrReleased)
+			}
+			leases, err = nil, wctx.Err()
+			for _, c := range cs {
+				c.granted = true // its removal is a release (watch.go)
+			}
+		}
+		if err != nil {
+			for _, c := range cs {
+				l.abandon(c)
+			}
 			var held *lock.HeldError
 			var delayed *lock.DelayedError
 			switch {
 			case errors.As(err, &held), errors.As(err, &delayed), errors.Is(err, lock.ErrPermitsMismatch):
 				return nil, err
 			case errors.Is(err, errLost) && wctx.Err() == nil && (!try || restarts < maxTryRestarts):
-				l.cfg.Logger.Warn("zklike: contender lost its lease while waiting; queueing again", "key", key, "token", c.rev)
+				if multi {
+					l.cfg.Logger.Warn("zklike: multi-key contender lost its lease while waiting; queueing again", "keys", keys)
+				} else {
+					l.cfg.Logger.Warn("zklike: contender lost its lease while waiting; queueing again", "key", keys[0], "token", cs[0].rev)
+				}
 				continue
 			}
-			return nil, l.fail(ctx, op, key, err)
+			return nil, l.fail(ctx, op, keys[0], err)
 		}
-		l.hold(c, lease)
-		return lease, nil
+		for i, c := range cs {
+			l.hold(c, leases[i])
+		}
+		return leases, nil
 	}
 }
 

@@ -2,7 +2,6 @@ package zklike
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -457,63 +456,12 @@ func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 			opts.TTL = l.cfg.SessionTTL
 		}
 		var err error
-		leases, err = l.acquireAllNormalized(ctx, keys, opts, try)
+		leases, err = l.contend(ctx, keys, opts, try, true, func(wctx context.Context, cs []*contender) ([]*lock.Lease, error) {
+			return l.multi(wctx, cs, try)
+		})
 		return nil, err
 	})
 	return leases, err
-}
-
-func (l *Locker) acquireAllNormalized(ctx context.Context, keys []string, opts lock.AcquireOptions, try bool) ([]*lock.Lease, error) {
-	op := "acquire-all"
-	if try {
-		op = "try-acquire-all"
-	}
-	if err := l.checkSupported(opts); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, l.fail(ctx, op, keys[0], nil)
-	}
-	if !try {
-		for _, k := range keys {
-			l.wanted.localWaiter(l.dir(k), opts.Mode == lock.ModeExclusive)
-		}
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(l.ctx, cancel)()
-	for restarts := 0; ; restarts++ {
-		cs, err := l.enterAll(wctx, keys, opts)
-		if err != nil {
-			return nil, l.fail(ctx, op, keys[0], err)
-		}
-		leases, err := l.multi(wctx, cs, try)
-		if err == nil && wctx.Err() != nil {
-			for _, lease := range leases {
-				lease.End(lock.ErrReleased)
-			}
-			leases, err = nil, wctx.Err()
-		}
-		if err != nil {
-			for _, c := range cs {
-				l.abandon(c)
-			}
-			var held *lock.HeldError
-			var delayed *lock.DelayedError
-			switch {
-			case errors.As(err, &held), errors.As(err, &delayed), errors.Is(err, lock.ErrPermitsMismatch):
-				return nil, err
-			case errors.Is(err, errLost) && wctx.Err() == nil && (!try || restarts < maxTryRestarts):
-				l.cfg.Logger.Warn("zklike: multi-key contender lost its lease while waiting; queueing again", "keys", keys)
-				continue
-			}
-			return nil, l.fail(ctx, op, keys[0], err)
-		}
-		for i, c := range cs {
-			l.hold(c, leases[i])
-		}
-		return leases, nil
-	}
 }
 
 // enterAll prepares one contender per key, under one lease and handle.
