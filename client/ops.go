@@ -49,9 +49,6 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			c.releaseQuietly(stale) // or this acquire would wait behind it
 		}
 	}
-	// Issue 22's options go to the gateway as they are (it answers
-	// unsupported when its backend lacks one); none of them is cached.
-	mode, permits, delay := primitiveFields(opts)
 	octx, cancel := ctx, context.CancelFunc(func() {})
 	if !wait {
 		octx, cancel = c.opCtx(ctx)
@@ -63,18 +60,11 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			handle = lock.NewHandle()
 		}
 		defer c.expect(handle)()
-		k := &call{wait: wait, grantable: true, req: wire.Request{
-			CommandType: wire.CmdTryAcquire, Key: key, ClientID: opts.Owner,
-			TTL: ms(opts.TTL), LockToken: handle, Mode: mode, Permits: permits, LockDelayMS: delay,
-		}}
-		k.op = "try-acquire"
+		k := &call{wait: wait, grantable: true, op: "try-acquire",
+			req: acquireRequest(wire.Request{CommandType: wire.CmdTryAcquire, Key: key}, opts, handle)}
 		if wait {
 			k.req.CommandType = wire.CmdAcquire
 			k.op = "acquire"
-		}
-		if opts.Value != nil {
-			v := string(opts.Value)
-			k.req.Value = &v
 		}
 		r, err := c.do(ctx, octx, k)
 		if err != nil {
@@ -96,13 +86,22 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	}
 }
 
-// primitiveFields are issue 22's options on the wire: mode ("" for
-// exclusive), permits, lockDelayMs.
-func primitiveFields(opts lock.AcquireOptions) (mode string, permits int, delayMS int64) {
+// acquireRequest is req (an acquire's command and key or keys) with the
+// rest of what an acquire under handle sends: opts's owner, TTL and value,
+// and issue 22's options as they are (mode "" for exclusive, permits,
+// lockDelayMs: the gateway answers unsupported when its backend lacks one;
+// none of them is cached).
+func acquireRequest(req wire.Request, opts lock.AcquireOptions, handle string) wire.Request {
+	req.ClientID, req.TTL, req.LockToken = opts.Owner, ms(opts.TTL), handle
 	if opts.Mode != lock.ModeExclusive {
-		mode = opts.Mode.String()
+		req.Mode = opts.Mode.String()
 	}
-	return mode, opts.Permits, ms(opts.LockDelay)
+	req.Permits, req.LockDelayMS = opts.Permits, ms(opts.LockDelay)
+	if opts.Value != nil {
+		v := string(opts.Value)
+		req.Value = &v
+	}
+	return req
 }
 
 // cacheable reports whether a lease acquired with opts may be kept by the

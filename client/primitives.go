@@ -86,7 +86,6 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 		octx, cancel = c.opCtx(ctx)
 	}
 	defer cancel()
-	mode, permits, delay := primitiveFields(opts)
 	what := fmt.Sprintf("%q", keys)
 	handle := opts.Handle
 	for {
@@ -94,17 +93,11 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 			handle = lock.NewHandle()
 		}
 		defer c.expect(handle)()
-		k := &call{wait: wait, grantable: true, op: "try-acquire-all", req: wire.Request{
-			CommandType: wire.CmdTryAcquireAll, Keys: keys, ClientID: opts.Owner,
-			TTL: ms(opts.TTL), LockToken: handle, Mode: mode, Permits: permits, LockDelayMS: delay,
-		}}
+		k := &call{wait: wait, grantable: true, op: "try-acquire-all",
+			req: acquireRequest(wire.Request{CommandType: wire.CmdTryAcquireAll, Keys: keys}, opts, handle)}
 		if wait {
 			k.req.CommandType = wire.CmdAcquireAll
 			k.op = "acquire-all"
-		}
-		if opts.Value != nil {
-			v := string(opts.Value)
-			k.req.Value = &v
 		}
 		r, err := c.do(ctx, octx, k)
 		if err != nil {
