@@ -412,9 +412,35 @@ func (l *Locker) wait(ctx context.Context, c *contender, pred *mvccpb.KeyValue, 
 // if that is later than rev, the delete may have happened in between, so
 // the key is read once more.
 func (l *Locker) awaitDelete(ctx context.Context, key string, rev int64, lost <-chan struct{}) error {
+	return l.watchDeletes(ctx, key, lost, func(wr clientv3.WatchResponse) (bool, error) {
+		if wr.Created {
+			if wr.Header.Revision > rev {
+				gone, err := l.absent(ctx, key)
+				if err != nil || gone {
+					return true, ctx.Err()
+				}
+			}
+			return false, nil
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return true, nil
+			}
+		}
+		return false, nil
+	}, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+}
+
+// watchDeletes is the watch of awaitDelete and awaitDeleteBefore: it
+// watches key with opts from etcd's current revision and hands every
+// response to seen until seen is done (returning its error). It returns
+// errLost when lost closes and ctx.Err() when ctx ends; a watch that ends
+// or fails (after a pause rather than spin: no leader on that member, or
+// the stream broke) returns ctx.Err() too, and the caller looks again.
+func (l *Locker) watchDeletes(ctx context.Context, key string, lost <-chan struct{}, seen func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := l.cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	wch := l.cli.Watch(wctx, key, opts...)
 	for {
 		select {
 		case <-lost:
@@ -426,24 +452,11 @@ func (l *Locker) awaitDelete(ctx context.Context, key string, rev int64, lost <-
 				return ctx.Err() // nil: the watch ended; look again
 			}
 			if err := wr.Err(); err != nil {
-				// No leader on that member, or the stream broke: look
-				// again after a pause rather than spin.
 				sleepCtx(ctx, 50*time.Millisecond)
 				return ctx.Err()
 			}
-			if wr.Created {
-				if wr.Header.Revision > rev {
-					gone, err := l.absent(ctx, key)
-					if err != nil || gone {
-						return ctx.Err()
-					}
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return nil
-				}
+			if done, err := seen(wr); done {
+				return err
 			}
 		}
 	}

@@ -398,36 +398,18 @@ func (l *Locker) waitTurn(ctx context.Context, c *contender) error {
 // its directory (a watch of the directory's deletes; see awaitDelete for
 // why it starts at the current revision).
 func (l *Locker) awaitDeleteBefore(ctx context.Context, c *contender, rev int64, lost <-chan struct{}) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := l.cli.Watch(wctx, c.dir, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut(), clientv3.WithPrevKV())
-	for {
-		select {
-		case <-lost:
-			return errLost
-		case <-ctx.Done():
-			return ctx.Err()
-		case wr, ok := <-wch:
-			if !ok {
-				return ctx.Err()
-			}
-			if err := wr.Err(); err != nil {
-				sleepCtx(ctx, 50*time.Millisecond)
-				return ctx.Err()
-			}
-			if wr.Created {
-				if wr.Header.Revision > rev {
-					return nil // something may have changed meanwhile: look again
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.PrevKv == nil || ev.PrevKv.CreateRevision < c.rev {
-					return nil
-				}
+	return l.watchDeletes(ctx, c.dir, lost, func(wr clientv3.WatchResponse) (bool, error) {
+		if wr.Created {
+			// Something may have changed meanwhile: look again.
+			return wr.Header.Revision > rev, nil
+		}
+		for _, ev := range wr.Events {
+			if ev.PrevKv == nil || ev.PrevKv.CreateRevision < c.rev {
+				return true, nil
 			}
 		}
-	}
+		return false, nil
+	}, clientv3.WithPrefix(), clientv3.WithCreatedNotify(), clientv3.WithFilterPut(), clientv3.WithPrevKV())
 }
 
 // AcquireAll implements lock.MultiLocker (see above): one Txn queues a
