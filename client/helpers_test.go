@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
+	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -34,7 +35,14 @@ func (w tLogWriter) Write(p []byte) (int, error) {
 // port and returns its address (host:port).
 func startMemGateway(t testing.TB, store *locktest.MemStore) string {
 	t.Helper()
-	l := store.NewLocker()
+	_, addr := startGatewayOver(t, store.NewLocker())
+	return addr
+}
+
+// startGatewayOver serves a gateway over l on a loopback port and returns
+// it and its address (host:port); l is closed with it.
+func startGatewayOver(t testing.TB, l lock.Locker) (*gateway.Gateway, string) {
+	t.Helper()
 	g := gateway.New(l, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(g)
 	t.Cleanup(func() {
@@ -42,7 +50,7 @@ func startMemGateway(t testing.TB, store *locktest.MemStore) string {
 		srv.Close()
 		l.Close()
 	})
-	return strings.TrimPrefix(srv.URL, "http://")
+	return g, strings.TrimPrefix(srv.URL, "http://")
 }
 
 // newClient returns a client of the gateways at addrs, closed when t ends.

@@ -3,33 +3,16 @@ package client_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/lockgate/lockgate/client"
-	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
 // Issue 22's primitives through the SDK, beside the conformance suite
 // (which runs their cases through it): what is the SDK's own.
-
-// startGatewayOver serves a gateway over l and returns it and its address.
-func startGatewayOver(t testing.TB, l lock.Locker) (*gateway.Gateway, string) {
-	t.Helper()
-	g := gateway.New(l, gateway.Options{Logger: slog.New(slog.DiscardHandler)})
-	srv := httptest.NewServer(g)
-	t.Cleanup(func() {
-		g.Close()
-		srv.Close()
-		l.Close()
-	})
-	return g, strings.TrimPrefix(srv.URL, "http://")
-}
 
 // TestFeaturesFromHandshake: a fresh client reports its gateway's
 // features (Features waits for the first connection); a client that
