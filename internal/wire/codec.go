@@ -211,11 +211,19 @@ func CheckFields(data []byte, v any) error {
 // requestFields are the JSON names of Request's fields.
 var requestFields = jsonNames(reflect.TypeOf(Request{}))
 
-// jsonNames lists the JSON names of a struct type's fields.
+// jsonNames lists the JSON names of a struct type's fields, with those of
+// an embedded struct without a JSON name, which encoding/json promotes.
 func jsonNames(t reflect.Type) map[string]bool {
 	m := map[string]bool{}
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			for n := range jsonNames(f.Type) {
+				m[n] = true
+			}
+			continue
+		}
 		m[name] = true
 	}
 	return m

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strconv"
 	"testing"
@@ -246,5 +247,34 @@ func TestCodecCoversEveryField(t *testing.T) {
 	backRep = Reply{}
 	if !fastReply(want, &backRep) || !reflect.DeepEqual(backRep, rep) {
 		t.Errorf("fastReply(%s): fast path not taken or decoded %+v; want %+v", want, backRep, rep)
+	}
+}
+
+// TestCheckFieldsEmbedded: CheckFields takes the fields of an embedded
+// struct without a JSON name as the struct's own, as encoding/json does,
+// and still refuses an unknown field or one in another case.
+func TestCheckFieldsEmbedded(t *testing.T) {
+	type inner struct {
+		TTLMS int64 `json:"ttl_ms"`
+	}
+	type outer struct {
+		Keys []string `json:"keys"`
+		inner
+	}
+	for data, want := range map[string]string{
+		`{"keys":["a"],"ttl_ms":5}`: "",
+		`{"ttl_ms":5}`:              "",
+		`{"TTL_MS":5}`:              "TTL_MS",
+		`{"inner":{}}`:              "inner",
+		`{"keys":[],"other":1}`:     "other",
+	} {
+		err := CheckFields([]byte(data), &outer{})
+		var uf *UnknownFieldError
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("CheckFields(%s) = %v; want nil", data, err)
+		case want != "" && (!errors.As(err, &uf) || uf.Name != want):
+			t.Errorf("CheckFields(%s) = %v; want unknown field %q", data, err, want)
+		}
 	}
 }
