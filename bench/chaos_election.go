@@ -212,17 +212,9 @@ func (e *electionRun) campaigner(ctx context.Context, id int, l lock.Locker, lin
 		cctx, cancel := context.WithTimeout(ctx, 10*ttl)
 		ld, err := election.Campaign(cctx, l, key, []byte(strconv.Itoa(id)), election.WithTTL(ttl))
 		cancel()
-		acq.End = w.now()
-		if err != nil {
-			acq.Unknown = !errors.Is(err, lock.ErrNotAcquired)
-			w.record(acq)
-			if ctx.Err() == nil {
-				w.fail("campaign", err)
-				sleepCtx(ctx, between(rng, 20*time.Millisecond, 100*time.Millisecond))
-			}
+		if !w.acquired(ctx, rng, &acq, "campaign", err) {
 			continue
 		}
-		w.cycles.Add(1)
 		token := ld.Token()
 		acq.OK, acq.Token, acq.Session = true, uint64(token), w.session
 

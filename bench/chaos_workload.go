@@ -70,6 +70,28 @@ func (w *workload) fail(kind string, err error) {
 	w.mu.Unlock()
 }
 
+// acquired ends acq, an acquire (named what in the failure counts) that
+// returned err. A failed one is recorded now — of unknown outcome unless
+// err is lock.ErrNotAcquired: the contract releases a grant that raced the
+// caller's cancellation, but the checker cannot know it did not exist — and,
+// unless ctx has ended, counted and followed by a short random back-off. A
+// successful one counts a cycle; the caller records it once it knows the
+// token.
+func (w *workload) acquired(ctx context.Context, rng *rand.Rand, acq *check.Op, what string, err error) bool {
+	acq.End = w.now()
+	if err != nil {
+		acq.Unknown = !errors.Is(err, lock.ErrNotAcquired)
+		w.record(*acq)
+		if ctx.Err() == nil {
+			w.fail(what, err)
+			sleepCtx(ctx, between(rng, 20*time.Millisecond, 100*time.Millisecond))
+		}
+		return false
+	}
+	w.cycles.Add(1)
+	return true
+}
+
 func (w *workload) history() check.History {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -88,19 +110,9 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 		actx, cancel := context.WithTimeout(ctx, 2*ttl)
 		lease, err := l.Acquire(actx, key, opts)
 		cancel()
-		acq.End = w.now()
-		if err != nil {
-			// The contract releases a grant that raced the caller's
-			// cancellation, but the checker cannot know it did not exist.
-			acq.Unknown = !errors.Is(err, lock.ErrNotAcquired)
-			w.record(acq)
-			if ctx.Err() == nil {
-				w.fail("acquire", err)
-				sleepCtx(ctx, between(rng, 20*time.Millisecond, 100*time.Millisecond))
-			}
+		if !w.acquired(ctx, rng, &acq, "acquire", err) {
 			continue
 		}
-		w.cycles.Add(1)
 		token := lease.Token
 		if !w.fencing {
 			// No fencing token: the history still needs each grant's
