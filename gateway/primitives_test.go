@@ -184,6 +184,10 @@ func TestInvalidPrimitiveInput(t *testing.T) {
 			{"/locks", `{}`, "missing_field"},
 			{"/locks", ``, "missing_field"},
 			{"/locks", `{"keys":["a"],"wait_ms":-1}`, "invalid_wait"},
+			{"/locks", `{"wait_ms":-1}`, "invalid_wait"}, // before the keys
+			{"/locks", `{"keys":["a"],"TTL_MS":5}`, "bad_json"},
+			{"/locks", `{"keys":["a"],"lockDelayMs":5}`, "bad_json"},
+			{"/locks", `{"keys":["a"],"acquireBody":{}}`, "bad_json"},
 		} {
 			code, m, _ := do(t, "POST", srv.URL+tc.path, "application/json", tc.body)
 			if errCode(m) != tc.code || code != wire.Status(tc.code) {

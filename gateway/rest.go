@@ -34,15 +34,22 @@ type acquireBody struct {
 
 // acquireAllBody is POST /locks: an acquireBody with the keys.
 type acquireAllBody struct {
-	Keys        []string `json:"keys"`
-	ClientID    string   `json:"client_id"`
-	TTLMS       int64    `json:"ttl_ms"`
-	Value       *string  `json:"value"`
-	WaitMS      int64    `json:"wait_ms"`
-	LockToken   string   `json:"lock_token"`
-	Mode        string   `json:"mode"`
-	Permits     int      `json:"permits"`
-	LockDelayMS int64    `json:"lock_delay_ms"`
+	Keys []string `json:"keys"`
+	acquireBody
+}
+
+// options are the acquire options b names, but for issue 22's (mode,
+// permits, lock_delay_ms: primitiveOptions checks them); a client without
+// a client_id gets an owner of its own.
+func (b *acquireBody) options() lock.AcquireOptions {
+	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
+	if opts.Owner == "" {
+		opts.Owner = "rest-" + lock.NewHandle()[:12]
+	}
+	if b.Value != nil {
+		opts.Value = []byte(*b.Value)
+	}
+	return opts
 }
 
 // leaseBody names a lease. fencing_token is {"key", "value"}, the shape of
@@ -92,20 +99,10 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	if !g.readBody(w, r, &b, false) {
 		return
 	}
-	// Bounded before it becomes a duration: a large wait_ms overflowed
-	// the multiplication into a negative wait (issue 15).
-	if maxMS := durationMS(g.opts.MaxWait); b.WaitMS < 0 || b.WaitMS > maxMS {
-		g.writeError(w, r, newError(wire.CodeInvalidWait,
-			fmt.Sprintf("wait_ms is %d; it must be 0 (do not wait) to %d", b.WaitMS, maxMS)))
+	if !g.checkWait(w, r, b.WaitMS) {
 		return
 	}
-	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
-	if opts.Owner == "" {
-		opts.Owner = "rest-" + lock.NewHandle()[:12]
-	}
-	if b.Value != nil {
-		opts.Value = []byte(*b.Value)
-	}
+	opts := b.options()
 	// The backend validates too; checking here keeps bad input from
 	// taking a ticket.
 	if aerr := g.primitiveOptions(&opts, key, b.Mode, b.Permits, b.LockDelayMS, 0); aerr != nil {
@@ -140,9 +137,7 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 	if !g.readBody(w, r, &b, false) {
 		return
 	}
-	if maxMS := durationMS(g.opts.MaxWait); b.WaitMS < 0 || b.WaitMS > maxMS {
-		g.writeError(w, r, newError(wire.CodeInvalidWait,
-			fmt.Sprintf("wait_ms is %d; it must be 0 (do not wait) to %d", b.WaitMS, maxMS)))
+	if !g.checkWait(w, r, b.WaitMS) {
 		return
 	}
 	if b.Keys == nil {
@@ -153,13 +148,7 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
-	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
-	if opts.Owner == "" {
-		opts.Owner = "rest-" + lock.NewHandle()[:12]
-	}
-	if b.Value != nil {
-		opts.Value = []byte(*b.Value)
-	}
+	opts := b.options()
 	if aerr := g.primitiveOptions(&opts, b.Keys[0], b.Mode, b.Permits, b.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
 		g.writeError(w, r, aerr)
 		return
@@ -174,6 +163,18 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 	g.restWait(w, r, start, b.WaitMS, true, func(ctx context.Context) ([]*lock.Lease, error) {
 		return ml.AcquireAll(ctx, b.Keys, opts)
 	})
+}
+
+// checkWait answers invalid_wait and reports false when wait_ms is out of
+// range. It is bounded before it becomes a duration: a large wait_ms
+// overflowed the multiplication into a negative wait (issue 15).
+func (g *Gateway) checkWait(w http.ResponseWriter, r *http.Request, waitMS int64) bool {
+	if maxMS := durationMS(g.opts.MaxWait); waitMS < 0 || waitMS > maxMS {
+		g.writeError(w, r, newError(wire.CodeInvalidWait,
+			fmt.Sprintf("wait_ms is %d; it must be 0 (do not wait) to %d", waitMS, maxMS)))
+		return false
+	}
+	return true
 }
 
 // restWait runs a waiting REST acquire: answered at once if the grant
