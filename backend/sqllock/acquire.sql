@@ -22,18 +22,7 @@ SELECT $2::text, $3::text, $4::text, nextval({{seqlit}}), $5::bytea,
                       AND ($8::bigint = 0 OR q.ticket < $8::bigint))
     OR EXISTS (SELECT 1 FROM {{table}} AS o WHERE o.key = $2::text || fence.f AND o.handle = $4::text)
 ON CONFLICT (key) DO UPDATE
-   SET owner       = EXCLUDED.owner,
-       handle      = EXCLUDED.handle,
-       token       = CASE WHEN l.handle = EXCLUDED.handle THEN l.token ELSE EXCLUDED.token END,
-       value       = EXCLUDED.value,
-       acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at,
-       lock_delay  = EXCLUDED.lock_delay,
-       mode        = 0,
-       permits     = 0,
-       -- a takeover starts afresh: waiters that still want the key find
-       -- it held again and mark it again
-       contended   = l.contended AND l.handle = EXCLUDED.handle
+{{takeover}}
    -- an expired row whose grant asked for a lock-delay keeps the key until
    -- its expiry plus the delay (lock_delay, microseconds), on this clock
  WHERE l.handle = EXCLUDED.handle

@@ -17,16 +17,7 @@ SELECT u.k, $3::text, u.h, nextval({{seqlit}}), $4::bytea,
     OR EXISTS (SELECT 1 FROM {{table}} AS o WHERE o.key = u.k AND o.handle = u.h)
  ORDER BY u.i
 ON CONFLICT (key) DO UPDATE
-   SET owner       = EXCLUDED.owner,
-       handle      = EXCLUDED.handle,
-       token       = CASE WHEN l.handle = EXCLUDED.handle THEN l.token ELSE EXCLUDED.token END,
-       value       = EXCLUDED.value,
-       acquired_at = EXCLUDED.acquired_at,
-       expires_at  = EXCLUDED.expires_at,
-       lock_delay  = EXCLUDED.lock_delay,
-       mode        = 0,
-       permits     = 0,
-       contended   = l.contended AND l.handle = EXCLUDED.handle
+{{takeover}}
  WHERE l.handle = EXCLUDED.handle
     OR (l.expires_at + l.lock_delay * interval '1 microsecond' <= clock_timestamp()
         AND NOT EXISTS (SELECT 1 FROM {{queue}} AS q WHERE q.key = l.key AND q.expires_at > clock_timestamp()))

@@ -40,6 +40,8 @@ var (
 	fenceSQL string
 	//go:embed acquireall.sql
 	acquireAllSQL string
+	//go:embed takeover.sql
+	takeoverSQL string
 	//go:embed dequeue.sql
 	dequeueSQL string
 	//go:embed shared_state.sql
@@ -66,7 +68,8 @@ type queries struct {
 func newQueries(n names) queries {
 	lit := "'" + strings.ReplaceAll(n.seq, "'", "''") + "'"
 	r := strings.NewReplacer("{{table}}", n.table, "{{seq}}", n.seq, "{{seqlit}}", lit,
-		"{{holders}}", n.holders, "{{queue}}", n.queue)
+		"{{holders}}", n.holders, "{{queue}}", n.queue,
+		"{{takeover}}", strings.TrimSuffix(takeoverSQL, "\n"))
 	return queries{
 		schema:     r.Replace(schemaSQL),
 		acquire:    r.Replace(acquireSQL),
