@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -115,46 +116,21 @@ func (c *conn) acquireAll(req wire.Request) {
 		c.fail(req.ID, toAPIError(err))
 		return
 	}
-	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
-	if opts.Owner == "" {
-		opts.Owner = c.clientID
-	}
-	if req.Value != nil {
-		opts.Value = []byte(*req.Value)
-	}
+	opts := c.acquireOptions(req)
 	if aerr := c.g.primitiveOptions(&opts, req.Keys[0], req.Mode, req.Permits, req.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
 		c.fail(req.ID, aerr)
 		return
 	}
 	ml := c.g.l.(lock.MultiLocker) // featuresOf checked the interface
-	n := len(req.Keys)
-	if req.CommandType == wire.CmdTryAcquireAll {
-		if !c.takeSlot() {
-			return
-		}
-		if aerr := c.reserveLock(n); aerr != nil {
-			c.giveSlot()
-			c.fail(req.ID, aerr)
-			return
-		}
-		c.g.workers.Go(func() {
-			defer c.giveSlot()
-			start := time.Now()
-			leases, err := ml.TryAcquireAll(c.ctx, req.Keys, opts)
-			c.grantedAll(req, start, leases, err)
-		})
-		return
+	try := req.CommandType == wire.CmdTryAcquireAll
+	acquire := ml.AcquireAll
+	if try {
+		acquire = ml.TryAcquireAll
 	}
-	ctx, cancel, aerr := c.beginWait(req, n)
-	if aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	c.g.workers.Go(func() {
-		defer cancel(nil)
+	c.launch(req, len(req.Keys), try, func(ctx context.Context, outcome func(error) error) {
 		start := time.Now()
-		leases, err := ml.AcquireAll(ctx, req.Keys, opts)
-		c.grantedAll(req, start, leases, c.endWait(req, ctx, err))
+		leases, err := acquire(ctx, req.Keys, opts)
+		c.grantedAll(req, start, leases, outcome(err))
 	})
 }
 

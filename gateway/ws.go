@@ -239,13 +239,7 @@ func (c *conn) acquire(req wire.Request) {
 		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
-	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
-	if opts.Owner == "" {
-		opts.Owner = c.clientID
-	}
-	if req.Value != nil {
-		opts.Value = []byte(*req.Value)
-	}
+	opts := c.acquireOptions(req)
 	if req.Mode != "" || req.Permits != 0 || req.LockDelayMS != 0 {
 		// Issue 22's options: refused when malformed, or unsupported by
 		// the backend, before it sees them. A plain acquire skips this.
@@ -254,33 +248,61 @@ func (c *conn) acquire(req wire.Request) {
 			return
 		}
 	}
-	if req.CommandType == wire.CmdTryAcquire {
+	try := req.CommandType == wire.CmdTryAcquire
+	acquire := c.g.l.Acquire
+	if try {
+		acquire = c.g.l.TryAcquire
+	}
+	c.launch(req, 1, try, func(ctx context.Context, outcome func(error) error) {
+		start := time.Now()
+		lease, err := acquire(ctx, req.Key, opts)
+		c.granted(req, start, lease, outcome(err))
+	})
+}
+
+// acquireOptions are the acquire options req names, but for issue 22's
+// (mode, permits, lockDelayMs: primitiveOptions checks them); without a
+// clientId the owner is the connection's client.
+func (c *conn) acquireOptions(req wire.Request) lock.AcquireOptions {
+	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
+	if opts.Owner == "" {
+		opts.Owner = c.clientID
+	}
+	if req.Value != nil {
+		opts.Value = []byte(*req.Value)
+	}
+	return opts
+}
+
+// launch admits an acquire of n keys for req and runs it on a worker: a
+// try (one attempt) once it has a call slot and its locks are reserved,
+// under the connection's context; a wait through beginWait, under the
+// wait's context. run makes the attempt and reports it, passing its error
+// through outcome (endWait's for a wait, as it is for a try).
+func (c *conn) launch(req wire.Request, n int, try bool, run func(ctx context.Context, outcome func(error) error)) {
+	if try {
 		if !c.takeSlot() {
 			return
 		}
-		if aerr := c.reserveLock(1); aerr != nil {
+		if aerr := c.reserveLock(n); aerr != nil {
 			c.giveSlot()
 			c.fail(req.ID, aerr)
 			return
 		}
 		c.g.workers.Go(func() {
 			defer c.giveSlot()
-			start := time.Now()
-			lease, err := c.g.l.TryAcquire(c.ctx, req.Key, opts)
-			c.granted(req, start, lease, err)
+			run(c.ctx, func(err error) error { return err })
 		})
 		return
 	}
-	ctx, cancel, aerr := c.beginWait(req, 1)
+	ctx, cancel, aerr := c.beginWait(req, n)
 	if aerr != nil {
 		c.fail(req.ID, aerr)
 		return
 	}
 	c.g.workers.Go(func() {
 		defer cancel(nil)
-		start := time.Now()
-		lease, err := c.g.l.Acquire(ctx, req.Key, opts)
-		c.granted(req, start, lease, c.endWait(req, ctx, err))
+		run(ctx, func(err error) error { return c.endWait(req, ctx, err) })
 	})
 }
 
