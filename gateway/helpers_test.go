@@ -68,7 +68,13 @@ func (c *wsClient) recv() wire.Reply {
 // expect reads the next message and checks its id, type and error code.
 func (c *wsClient) expect(id, typ, code string) wire.Reply {
 	c.t.Helper()
-	r := c.recv()
+	return c.check(c.recv(), id, typ, code)
+}
+
+// check fails the test unless r has this id, type and error code ("" for
+// none), and returns r.
+func (c *wsClient) check(r wire.Reply, id, typ, code string) wire.Reply {
+	c.t.Helper()
 	got := ""
 	if r.Error != nil {
 		got = r.Error.Code

@@ -562,13 +562,6 @@ func expectPast(c *wsClient, push, id, typ, code string) wire.Reply {
 		if r.ID == "" && r.Type == push {
 			continue
 		}
-		got := ""
-		if r.Error != nil {
-			got = r.Error.Code
-		}
-		if r.ID != id || r.Type != typ || got != code {
-			c.t.Fatalf("got id %q type %q code %q (%+v), want id %q type %q code %q", r.ID, r.Type, got, r.Error, id, typ, code)
-		}
-		return r
+		return c.check(r, id, typ, code)
 	}
 }
