@@ -160,13 +160,9 @@ func (w *watch) pump(ch <-chan lock.Event) {
 
 func (w *watch) eventReply(ev lock.Event) wire.Reply {
 	r := wire.Reply{ID: w.id, Type: wire.TypeEvent, Success: true, Key: w.key, Event: ev.Type.String(),
-		Owner: ev.Owner, Mode: modeName(ev.Mode), Permits: ev.Permits, Revision: ev.Revision}
+		Owner: ev.Owner, Mode: modeName(ev.Mode), Permits: ev.Permits, Revision: ev.Revision, Value: wireValue(ev.Value)}
 	if ev.Token != 0 {
 		r.FencingToken = &wire.FencingToken{Key: w.key, Value: uint64(ev.Token)}
-	}
-	if ev.Value != nil {
-		v := string(ev.Value)
-		r.Value = &v
 	}
 	return r
 }

@@ -569,28 +569,35 @@ func (c *conn) inspect(req wire.Request) {
 func infoReply(id string, info *lock.LockInfo) wire.Reply {
 	r := wire.Reply{ID: id, Type: wire.TypeInfo, Success: true, Key: info.Key, Owner: info.Owner,
 		FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(info.Token)}, Waiters: &info.Waiters,
-		Mode: modeName(info.Mode), Permits: info.Permits}
-	if info.Value != nil {
-		v := string(info.Value)
-		r.Value = &v
-	}
-	if !info.Expires.IsZero() {
-		ms := max(durationMS(time.Until(info.Expires)), 0)
-		r.ExpiresIn = &ms
-	}
+		Mode: modeName(info.Mode), Permits: info.Permits, Value: wireValue(info.Value), ExpiresIn: expiresIn(info.Expires)}
 	for _, h := range info.Holders {
-		wh := wire.HolderInfo{Owner: h.Owner, FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(h.Token)}}
-		if h.Value != nil {
-			v := string(h.Value)
-			wh.Value = &v
-		}
-		if !h.Expires.IsZero() {
-			ms := max(durationMS(time.Until(h.Expires)), 0)
-			wh.ExpiresIn = &ms
-		}
-		r.Holders = append(r.Holders, wh)
+		r.Holders = append(r.Holders, wire.HolderInfo{
+			Owner:        h.Owner,
+			FencingToken: &wire.FencingToken{Key: info.Key, Value: uint64(h.Token)},
+			Value:        wireValue(h.Value),
+			ExpiresIn:    expiresIn(h.Expires),
+		})
 	}
 	return r
+}
+
+// wireValue is a lock's value in a message: absent (nil) when it has none.
+func wireValue(v []byte) *string {
+	if v == nil {
+		return nil
+	}
+	s := string(v)
+	return &s
+}
+
+// expiresIn is the ms left until expires, never negative: absent (nil)
+// when expires is zero (no expiry known).
+func expiresIn(expires time.Time) *int64 {
+	if expires.IsZero() {
+		return nil
+	}
+	ms := max(durationMS(time.Until(expires)), 0)
+	return &ms
 }
 
 func (c *conn) cancelWait(req wire.Request) {
