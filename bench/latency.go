@@ -634,11 +634,8 @@ func runWorkload(ctx context.Context, conn *Conn, w string, cfg LatencyConfig, d
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err := ctx.Err(); err != nil {
+	if err := roundErr(ctx, &unsupported); err != nil {
 		return roundResult{}, err
-	}
-	if err := unsupported.Load(); err != nil {
-		return roundResult{}, *err
 	}
 	return rc.finish(elapsed, r), nil
 }
@@ -658,4 +655,17 @@ func (rc *recorder) finish(elapsed time.Duration, r *Run) roundResult {
 		}
 	}
 	return rr
+}
+
+// roundErr is why a round that has ended yields no result, if it does not:
+// ctx ended, or a client met lock.ErrUnsupported (the first such error,
+// held in unsupported), which ended the round.
+func roundErr(ctx context.Context, unsupported *atomic.Pointer[error]) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := unsupported.Load(); err != nil {
+		return *err
+	}
+	return nil
 }

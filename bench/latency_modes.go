@@ -222,11 +222,8 @@ func runMultiKey(ctx context.Context, conn *Conn, cfg LatencyConfig, d time.Dura
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	if err := ctx.Err(); err != nil {
+	if err := roundErr(ctx, &unsupported); err != nil {
 		return roundResult{}, err
-	}
-	if err := unsupported.Load(); err != nil {
-		return roundResult{}, *err
 	}
 	for k, n := range single.kinds {
 		rc.kinds["single "+k] += n
