@@ -211,62 +211,78 @@ func (s *suite) sharedExclusion(t *testing.T) {
 		}
 	})
 	t.Run("Mixed", func(t *testing.T) {
-		k := key(t, "k")
-		const goroutines, cycles = 8, 25
-		ls := []lock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
-		var readers, writers, most, grants atomic.Int64
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		stalled := s.stallGuard(t, c, cancel, &grants)
-		errs := make(chan error, goroutines*cycles*2)
-		var wg sync.WaitGroup
-		for g := range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-				l := ls[g%len(ls)]
-				for i := range cycles {
-					excl := rng.IntN(3) == 0
-					o := sharedOpts(fmt.Sprintf("g%d", g))
-					if excl {
-						o.Mode = lock.ModeExclusive
-					}
-					lease, err := l.Acquire(c, k, o)
-					if err != nil {
-						errs <- fmt.Errorf("g%d cycle %d: Acquire %v: %w", g, i, o.Mode, err)
-						return
-					}
-					grants.Add(1)
-					hold := time.Duration(rng.IntN(300)) * time.Microsecond
-					if excl {
-						if n, r := writers.Add(1), readers.Load(); n != 1 || r != 0 {
-							errs <- fmt.Errorf("exclusive holder (token %d) beside %d exclusive and %d shared holders", lease.Token, n-1, r)
-						}
-						time.Sleep(hold)
-						writers.Add(-1)
-					} else {
-						n := readers.Add(1)
-						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-						}
-						if w := writers.Load(); w != 0 {
-							errs <- fmt.Errorf("shared holder (token %d) beside %d exclusive holders", lease.Token, w)
-						}
-						time.Sleep(hold)
-						readers.Add(-1)
-					}
-					if err := l.Release(c, lease); err != nil {
-						errs <- fmt.Errorf("g%d cycle %d: Release: %w", g, i, err)
-					}
+		var readers, writers, most atomic.Int64
+		s.cycleHolders(t, key(t, "k"), 8, 25, func(g int, rng *rand.Rand) lock.AcquireOptions {
+			o := sharedOpts(fmt.Sprintf("g%d", g))
+			if rng.IntN(3) == 0 {
+				o.Mode = lock.ModeExclusive
+			}
+			return o
+		}, func(g int, rng *rand.Rand, o lock.AcquireOptions, lease *lock.Lease, errs chan<- error) {
+			hold := time.Duration(rng.IntN(300)) * time.Microsecond
+			if o.Mode == lock.ModeExclusive {
+				if n, r := writers.Add(1), readers.Load(); n != 1 || r != 0 {
+					errs <- fmt.Errorf("exclusive holder (token %d) beside %d exclusive and %d shared holders", lease.Token, n-1, r)
 				}
-			}()
-		}
-		wg.Wait()
-		cancel()
-		close(errs)
-		reportErrsUnless(t, errs, stalled)
+				time.Sleep(hold)
+				writers.Add(-1)
+			} else {
+				n := readers.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				if w := writers.Load(); w != 0 {
+					errs <- fmt.Errorf("shared holder (token %d) beside %d exclusive holders", lease.Token, w)
+				}
+				time.Sleep(hold)
+				readers.Add(-1)
+			}
+		})
 		t.Logf("at most %d shared holders at once", most.Load())
 	})
+}
+
+// cycleHolders runs goroutines goroutines on four clients, each making
+// cycles acquire → hold → release cycles of key, with the options opts
+// gives for each cycle; hold runs while the lease is held and sends what it
+// finds wrong to errs. rng is the goroutine's own. The errors are reported
+// unless the run stalled (stallGuard: then the cancellations it caused are
+// not).
+func (s *suite) cycleHolders(t *testing.T, key string, goroutines, cycles int,
+	opts func(g int, rng *rand.Rand) lock.AcquireOptions,
+	hold func(g int, rng *rand.Rand, o lock.AcquireOptions, lease *lock.Lease, errs chan<- error)) {
+	t.Helper()
+	ls := []lock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
+	var grants atomic.Int64
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	stalled := s.stallGuard(t, c, cancel, &grants)
+	errs := make(chan error, goroutines*cycles*2)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+			l := ls[g%len(ls)]
+			for i := range cycles {
+				o := opts(g, rng)
+				lease, err := l.Acquire(c, key, o)
+				if err != nil {
+					errs <- fmt.Errorf("g%d cycle %d: Acquire %v, %d permits: %w", g, i, o.Mode, o.Permits, err)
+					return
+				}
+				grants.Add(1)
+				hold(g, rng, o, lease, errs)
+				if err := l.Release(c, lease); err != nil {
+					errs <- fmt.Errorf("g%d cycle %d: Release: %w", g, i, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	close(errs)
+	reportErrsUnless(t, errs, stalled)
 }
 
 // reportErrs reports the first five errors of errs and how many more.
@@ -409,53 +425,27 @@ func (s *suite) semaphore(t *testing.T) {
 		return lock.AcquireOptions{TTL: ttl, Permits: n, Owner: owner}
 	}
 	t.Run("Bound", func(t *testing.T) {
-		k := key(t, "k")
-		const goroutines, cycles = 8, 15
-		ls := []lock.Locker{s.locker(t), s.locker(t), s.locker(t), s.locker(t)}
-		var cur, most, grants atomic.Int64
+		var cur, most atomic.Int64
 		var mu sync.Mutex
 		tokens := map[lock.Token]bool{}
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		stalled := s.stallGuard(t, c, cancel, &grants)
-		errs := make(chan error, goroutines*cycles*2)
-		var wg sync.WaitGroup
-		for g := range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l := ls[g%len(ls)]
-				for i := range cycles {
-					lease, err := l.Acquire(c, k, sem(fmt.Sprintf("g%d", g), longTTL))
-					if err != nil {
-						errs <- fmt.Errorf("g%d cycle %d: Acquire: %w", g, i, err)
-						return
-					}
-					grants.Add(1)
-					h := cur.Add(1)
-					for m := most.Load(); h > m && !most.CompareAndSwap(m, h); m = most.Load() {
-					}
-					if h > n {
-						errs <- fmt.Errorf("%d holders of a %d-permit semaphore (token %d)", h, n, lease.Token)
-					}
-					mu.Lock()
-					if tokens[lease.Token] {
-						errs <- fmt.Errorf("token %d granted twice", lease.Token)
-					}
-					tokens[lease.Token] = true
-					mu.Unlock()
-					time.Sleep(time.Duration(g%4) * 100 * time.Microsecond)
-					cur.Add(-1)
-					if err := l.Release(c, lease); err != nil {
-						errs <- fmt.Errorf("g%d cycle %d: Release: %w", g, i, err)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		cancel()
-		close(errs)
-		reportErrsUnless(t, errs, stalled)
+		s.cycleHolders(t, key(t, "k"), 8, 15, func(g int, _ *rand.Rand) lock.AcquireOptions {
+			return sem(fmt.Sprintf("g%d", g), longTTL)
+		}, func(g int, _ *rand.Rand, _ lock.AcquireOptions, lease *lock.Lease, errs chan<- error) {
+			h := cur.Add(1)
+			for m := most.Load(); h > m && !most.CompareAndSwap(m, h); m = most.Load() {
+			}
+			if h > n {
+				errs <- fmt.Errorf("%d holders of a %d-permit semaphore (token %d)", h, n, lease.Token)
+			}
+			mu.Lock()
+			if tokens[lease.Token] {
+				errs <- fmt.Errorf("token %d granted twice", lease.Token)
+			}
+			tokens[lease.Token] = true
+			mu.Unlock()
+			time.Sleep(time.Duration(g%4) * 100 * time.Microsecond)
+			cur.Add(-1)
+		})
 		t.Logf("at most %d holders at once", most.Load())
 	})
 	t.Run("Full", func(t *testing.T) {
