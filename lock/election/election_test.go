@@ -40,6 +40,21 @@ func next(t *testing.T, ch <-chan election.Leader) election.Leader {
 	return election.Leader{}
 }
 
+// campaignAsync campaigns for key with value on l in a goroutine; the
+// channel yields the leadership once won (nil, the test failed, if the
+// campaign failed).
+func campaignAsync(t *testing.T, l lock.Locker, key, value string) <-chan *election.Leadership {
+	won := make(chan *election.Leadership, 1)
+	go func() {
+		e, err := election.Campaign(ctx(t), l, key, []byte(value))
+		if err != nil {
+			t.Error(err)
+		}
+		won <- e
+	}()
+	return won
+}
+
 func wantLeader(t *testing.T, ld election.Leader, e *election.Leadership, value string) {
 	t.Helper()
 	if !ld.Present || ld.Token != e.Token() || string(ld.Value) != value {
@@ -63,14 +78,7 @@ func TestCampaignResignHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	won := make(chan *election.Leadership, 1)
-	go func() {
-		e, err := election.Campaign(ctx(t), b, "e", []byte("b"))
-		if err != nil {
-			t.Error(err)
-		}
-		won <- e
-	}()
+	won := campaignAsync(t, b, "e", "b")
 	awaitWaiter(t, b)
 	select {
 	case <-won:
@@ -155,14 +163,7 @@ func TestObserve(t *testing.T) {
 	}
 	wantLeader(t, next(t, late), ea, "a")
 
-	won := make(chan *election.Leadership, 1)
-	go func() {
-		e, err := election.Campaign(ctx(t), b, "e", []byte("b"))
-		if err != nil {
-			t.Error(err)
-		}
-		won <- e
-	}()
+	won := campaignAsync(t, b, "e", "b")
 	awaitWaiter(t, o)
 	ea.Resign(ctx(t))
 	eb := <-won
