@@ -649,24 +649,7 @@ class Client:
                     req["value"] = value
                 self._primitive_fields(req, prim)
                 k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True, needs=needs)
-                if wait_until is not None:
-                    def on_send(now: float, req: Dict[str, Any] = req) -> None:
-                        # A re-sent copy asks only for what is left of the wait.
-                        req["waitMs"] = max(1, ms(wait_until - now))
-                    k.on_send = on_send
-                if waiting and wait_until is None:
-                    r = await self._do(k)
-                elif waiting:
-                    assert wait is not None
-                    # The gateway answers timeout at waitMs; our own bound, a
-                    # little later, holds if it does not (an older server).
-                    try:
-                        async with asyncio.timeout(max(0.0, wait_until - time.monotonic()) + min(1.0, self.request_timeout)):
-                            r = await self._do(k)
-                    except TimeoutError:
-                        raise LockTimeoutError(f"not granted within {wait:g} s", key) from None
-                else:
-                    r = await self._timed(k)
+                r = await self._send_acquire(k, waiting, wait, wait_until, key)
                 if r.get("type") != "grant":
                     raise self._unexpected(r, key, "grant")
                 lease = await self._lease(r, key, ttl, value, auto_renew, k.first)
@@ -678,6 +661,30 @@ class Client:
                 if self._cache is not None and plain:
                     self._cache.hold(lease, opts)
                 return lease
+
+    async def _send_acquire(self, k: "_Call", waiting: bool, wait: Optional[float], wait_until: Optional[float],
+                            key: str) -> Dict[str, Any]:
+        """Send an acquire or acquire-all call and return its answer. A
+        bounded wait (``wait`` seconds, ending at ``wait_until``) asks the
+        gateway for what is left of it on every send, and is bounded here
+        too; a try is bounded by the request timeout."""
+        if wait_until is not None:
+            def on_send(now: float, req: Dict[str, Any] = k.req) -> None:
+                # A re-sent copy asks only for what is left of the wait.
+                req["waitMs"] = max(1, ms(wait_until - now))
+            k.on_send = on_send
+        if not waiting:
+            return await self._timed(k)
+        if wait_until is None:
+            return await self._do(k)
+        assert wait is not None
+        # The gateway answers timeout at waitMs; our own bound, a little
+        # later, holds if it does not (an older server).
+        try:
+            async with asyncio.timeout(max(0.0, wait_until - time.monotonic()) + min(1.0, self.request_timeout)):
+                return await self._do(k)
+        except TimeoutError:
+            raise LockTimeoutError(f"not granted within {wait:g} s", key) from None
 
     async def acquire_all(self, keys: Sequence[str], ttl: Optional[float] = None, value: Optional[str] = None,
                           auto_renew: Optional[bool] = None, wait: Optional[float] = None, *,
@@ -724,21 +731,7 @@ class Client:
                 self._primitive_fields(req, prim)
                 k = _Call("acquire-all" if waiting else "try-acquire-all", req, wait=waiting, grantable=True,
                           needs=["multikey"] + prim[3])
-                if wait_until is not None:
-                    def on_send(now: float, req: Dict[str, Any] = req) -> None:
-                        req["waitMs"] = max(1, ms(wait_until - now))
-                    k.on_send = on_send
-                if waiting and wait_until is None:
-                    r = await self._do(k)
-                elif waiting:
-                    assert wait is not None
-                    try:
-                        async with asyncio.timeout(max(0.0, wait_until - time.monotonic()) + min(1.0, self.request_timeout)):
-                            r = await self._do(k)
-                    except TimeoutError:
-                        raise LockTimeoutError(f"not granted within {wait:g} s", keys[0]) from None
-                else:
-                    r = await self._timed(k)
+                r = await self._send_acquire(k, waiting, wait, wait_until, keys[0])
                 if r.get("type") != "grants":
                     raise self._unexpected(r, keys[0], "grants")
                 got = r.get("leases") if isinstance(r.get("leases"), list) else []
