@@ -49,10 +49,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 			c.releaseQuietly(stale) // or this acquire would wait behind it
 		}
 	}
-	octx, cancel := ctx, context.CancelFunc(func() {})
-	if !wait {
-		octx, cancel = c.opCtx(ctx)
-	}
+	octx, cancel := c.acquireCtx(ctx, wait)
 	defer cancel()
 	handle := opts.Handle
 	for {
@@ -84,6 +81,15 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		}
 		return lease, err
 	}
+}
+
+// acquireCtx is the context an acquire's calls run under: ctx itself for
+// a wait (ctx alone ends it), bounded by RequestTimeout (opCtx) for a try.
+func (c *Client) acquireCtx(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
+	if wait {
+		return ctx, func() {}
+	}
+	return c.opCtx(ctx)
 }
 
 // acquireRequest is req (an acquire's command and key or keys) with the

@@ -81,10 +81,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 			c.releaseQuietly(stale)
 		}
 	}
-	octx, cancel := ctx, context.CancelFunc(func() {})
-	if !wait {
-		octx, cancel = c.opCtx(ctx)
-	}
+	octx, cancel := c.acquireCtx(ctx, wait)
 	defer cancel()
 	what := fmt.Sprintf("%q", keys)
 	handle := opts.Handle
