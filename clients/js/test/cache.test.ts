@@ -7,10 +7,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
-import { WebSocketServer, type WebSocket } from "ws";
+import { type WebSocket } from "ws";
 import { Client, NotHeldError, type Lease } from "../src/index.js";
+import { listenLoopback, wsServer, type Msg } from "./gateway.js";
 
-type Msg = Record<string, any>;
 
 interface Fake {
   addr: string;
@@ -30,8 +30,7 @@ interface Fake {
  */
 async function fake(opts: { wanted?: boolean; renew?: (m: Msg) => Msg } = {}): Promise<Fake> {
   const http: Server = createServer();
-  const wss = new WebSocketServer({ noServer: true, handleProtocols: (p: Set<string>) => (p.has("lockgate.v1") ? "lockgate.v1" : false) });
-  if (opts.wanted !== false) wss.on("headers", (h) => h.push("Lockgate-Features: wanted"));
+  const wss = wsServer({ features: opts.wanted !== false ? "wanted" : "" });
   const waiting: Array<{ cmd: number; resolve: (m: Msg) => void }> = [];
   const claimed = new Set<Msg>();
   const socks = new Set<WebSocket>();
@@ -91,14 +90,7 @@ async function fake(opts: { wanted?: boolean; renew?: (m: Msg) => Msg } = {}): P
       });
     });
   });
-  await new Promise<void>((res) => http.listen(0, "127.0.0.1", res));
-  f.addr = `127.0.0.1:${(http.address() as { port: number }).port}`;
-  f.close = async () => {
-    for (const ws of wss.clients) ws.terminate();
-    wss.close();
-    http.closeAllConnections();
-    await new Promise<void>((res) => http.close(() => res()));
-  };
+  ({ addr: f.addr, close: f.close } = await listenLoopback(http, wss));
   return f;
 }
 

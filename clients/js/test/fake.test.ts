@@ -6,63 +6,10 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type IncomingMessage, type Server } from "node:http";
-import { WebSocketServer, type WebSocket } from "ws";
 import { CancelledError, Client, LockgateError } from "../src/index.js";
+import { fakeGateway, type Msg } from "./gateway.js";
 
-type Msg = Record<string, any>;
-
-interface Fake {
-  addr: string;
-  /** Every request received, in order, with the index of the connection it came on. */
-  got: Array<Msg & { conn: number }>;
-  upgrades: IncomingMessage[];
-  close(): Promise<void>;
-}
-
-/**
- * fake starts a gateway on a free loopback port; onMsg answers each
- * request (send replies with reply()); refuse, when set, answers the
- * upgrade with an HTTP status instead.
- */
-async function fake(
-  onMsg: (m: Msg, reply: (r: Msg) => void, ws: WebSocket, conn: number) => void,
-  opts: { refuse?: (req: IncomingMessage) => { status: number; headers?: Record<string, string>; body?: string } | undefined; protocol?: boolean } = {},
-): Promise<Fake> {
-  const http: Server = createServer();
-  const wss = new WebSocketServer({ noServer: true, handleProtocols: (p: Set<string>) => (opts.protocol === false ? false : p.has("lockgate.v1") ? "lockgate.v1" : false) });
-  const f: Fake = { addr: "", got: [], upgrades: [], close: async () => {} };
-  let conns = 0;
-  http.on("upgrade", (req, socket, head) => {
-    f.upgrades.push(req);
-    const r = opts.refuse?.(req);
-    if (r) {
-      const body = r.body ?? "";
-      const hdrs = Object.entries({ "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(body)), ...(r.headers ?? {}) })
-        .map(([k, v]) => `${k}: ${v}\r\n`)
-        .join("");
-      socket.end(`HTTP/1.1 ${r.status} Refused\r\n${hdrs}\r\n${body}`);
-      return;
-    }
-    wss.handleUpgrade(req, socket, head, (ws) => {
-      const conn = ++conns;
-      ws.on("message", (data) => {
-        const m = JSON.parse(data.toString()) as Msg;
-        f.got.push({ ...m, conn });
-        onMsg(m, (r) => ws.send(JSON.stringify({ id: m.id, success: r.type !== "error", ...r })), ws, conn);
-      });
-    });
-  });
-  await new Promise<void>((res) => http.listen(0, "127.0.0.1", res));
-  f.addr = `127.0.0.1:${(http.address() as { port: number }).port}`;
-  f.close = async () => {
-    for (const ws of wss.clients) ws.terminate();
-    wss.close();
-    http.closeAllConnections();
-    await new Promise<void>((res) => http.close(() => res()));
-  };
-  return f;
-}
+const fake = fakeGateway;
 
 const grantOf = (m: Msg, token = 7) => ({ type: "grant", key: m.key, fencingToken: { key: m.key, value: token }, lockToken: m.lockToken, ttl: m.ttl, owner: m.clientId });
 

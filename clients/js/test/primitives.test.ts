@@ -8,8 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, type Server } from "node:http";
-import { WebSocketServer, type WebSocket } from "ws";
+import { type WebSocket } from "ws";
 import {
   Client,
   DelayedError,
@@ -20,44 +19,13 @@ import {
   election,
   type WatchEvent,
 } from "../src/index.js";
-
-type Msg = Record<string, any>;
+import { fakeGateway, type FakeGateway, type Msg } from "./gateway.js";
 
 const All = "wanted,shared,semaphore,multikey,watch,lockdelay";
 
-interface Fake {
-  addr: string;
-  got: Array<Msg & { conn: number }>;
-  close(): Promise<void>;
-}
-
 /** fake is a gateway on a free loopback port announcing features (none when ""); onMsg answers each request. */
-async function fake(features: string, onMsg: (m: Msg, reply: (r: Msg) => void, ws: WebSocket, conn: number) => void): Promise<Fake> {
-  const http: Server = createServer();
-  const wss = new WebSocketServer({ noServer: true, handleProtocols: (p: Set<string>) => (p.has("lockgate.v1") ? "lockgate.v1" : false) });
-  if (features) wss.on("headers", (headers) => headers.push(`Lockgate-Features: ${features}`));
-  const f: Fake = { addr: "", got: [], close: async () => {} };
-  let conns = 0;
-  http.on("upgrade", (req, socket, head) => {
-    wss.handleUpgrade(req, socket, head, (ws) => {
-      const conn = ++conns;
-      ws.on("message", (data) => {
-        const m = JSON.parse(data.toString()) as Msg;
-        f.got.push({ ...m, conn });
-        onMsg(m, (r) => ws.send(JSON.stringify({ id: m.id, success: r.type !== "error", ...r })), ws, conn);
-      });
-    });
-  });
-  await new Promise<void>((res) => http.listen(0, "127.0.0.1", res));
-  f.addr = `127.0.0.1:${(http.address() as { port: number }).port}`;
-  f.close = async () => {
-    for (const ws of wss.clients) ws.terminate();
-    wss.close();
-    http.closeAllConnections();
-    await new Promise<void>((res) => http.close(() => res()));
-  };
-  return f;
-}
+const fake = (features: string, onMsg: (m: Msg, reply: (r: Msg) => void, ws: WebSocket, conn: number) => void): Promise<FakeGateway> =>
+  fakeGateway(onMsg, { features });
 
 const tok = (key: string, value: number) => ({ key, value });
 
