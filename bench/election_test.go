@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -21,11 +20,7 @@ func TestElectionSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	bin := testenv.BuildLockgate(t)
-	var log bytes.Buffer
-	s, err := Provision(ctx, []string{Raft}, ProvisionOptions{Lockgate: bin, Log: &log})
-	if err != nil {
-		t.Fatalf("provision: %v\n%s", err, log.String())
-	}
+	s := provision(t, ctx, []string{Raft}, ProvisionOptions{Lockgate: bin})
 	defer s.Close()
 	rep, err := RunElection(ctx, ElectionConfig{Endpoints: s.Spec.Raft, Lockgate: bin, Kills: 2, TTL: time.Second,
 		CommitSamples: 10, Progress: testWriter{t}})

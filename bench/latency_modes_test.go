@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -150,12 +149,8 @@ func TestModesLatencySmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var log bytes.Buffer
 	backends := append(slices.Clone(smokeBackends), Etcd+":lease")
-	s, err := Provision(ctx, backends, ProvisionOptions{Lockgate: testenv.BuildLockgate(t), Log: &log})
-	if err != nil {
-		t.Fatalf("provision: %v\n%s", err, log.String())
-	}
+	s := provision(t, ctx, backends, ProvisionOptions{Lockgate: testenv.BuildLockgate(t)})
 	defer s.Close()
 	rep, err := RunLatency(ctx, s, LatencyConfig{
 		Backends:  backends,

@@ -27,11 +27,7 @@ func TestLatencySmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var log bytes.Buffer
-	s, err := Provision(ctx, smokeBackends, ProvisionOptions{Lockgate: testenv.BuildLockgate(t), Log: &log})
-	if err != nil {
-		t.Fatalf("provision: %v\n%s", err, log.String())
-	}
+	s := provision(t, ctx, smokeBackends, ProvisionOptions{Lockgate: testenv.BuildLockgate(t)})
 	defer s.Close()
 
 	rep, err := RunLatency(ctx, s, LatencyConfig{
@@ -345,6 +341,19 @@ func colouredPixels(img image.Image) int {
 }
 
 type testWriter struct{ t *testing.T }
+
+// provision starts names' servers as Provision does, failing the test with
+// Provision's log when they do not all start. The caller closes them.
+func provision(t *testing.T, ctx context.Context, names []string, opts ProvisionOptions) *Servers {
+	t.Helper()
+	var log bytes.Buffer
+	opts.Log = &log
+	s, err := Provision(ctx, names, opts)
+	if err != nil {
+		t.Fatalf("provision: %v\n%s", err, log.String())
+	}
+	return s
+}
 
 // logTable logs a report's text table and returns it.
 func logTable(t *testing.T, rep interface{ WriteTable(io.Writer) error }) string {

@@ -21,11 +21,7 @@ func TestPeersSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	names := []string{Etcd, EtcdMutex, "redlock:single", Redsync, Redislock, PGAdvisory, ZooKeeper}
-	var log bytes.Buffer
-	s, err := Provision(ctx, names, ProvisionOptions{Log: &log})
-	if err != nil {
-		t.Fatalf("provision: %v\n%s", err, log.String())
-	}
+	s := provision(t, ctx, names, ProvisionOptions{})
 	defer s.Close()
 	rep, err := RunLatency(ctx, s, LatencyConfig{
 		Backends:  names,
