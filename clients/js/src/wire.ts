@@ -42,7 +42,10 @@ export interface Request {
   keys?: string[];
 }
 
-/** One lease of a "grants" reply, or one holder of an info's holders. */
+/**
+ * One lease of a "grants" reply, or one holder of an info's holders; a
+ * {@link Reply} carries the same fields for its own key.
+ */
 export interface GrantInfo {
   key?: string;
   fencingToken?: bigint;
@@ -51,28 +54,18 @@ export interface GrantInfo {
   owner?: string;
   value?: string;
   expiresIn?: number;
+  /** How a grant, an info's key or an event's holder holds the key; absent for exclusive. */
   mode?: string;
   permits?: number;
   wanted?: boolean;
 }
 
 /** A reply or push as decoded: every fencing token is a bigint. */
-export interface Reply {
+export interface Reply extends GrantInfo {
   id?: string;
   type: string;
   success?: boolean;
-  key?: string;
-  fencingToken?: bigint;
-  lockToken?: string;
-  ttl?: number;
-  owner?: string;
-  value?: string;
-  expiresIn?: number;
   waiters?: number;
-  wanted?: boolean;
-  /** How a grant, an info's key or an event's holder holds the key; absent for exclusive. */
-  mode?: string;
-  permits?: number;
   /** The change an "event" message reports, and its revision. */
   event?: string;
   revision?: number;
