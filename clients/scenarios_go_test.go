@@ -150,13 +150,15 @@ func acquireAsync(ctx context.Context, c *client.Client, key string, opts lock.A
 	return ch
 }
 
-// await returns the outcome of an acquireAsync, or an error after d.
-func await(ch <-chan acquired, d time.Duration, what string) (acquired, error) {
+// await returns the outcome of an acquireAsync (or of another call made
+// in a goroutine), or an error after d.
+func await[T any](ch <-chan T, d time.Duration, what string) (T, error) {
 	select {
 	case a := <-ch:
 		return a, nil
 	case <-time.After(d):
-		return acquired{}, fmt.Errorf("%s: no answer within %v", what, d)
+		var zero T
+		return zero, fmt.Errorf("%s: no answer within %v", what, d)
 	}
 }
 

@@ -189,11 +189,9 @@ func acquireAll(ctx context.Context, r *goRun, s scenario) error {
 	if err := a.Release(ctx, la); err != nil {
 		return fmt.Errorf("A release: %w", err)
 	}
-	var got all
-	select {
-	case got = <-bch:
-	case <-time.After(10 * time.Second):
-		return errors.New("B's acquire-all: not granted within 10s of A's release")
+	got, err := await(bch, 10*time.Second, "B's acquire-all after A's release")
+	if err != nil {
+		return err
 	}
 	if got.err != nil {
 		return fmt.Errorf("B acquire-all: %w", got.err)
@@ -227,19 +225,28 @@ func acquireAll(ctx context.Context, r *goRun, s scenario) error {
 
 // nextEvent is the next event of a watch, or an error after 10 s.
 func nextEvent(ctx context.Context, ch <-chan lock.Event) (lock.Event, error) {
+	ev, ok, err := receive(ctx, ch, "no event within 10s")
+	switch {
+	case err != nil:
+		return lock.Event{}, err
+	case !ok:
+		return lock.Event{}, errors.New("the watch ended")
+	case ev.Type == lock.EventError:
+		return ev, fmt.Errorf("the watch broke: %w", ev.Err)
+	}
+	return ev, nil
+}
+
+// receive is the next value of ch (ok false: ch is closed), or the error
+// timeout after 10 s, or ctx's error when it ends first.
+func receive[T any](ctx context.Context, ch <-chan T, timeout string) (v T, ok bool, err error) {
 	select {
-	case ev, ok := <-ch:
-		if !ok {
-			return lock.Event{}, errors.New("the watch ended")
-		}
-		if ev.Type == lock.EventError {
-			return ev, fmt.Errorf("the watch broke: %w", ev.Err)
-		}
-		return ev, nil
+	case v, ok = <-ch:
+		return v, ok, nil
 	case <-time.After(10 * time.Second):
-		return lock.Event{}, errors.New("no event within 10s")
+		return v, false, errors.New(timeout)
 	case <-ctx.Done():
-		return lock.Event{}, ctx.Err()
+		return v, false, ctx.Err()
 	}
 }
 
@@ -363,17 +370,11 @@ func lockDelay(ctx context.Context, r *goRun, s scenario) error {
 
 // nextLeader is the next leader Observe reports, or an error after 10 s.
 func nextLeader(ctx context.Context, ch <-chan election.Leader) (election.Leader, error) {
-	select {
-	case ld, ok := <-ch:
-		if !ok {
-			return ld, errors.New("observe ended")
-		}
-		return ld, nil
-	case <-time.After(10 * time.Second):
-		return election.Leader{}, errors.New("no leader reported within 10s")
-	case <-ctx.Done():
-		return election.Leader{}, ctx.Err()
+	ld, ok, err := receive(ctx, ch, "no leader reported within 10s")
+	if err == nil && !ok {
+		err = errors.New("observe ended")
 	}
+	return ld, err
 }
 
 // election: Current and Observe report nobody, then A once it campaigned
@@ -431,11 +432,9 @@ func electionScenario(ctx context.Context, r *goRun, s scenario) error {
 	if err := ea.Resign(ctx); err != nil {
 		return fmt.Errorf("A resign: %w", err)
 	}
-	var wb won
-	select {
-	case wb = <-bch:
-	case <-time.After(10 * time.Second):
-		return errors.New("B's campaign: not leading within 10s of A's resignation")
+	wb, err := await(bch, 10*time.Second, "B's campaign after A's resignation")
+	if err != nil {
+		return err
 	}
 	if wb.err != nil {
 		return fmt.Errorf("B campaign: %w", wb.err)
