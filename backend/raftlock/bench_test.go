@@ -149,6 +149,20 @@ func floorRun(tb testing.TB, l *Node, n, appliers int) (rate float64, median tim
 // on its own key or all on one, and returns the cycles/s and the median
 // cycle.
 func clientsRun(tb testing.TB, l *Node, n, clients int, sameKey bool) (rate float64, median time.Duration) {
+	return cyclesRun(tb, l, n, clients, func(c, _ int) (string, lock.AcquireOptions) {
+		key := fmt.Sprintf("bench-%d", c)
+		if sameKey {
+			key = "bench-contended"
+		}
+		return key, lock.AcquireOptions{TTL: time.Minute}
+	})
+}
+
+// cyclesRun runs n acquire+release cycles from `clients` goroutines, each
+// with its own session; cycle gives the key and options of client c's
+// cycle i (i counts up from c). It returns the cycles/s and the median
+// cycle.
+func cyclesRun(tb testing.TB, l *Node, n, clients int, cycle func(c, i int) (string, lock.AcquireOptions)) (rate float64, median time.Duration) {
 	ctx := context.Background()
 	var next atomic.Int64
 	var mu sync.Mutex
@@ -161,14 +175,11 @@ func clientsRun(tb testing.TB, l *Node, n, clients int, sameKey bool) (rate floa
 			defer wg.Done()
 			s := l.NewSession()
 			defer s.Close()
-			key := fmt.Sprintf("bench-%d", c)
-			if sameKey {
-				key = "bench-contended"
-			}
 			var mine []time.Duration
-			for next.Add(1) <= int64(n) {
+			for i := c; next.Add(1) <= int64(n); i++ {
+				key, opts := cycle(c, i)
 				t := time.Now()
-				lease, err := s.Acquire(ctx, key, lock.AcquireOptions{TTL: time.Minute})
+				lease, err := s.Acquire(ctx, key, opts)
 				if err != nil {
 					tb.Error(err)
 					return
@@ -316,35 +327,13 @@ func holdMany(tb testing.TB, l *Node, n int, ttl time.Duration) {
 // goroutines, each cycle shared with probability sharedPct/100 (by a
 // fixed pattern per client), and returns the cycles/s.
 func rwRun(tb testing.TB, l *Node, n, clients, sharedPct int) (rate float64, median time.Duration) {
-	ctx := context.Background()
-	var next atomic.Int64
-	start := time.Now()
-	var wg sync.WaitGroup
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := l.NewSession()
-			defer s.Close()
-			for i := c; next.Add(1) <= int64(n); i++ {
-				o := lock.AcquireOptions{TTL: time.Minute}
-				if i%100 < sharedPct {
-					o.Mode = lock.ModeShared
-				}
-				lease, err := s.Acquire(ctx, "bench-rw", o)
-				if err != nil {
-					tb.Error(err)
-					return
-				}
-				if err := s.Release(ctx, lease); err != nil {
-					tb.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(n) / time.Since(start).Seconds(), 0
+	return cyclesRun(tb, l, n, clients, func(_, i int) (string, lock.AcquireOptions) {
+		o := lock.AcquireOptions{TTL: time.Minute}
+		if i%100 < sharedPct {
+			o.Mode = lock.ModeShared
+		}
+		return "bench-rw", o
+	})
 }
 
 // BenchmarkAcquireRW is 32 clients on one key, 90 % of the acquires
