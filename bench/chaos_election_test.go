@@ -52,12 +52,6 @@ func (w *watchHook) Watch(ctx context.Context, key string) (<-chan lock.Event, e
 // observer misses terms with its watch in sync and unbroken), and one
 // that reports tokens no grant carried (phantoms).
 func TestChaosElection(t *testing.T) {
-	twoLeaders := func(l *locktest.MemLocker) lock.Locker {
-		return &wrapped{MemLocker: l, acquire: func(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-			opts.Mode = lock.ModeShared
-			return l.Acquire(ctx, key, opts)
-		}}
-	}
 	dropsGrants := func(l *locktest.MemLocker) lock.Locker {
 		return &watchHook{MemLocker: l, event: func(n int, ev lock.Event) *lock.Event {
 			if ev.Type == lock.EventGranted && n%3 == 0 {
@@ -80,7 +74,7 @@ func TestChaosElection(t *testing.T) {
 		want string // the failure's prefix; "" for none
 	}{
 		{"correct", nil, ""},
-		{"two leaders", twoLeaders, "overlaps"},
+		{"two leaders", asShared, "overlaps"},
 		{"a watch that drops grants", dropsGrants, "observer completeness"},
 		{"a watch that reports tokens never granted", phantoms, "observer reality"},
 	}

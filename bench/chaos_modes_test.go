@@ -11,20 +11,22 @@ import (
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
+// asShared grants every acquire as a shared one: a workload that asked
+// for an exclusive lease (or an election campaign) believes it holds the
+// key alone.
+func asShared(l *locktest.MemLocker) lock.Locker {
+	return &wrapped{MemLocker: l, acquire: func(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+		opts.Mode = lock.ModeShared
+		return l.Acquire(ctx, key, opts)
+	}}
+}
+
 // TestChaosModes runs the campaign's rw and semaphore modes against the
 // reference MemStore, which keeps every promise of the modes, and against
 // broken variants that must be caught: an exclusive acquire granted as a
 // shared one (a writer among readers), and a semaphore that grants one
 // permit more than asked.
 func TestChaosModes(t *testing.T) {
-	// asShared grants an exclusive acquire as a shared one: the workload
-	// believes it holds the key alone.
-	asShared := func(l *locktest.MemLocker) lock.Locker {
-		return &wrapped{MemLocker: l, acquire: func(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-			opts.Mode = lock.ModeShared
-			return l.Acquire(ctx, key, opts)
-		}}
-	}
 	// onePermitMore grants N+1 permits to holders that asked for N.
 	onePermitMore := func(l *locktest.MemLocker) lock.Locker {
 		return &wrapped{MemLocker: l, acquire: func(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
