@@ -61,6 +61,20 @@ DEAD_FOR = 1.0  #: seconds a redirect to an address that just failed a dial is n
 MAX_EARLY_WANTED = 1024
 
 
+def _acquire_defaults(ttl: Optional[float], auto_renew: Optional[bool],
+                      wait: Optional[float]) -> "tuple[float, bool]":
+    """An acquire's TTL and auto-renewal once defaulted: without a TTL the
+    lease has DEFAULT_TTL and is renewed unless auto_renew says otherwise.
+    A negative wait is refused."""
+    if auto_renew is None:
+        auto_renew = ttl is None
+    if ttl is None:
+        ttl = DEFAULT_TTL
+    if wait is not None and wait < 0:
+        raise ValueError("lockgate: wait must be ≥ 0 seconds")
+    return ttl, auto_renew
+
+
 class _Call:
     """One logical request, sent once per connection attempt (each copy with
     a fresh id) until it is answered."""
@@ -622,12 +636,7 @@ class Client:
         validate_value(value)
         needs = prim[3]
         plain = not needs  # only plain exclusive leases are cached (as the Go SDK)
-        if auto_renew is None:
-            auto_renew = ttl is None
-        if ttl is None:
-            ttl = DEFAULT_TTL
-        if wait is not None and wait < 0:
-            raise ValueError("lockgate: wait must be ≥ 0 seconds")
+        ttl, auto_renew = _acquire_defaults(ttl, auto_renew, wait)
         with self._enter():
             opts = (float(ttl), value, bool(auto_renew))
             if self._cache is not None and plain:
@@ -711,12 +720,7 @@ class Client:
         keys = validate_keys(keys)
         ttl = validate_ttl(ttl)
         validate_value(value)
-        if auto_renew is None:
-            auto_renew = ttl is None
-        if ttl is None:
-            ttl = DEFAULT_TTL
-        if wait is not None and wait < 0:
-            raise ValueError("lockgate: wait must be ≥ 0 seconds")
+        ttl, auto_renew = _acquire_defaults(ttl, auto_renew, wait)
         with self._enter():
             if self._cache is not None:
                 for stale in self._cache.evict(keys):
