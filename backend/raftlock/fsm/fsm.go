@@ -260,7 +260,15 @@ func (f *FSM) applyGroup(ops []Op, res []Result, ev *[]change) {
 	for i := range ops {
 		if fresh[i] {
 			res[i+1] = f.grant(&ops[i], ev)
+			continue
 		}
+		// A re-sent group (same handle) answered with a grant it already
+		// holds: renewed to TTL from this entry, as the leader renews a
+		// re-sent single acquire. Its caller counts the lease from the
+		// re-sent request, later than the original: without the renewal
+		// it would believe it holds the key after the key expired here.
+		renew := Op{Type: OpRenew, Key: ops[i].Key, Handle: ops[i].Handle, Token: res[i+1].Token, TTL: ops[i].TTL}
+		res[i+1] = f.applyOp(&renew, ev)
 	}
 }
 

@@ -111,6 +111,15 @@ var primTests = []stepTest{
 			t.Errorf("NumLocks %d", f.NumLocks())
 		}
 	}},
+	{"a re-sent group renews the grants it already holds", []step{
+		{t0, all(acq("a", "o", hA, s10), shared("b", "o", hA, s10, 2)), []Result{rOK, ok(1, "o", exp10), ok(2, "o", exp10)}},
+		{t0 + 2*sec, []Op{rel("a", hA, 1)}, []Result{rOK}},
+		{t0 + 3*sec, all(acq("a", "o", hA, s10), shared("b", "o", hA, s10, 2)), []Result{rOK, ok(3, "o", exp10+3*sec), ok(2, "o", exp10+3*sec)}},
+	}, func(t *testing.T, f *FSM) {
+		if ls, _ := f.Holders("b"); len(ls) != 1 || ls[0].Token != 2 || ls[0].Expires != exp10+3*sec {
+			t.Errorf("b's holder %+v: want token 2 renewed to t0+13s", ls)
+		}
+	}},
 	{"a group is refused whole", []step{
 		{t0, []Op{acq("b", "x", hB, s10)}, []Result{ok(1, "x", exp10)}},
 		{t0, all(acq("a", "o", hA, s10), acq("b", "o", hA, s10), acq("c", "o", hA, s10)),
