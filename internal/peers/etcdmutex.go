@@ -300,9 +300,9 @@ func (e *EtcdMutex) acquire(ctx context.Context, key string, opts lock.AcquireOp
 		return nil, &lock.HeldError{Key: key}
 	}
 	for {
-		sctx, scancel := bounded(wctx, e.cfg.RequestTimeout)
-		s, err := e.session(sctx)
-		scancel()
+		// Within the caller's wait (not RequestTimeout: under load a lease
+		// grant can take longer, and the wait it serves is unbounded too).
+		s, err := e.session(wctx)
 		if err != nil {
 			leave()
 			return nil, e.life.fail(ctx, "etcd-mutex", "acquire", key, err)
