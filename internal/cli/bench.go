@@ -55,15 +55,11 @@ uncontended acquire on the same endpoints measured in the same run.`,
 			ctx, stop := signalContext()
 			defer stop()
 			errw := cmd.ErrOrStderr()
-			var logw io.Writer
-			if serverLog != "" {
-				f, err := os.Create(serverLog)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				logw = f
+			logw, closeLog, err := openLog(serverLog)
+			if err != nil {
+				return err
 			}
+			defer closeLog()
 			cfg.Log, cfg.Progress = logw, errw
 			cfg.Endpoints = endpoints
 			if len(endpoints) == 0 {
@@ -206,15 +202,11 @@ and sets each of ours beside its peers as ratios.
 			if err != nil {
 				return fmt.Errorf("finding the lockgate binary for the raftlock nodes: %w", err)
 			}
-			var logw io.Writer
-			if serverLog != "" {
-				f, err := os.Create(serverLog)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				logw = f
+			logw, closeLog, err := openLog(serverLog)
+			if err != nil {
+				return err
 			}
+			defer closeLog()
 			ctx, stop := signalContext()
 			defer stop()
 			errw := cmd.ErrOrStderr()
@@ -339,14 +331,12 @@ check FILE' runs the checkers on it again.`,
 				return err
 			}
 			cfg.Lockgate = self
-			if serverLog != "" {
-				f, err := os.Create(serverLog)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				cfg.Log = f
+			logw, closeLog, err := openLog(serverLog)
+			if err != nil {
+				return err
 			}
+			defer closeLog()
+			cfg.Log = logw
 			cfg.Progress = cmd.ErrOrStderr()
 			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
 			if !cmd.Flags().Changed("seed") {
@@ -432,6 +422,19 @@ type report interface {
 	WriteTable(io.Writer) error
 	WriteJSON(io.Writer) error
 	WriteHTML(io.Writer) error
+}
+
+// openLog opens --server-log's file (nil and a no-op close for "": the
+// output is discarded).
+func openLog(path string) (io.Writer, func() error, error) {
+	if path == "" {
+		return nil, func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Close, nil
 }
 
 // writeReport prints rep's table to w, then writes its JSON and HTML to

@@ -3,12 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,15 +37,12 @@ that dies without resigning is succeeded once its --ttl runs out. Like
 etcdctl elect and Kubernetes' leader election.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if key == "" {
-				return errors.New("--key is required")
-			}
-			c, err := cf.dial()
+			c, err := cf.dialFor(key)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := signalContext()
 			if wait > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, wait)
@@ -104,10 +97,7 @@ The watch is re-established after a lost connection or a leader change of
 the cluster, without repeating a leader. Needs a backend with watches.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if key == "" {
-				return errors.New("--key is required")
-			}
-			c, err := cf.dial()
+			c, err := cf.dialFor(key)
 			if err != nil {
 				return err
 			}
@@ -220,7 +210,7 @@ func newLockWatchCmd() *cobra.Command {
 // streamContext is the context of a command that prints a stream until it
 // is interrupted (SIGINT, SIGTERM) or, when forTime > 0, for that long.
 func streamContext(forTime time.Duration) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	if forTime <= 0 {
 		return ctx, stop
 	}

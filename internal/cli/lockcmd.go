@@ -53,6 +53,14 @@ func (f *clientFlags) dial() (*client.Client, error) {
 	return client.New(f.endpoints, client.Options{ClientID: f.clientID, RequestTimeout: f.timeout, TLSConfig: tlsCfg, Token: token})
 }
 
+// dialFor is dial for a command that needs --key.
+func (f *clientFlags) dialFor(key string) (*client.Client, error) {
+	if key == "" {
+		return nil, errors.New("--key is required")
+	}
+	return f.dial()
+}
+
 // do runs one request with a connected client, bounded by --timeout.
 func (f *clientFlags) do(op func(context.Context, *client.Client) error) error {
 	c, err := f.dial()
@@ -250,10 +258,7 @@ lease of this command expires (not after a release). Each needs a backend
 that offers it; others refuse with "not supported".`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if key == "" {
-				return errors.New("--key is required")
-			}
-			c, err := cf.dial()
+			c, err := cf.dialFor(key)
 			if err != nil {
 				return err
 			}
