@@ -59,6 +59,11 @@ type Grant struct {
 	Sent time.Time
 	// DriftFactor overrides DefaultDriftFactor when positive.
 	DriftFactor float64
+	// Session, when not nil, is the session the lease belongs to: TTL is
+	// the session's, the deadline is the session's and follows its
+	// keep-alives, and the lease ends when the session does (Sent is then
+	// unused).
+	Session *Session
 }
 
 // Lease is one grant of a key to one owner. Its exported fields identify the
@@ -81,6 +86,7 @@ type Lease struct {
 	Permits int
 
 	driftFactor float64
+	session     *Session // the lease's session, or nil
 
 	mu       sync.Mutex
 	ttl      time.Duration
@@ -112,6 +118,15 @@ func NewLease(g Grant) *Lease {
 		ttl:         g.TTL,
 		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),
 		done:        make(chan struct{}),
+		session:     g.Session,
+	}
+	if s := g.Session; s != nil {
+		l.ttl, l.deadline = s.TTL(), s.Deadline()
+		if !s.add(l) {
+			l.err = s.Err()
+			close(l.done)
+		}
+		return l
 	}
 	l.mu.Lock()
 	l.armLocked() // no callbacks yet: nothing to run
@@ -119,10 +134,26 @@ func NewLease(g Grant) *Lease {
 	return l
 }
 
+// Session returns the session the lease belongs to, or nil.
+func (l *Lease) Session() *Session { return l.session }
+
+// follow moves a session lease's deadline to its session's (the session's
+// timer, not the lease's, ends it).
+func (l *Lease) follow(deadline time.Time) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.deadline = deadline
+	}
+	l.mu.Unlock()
+}
+
 // armLocked (re)starts the timer that ends the lease at its deadline. If
 // the deadline has passed it ends the lease now and returns the AfterEnd
 // callbacks, for the caller to run once it has released mu.
 func (l *Lease) armLocked() (after []func()) {
+	if l.session != nil {
+		return nil // the session's deadline timer ends it
+	}
 	if l.timer != nil {
 		l.timer.Stop()
 	}
@@ -226,8 +257,12 @@ func (l *Lease) Extend(sent time.Time, ttl time.Duration) bool {
 // Only the first call has an effect.
 func (l *Lease) End(cause error) {
 	l.mu.Lock()
+	ended := l.err == nil
 	after := l.endLocked(cause)
 	l.mu.Unlock()
+	if ended && l.session != nil {
+		l.session.remove(l)
+	}
 	runAll(after)
 }
 

@@ -134,6 +134,13 @@ type AcquireOptions struct {
 	// KeepAlive).
 	AutoRenew bool
 
+	// Session, when not nil, puts the lease in that session (needs
+	// FeatureSessions): it lives as long as the session, renewed by the
+	// session's keep-alive, with the session's TTL (leave TTL zero;
+	// AutoRenew is ignored) and, when Owner is empty, its owner. Its Done
+	// closes when the session ends.
+	Session *Session
+
 	// Handle, if set, is a caller-chosen lease handle (32 to 64 lowercase
 	// hex characters, at least 128 random bits: NewHandle makes one). A
 	// re-sent acquire with the same handle is idempotent where the backend

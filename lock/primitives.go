@@ -219,6 +219,9 @@ func (o AcquireOptions) Needs() Features {
 	if o.LockDelay > 0 {
 		f |= FeatureLockDelay
 	}
+	if o.Session != nil {
+		f |= FeatureSessions
+	}
 	return f
 }
 

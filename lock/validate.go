@@ -73,10 +73,26 @@ func (o AcquireOptions) Normalize(key, defaultOwner string) (_ AcquireOptions, e
 	if err := ValidateKey(key); err != nil {
 		return o, err
 	}
-	if o.TTL == 0 {
+	switch {
+	case o.Session != nil:
+		// A session lease lives as long as its session: the session's TTL,
+		// renewed by the session's keep-alive.
+		if o.TTL != 0 && o.TTL != o.Session.TTL() {
+			return o, invalid("ttl", o.TTL.String(), "a lease in a session takes the session's TTL ("+o.Session.TTL().String()+"): leave TTL zero", ErrInvalidTTL)
+		}
+		if err := o.Session.Err(); err != nil {
+			return o, fmt.Errorf("%w: %w", ErrSessionExpired, err)
+		}
+		o.TTL, o.AutoRenew = o.Session.TTL(), false
+		if o.Owner == "" {
+			o.Owner = o.Session.Owner
+		}
+	case o.TTL == 0:
 		o.TTL, o.AutoRenew = DefaultTTL, true
-	} else if err := ValidateTTL(o.TTL); err != nil {
-		return o, err
+	default:
+		if err := ValidateTTL(o.TTL); err != nil {
+			return o, err
+		}
 	}
 	if len(o.Value) > MaxValueLen {
 		return o, invalid("value", fmt.Sprintf("(%d bytes)", len(o.Value)), fmt.Sprintf("is longer than the maximum of %d bytes", MaxValueLen), ErrInvalidValue)
@@ -90,13 +106,20 @@ func (o AcquireOptions) Normalize(key, defaultOwner string) (_ AcquireOptions, e
 	if o.Owner == "" {
 		o.Owner = defaultOwner
 	}
+	return o, ValidateOwner(o.Owner)
+}
+
+// ValidateOwner checks an owner id: at most MaxOwnerLen bytes of UTF-8
+// without control characters (else a *ValidationError wrapping
+// ErrInvalidOwner).
+func ValidateOwner(owner string) error {
 	switch {
-	case len(o.Owner) > MaxOwnerLen:
-		return o, invalid("owner", o.Owner, fmt.Sprintf("is %d bytes, longer than the maximum of %d", len(o.Owner), MaxOwnerLen), ErrInvalidOwner)
-	case !utf8.ValidString(o.Owner) || hasControl(o.Owner):
-		return o, invalid("owner", o.Owner, "must be UTF-8 without control characters", ErrInvalidOwner)
+	case len(owner) > MaxOwnerLen:
+		return invalid("owner", owner, fmt.Sprintf("is %d bytes, longer than the maximum of %d", len(owner), MaxOwnerLen), ErrInvalidOwner)
+	case !utf8.ValidString(owner) || hasControl(owner):
+		return invalid("owner", owner, "must be UTF-8 without control characters", ErrInvalidOwner)
 	}
-	return o, nil
+	return nil
 }
 
 // ValidateRenew checks Renew's arguments and resolves ttl 0 to the lease's
