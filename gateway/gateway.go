@@ -78,6 +78,9 @@ type Options struct {
 	// (see their defaults).
 	MaxWatchesPerConn int
 	WatchBuffer       int
+	// MaxSessionsPerConn bounds the sessions a WebSocket connection has
+	// opened and not closed (DefaultMaxSessionsPerConn).
+	MaxSessionsPerConn int
 	// Ready reports whether the backend can serve (for /readyz); nil means
 	// always ready.
 	Ready func() error
@@ -112,6 +115,7 @@ func (o *Options) fill() {
 	defInt(&o.MaxTicketsPerClient, DefaultMaxTicketsPerClient)
 	defInt(&o.MaxWatchesPerConn, DefaultMaxWatchesPerConn)
 	defInt(&o.WatchBuffer, DefaultWatchBuffer)
+	defInt(&o.MaxSessionsPerConn, DefaultMaxSessionsPerConn)
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
@@ -133,6 +137,8 @@ type Gateway struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	tickets *tickets
+	// sessions are the sessions served through the gateway, by id.
+	sessions *sessionTable
 	// workers run the backend calls (acquire, release, renew, inspect) off
 	// the connection's reader, so that one slow call does not hold up the
 	// next frame.
@@ -167,6 +173,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g := &Gateway{l: l, opts: opts, log: opts.Logger, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
 	g.metrics = newMetrics(g)
 	g.tickets = newTickets(opts.MaxTicketsPerClient)
+	g.sessions = newSessionTable()
 	g.workers = workerpool.New()
 	g.wanted = lock.SignalsWanted(l)
 	g.features = featuresOf(l)
@@ -179,6 +186,9 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
 	g.mux.HandleFunc("/locks", g.restAcquireAll)
 	g.mux.HandleFunc("/tickets/{ticket}", g.serveTicket)
+	g.mux.HandleFunc("/sessions", g.postOnly(g.restOpenSession))
+	g.mux.HandleFunc("/sessions/renew", g.postOnly(g.restRenewSession))
+	g.mux.HandleFunc("/sessions/close", g.postOnly(g.restCloseSession))
 	g.mux.Handle("GET /metrics", promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{}))
 	g.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))

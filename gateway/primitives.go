@@ -29,6 +29,9 @@ func featuresOf(l lock.Locker) lock.Features {
 	if _, ok := l.(lock.Watcher); !ok {
 		f &^= lock.FeatureWatch
 	}
+	if _, ok := l.(lock.SessionLocker); !ok {
+		f &^= lock.FeatureSessions
+	}
 	return f
 }
 
@@ -97,6 +100,13 @@ func modeName(m lock.Mode) string {
 // misplaced field would otherwise be silently ignored.
 func misplacedFields(req wire.Request) *apiError {
 	multi := req.CommandType == wire.CmdAcquireAll || req.CommandType == wire.CmdTryAcquireAll
+	switch req.CommandType {
+	case wire.CmdAcquire, wire.CmdTryAcquire, wire.CmdAcquireAll, wire.CmdTryAcquireAll, wire.CmdRenewSession, wire.CmdCloseSession:
+	default:
+		if req.SessionID != "" {
+			return newError(wire.CodeBadJSON, "sessionId is a field of acquires (1, 5, 7, 8), renewSession (12) and closeSession (13) only")
+		}
+	}
 	switch {
 	case req.Keys != nil && !multi:
 		return newError(wire.CodeBadJSON, "keys is a field of acquireAll (7) and tryAcquireAll (8) only; use key")
@@ -121,6 +131,12 @@ func (c *conn) acquireAll(req wire.Request) {
 		c.fail(req.ID, aerr)
 		return
 	}
+	if req.SessionID != "" {
+		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL); aerr != nil {
+			c.fail(req.ID, aerr)
+			return
+		}
+	}
 	ml := c.g.l.(lock.MultiLocker) // featuresOf checked the interface
 	try := req.CommandType == wire.CmdTryAcquireAll
 	acquire := ml.AcquireAll
@@ -129,7 +145,12 @@ func (c *conn) acquireAll(req wire.Request) {
 	}
 	c.launch(req, len(req.Keys), try, func(ctx context.Context, outcome func(error) error) {
 		start := time.Now()
-		leases, err := acquire(ctx, req.Keys, opts)
+		opts := opts
+		var leases []*lock.Lease
+		err := c.g.sessionAcquire(ctx, req.SessionID, req.Keys[0], &opts)
+		if err == nil {
+			leases, err = acquire(ctx, req.Keys, opts)
+		}
 		c.grantedAll(req, start, leases, outcome(err))
 	})
 }
@@ -167,7 +188,7 @@ func (c *conn) grantedAll(req wire.Request, start time.Time, leases []*lock.Leas
 		r.Leases = append(r.Leases, wire.Grant{Key: lease.Key,
 			FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
 			LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner, Wanted: wanted,
-			Mode: modeName(lease.Mode), Permits: lease.Permits})
+			Mode: modeName(lease.Mode), Permits: lease.Permits, SessionID: sessionIDOf(lease)})
 		if !wanted {
 			tell = append(tell, lease)
 		}

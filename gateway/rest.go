@@ -30,6 +30,8 @@ type acquireBody struct {
 	Mode        string  `json:"mode"`
 	Permits     int     `json:"permits"`
 	LockDelayMS int64   `json:"lock_delay_ms"`
+	// SessionID puts the lease(s) in that session (issue 23).
+	SessionID string `json:"session_id"`
 }
 
 // acquireAllBody is POST /locks: an acquireBody with the keys.
@@ -69,12 +71,13 @@ type grantBody struct {
 	TTLMS        int64             `json:"ttl_ms"`
 	Mode         string            `json:"mode,omitempty"`
 	Permits      int               `json:"permits,omitempty"`
+	SessionID    string            `json:"session_id,omitempty"`
 }
 
 func grantOf(l *lock.Lease) grantBody {
 	return grantBody{Key: l.Key, Owner: l.Owner, LockToken: l.Handle,
 		FencingToken: wire.FencingToken{Key: l.Key, Value: uint64(l.Token)}, TTLMS: durationMS(l.TTL()),
-		Mode: modeName(l.Mode), Permits: l.Permits}
+		Mode: modeName(l.Mode), Permits: l.Permits, SessionID: sessionIDOf(l)}
 }
 
 func (g *Gateway) serveLock(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +111,16 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	if aerr := g.primitiveOptions(&opts, key, b.Mode, b.Permits, b.LockDelayMS, 0); aerr != nil {
 		g.writeError(w, r, aerr)
 		return
+	}
+	if b.SessionID != "" {
+		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS); aerr != nil {
+			g.writeError(w, r, aerr)
+			return
+		}
+		if err := g.sessionAcquire(r.Context(), b.SessionID, key, &opts); err != nil {
+			g.writeError(w, r, toAPIError(err))
+			return
+		}
 	}
 	start := time.Now()
 	if b.WaitMS == 0 {
@@ -152,6 +165,16 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 	if aerr := g.primitiveOptions(&opts, b.Keys[0], b.Mode, b.Permits, b.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
 		g.writeError(w, r, aerr)
 		return
+	}
+	if b.SessionID != "" {
+		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS); aerr != nil {
+			g.writeError(w, r, aerr)
+			return
+		}
+		if err := g.sessionAcquire(r.Context(), b.SessionID, b.Keys[0], &opts); err != nil {
+			g.writeError(w, r, toAPIError(err))
+			return
+		}
 	}
 	ml := g.l.(lock.MultiLocker) // featuresOf checked the interface
 	start := time.Now()

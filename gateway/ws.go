@@ -71,6 +71,12 @@ type conn struct {
 	// watches are the open watches by id (Options.MaxWatchesPerConn);
 	// nil once the connection has ended.
 	watches map[string]*watch
+	// sessions are the sessions the connection opened and has not closed
+	// (Options.MaxSessionsPerConn; ended ones leave at the next open),
+	// openingSessions those being opened. nil once the connection has
+	// ended: its sessions live on until their TTL.
+	sessions        map[string]*lock.Session
+	openingSessions int
 }
 
 type heldLease struct {
@@ -107,6 +113,7 @@ func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel contex
 		waits:    map[string]waitRef{},
 		leases:   map[string]*heldLease{},
 		watches:  map[string]*watch{},
+		sessions: map[string]*lock.Session{},
 	}
 }
 
@@ -186,6 +193,12 @@ func (c *conn) handle(data []byte) bool {
 		c.watch(req)
 	case wire.CmdUnwatch:
 		c.unwatch(req)
+	case wire.CmdOpenSession:
+		c.openSessionWS(req)
+	case wire.CmdRenewSession:
+		c.renewSessionWS(req)
+	case wire.CmdCloseSession:
+		c.closeSessionWS(req)
 	case 0:
 		c.fail(req.ID, newError(wire.CodeUnknownCommand, "commandType is missing: "+commandList))
 	default:
@@ -218,7 +231,7 @@ func (c *conn) takeSlot() bool {
 func (c *conn) giveSlot() { <-c.slots }
 
 // commandList names the commands in unknown_command's message.
-const commandList = "1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel, 7 acquireAll, 8 tryAcquireAll, 9 watch, 10 unwatch"
+const commandList = "1 acquire, 2 release, 3 renew, 4 inspect, 5 try-acquire, 6 cancel, 7 acquireAll, 8 tryAcquireAll, 9 watch, 10 unwatch, 11 openSession, 12 renewSession, 13 closeSession"
 
 // reserveLock counts an acquire of n keys against
 // Options.MaxLocksPerConn; granted gives the reservation back (or turns it
@@ -248,6 +261,12 @@ func (c *conn) acquire(req wire.Request) {
 			return
 		}
 	}
+	if req.SessionID != "" {
+		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL); aerr != nil {
+			c.fail(req.ID, aerr)
+			return
+		}
+	}
 	try := req.CommandType == wire.CmdTryAcquire
 	acquire := c.g.l.Acquire
 	if try {
@@ -255,7 +274,12 @@ func (c *conn) acquire(req wire.Request) {
 	}
 	c.launch(req, 1, try, func(ctx context.Context, outcome func(error) error) {
 		start := time.Now()
-		lease, err := acquire(ctx, req.Key, opts)
+		opts := opts
+		var lease *lock.Lease
+		err := c.g.sessionAcquire(ctx, req.SessionID, req.Key, &opts)
+		if err == nil {
+			lease, err = acquire(ctx, req.Key, opts)
+		}
 		c.granted(req, start, lease, outcome(err))
 	})
 }
@@ -407,7 +431,7 @@ func (c *conn) granted(req wire.Request, start time.Time, lease *lock.Lease, err
 	c.send(wire.Reply{ID: req.ID, Type: wire.TypeGrant, Success: true, Key: lease.Key,
 		FencingToken: &wire.FencingToken{Key: lease.Key, Value: uint64(lease.Token)},
 		LockToken:    lease.Handle, TTL: durationMS(lease.TTL()), Owner: lease.Owner, Wanted: wanted,
-		Mode: modeName(lease.Mode), Permits: lease.Permits})
+		Mode: modeName(lease.Mode), Permits: lease.Permits, SessionID: sessionIDOf(lease)})
 	if !wanted {
 		c.tellWanted(lease) // after the grant: a client learns of a lease before it hears it is wanted
 	}
@@ -726,6 +750,7 @@ func (c *conn) finish() {
 		}
 	}
 	c.leases = nil
+	c.sessions = nil
 	watches := c.watches
 	c.watches = nil
 	c.mu.Unlock()

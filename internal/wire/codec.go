@@ -63,6 +63,7 @@ func (r *Request) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	b = appendStringField(b, `,"sessionId":`, r.SessionID)
 	return append(b, '}')
 }
 
@@ -116,6 +117,7 @@ func (r *Reply) AppendJSON(b []byte) []byte {
 		b = append(b, `,"revision":`...)
 		b = strconv.AppendUint(b, r.Revision, 10)
 	}
+	b = appendStringField(b, `,"sessionId":`, r.SessionID)
 	return append(b, '}')
 }
 
@@ -494,6 +496,9 @@ func fastRequest(data []byte, r *Request) bool {
 		case "keys":
 			r.Keys, ok = s.strings()
 			return 15, ok
+		case "sessionId":
+			r.SessionID, ok = s.text()
+			return 16, ok
 		}
 		return 0, false
 	})
@@ -582,6 +587,9 @@ func fastReply(data []byte, r *Reply) bool {
 		case "revision":
 			r.Revision, ok = s.uint()
 			return 15, ok
+		case "sessionId":
+			r.SessionID, ok = s.text()
+			return 16, ok
 		}
 		return 0, false // "error", "holders" and "leases" among them: left to encoding/json
 	})

@@ -50,6 +50,9 @@ const (
 	CodeWatchOverflow    = "watch_overflow"
 	CodeTooManyWatches   = "too_many_watches"
 	CodeDuplicateID      = "duplicate_id"
+	// Issue 23's sessions.
+	CodeSessionExpired  = "session_expired"
+	CodeTooManySessions = "too_many_sessions"
 )
 
 // StatusClientClosed is nginx's 499, the status of cancelled: the client
@@ -93,6 +96,11 @@ var Codes = []Code{
 	// 501, the server does not implement what was asked. error.feature
 	// names the feature.
 	{Name: CodeUnsupported, Status: http.StatusNotImplemented, Cause: lock.ErrUnsupported, Sentinel: lock.ErrUnsupported},
+	// The session named is gone (expired or closed): a keep-alive, a
+	// close or an acquire in it was refused. Before not_held, which a
+	// session's refused keep-alive matches too (lock.Session.Refused); a
+	// client's error for it matches lock.ErrNotHeld as well.
+	{Name: CodeSessionExpired, Status: http.StatusConflict, Cause: lock.ErrSessionExpired, Sentinel: lock.ErrSessionExpired},
 	{Name: CodeNotHeld, Status: http.StatusConflict, Cause: lock.ErrNotHeld, Sentinel: lock.ErrNotHeld},
 	{Name: CodeNotFound, Status: http.StatusNotFound, Cause: lock.ErrNotFound, Sentinel: lock.ErrNotFound},
 	{Name: CodeInvalidKey, Status: http.StatusBadRequest, Cause: lock.ErrInvalidKey, Sentinel: lock.ErrInvalidKey, Field: "key"},
@@ -131,6 +139,9 @@ var Codes = []Code{
 	// The connection already has the maximum number of watches open: a
 	// limit of the client's own making (unwatch some), not an outage.
 	{Name: CodeTooManyWatches, Status: http.StatusTooManyRequests},
+	// The connection has opened the maximum number of sessions and not
+	// closed them (close some): a limit of the client's own making.
+	{Name: CodeTooManySessions, Status: http.StatusTooManyRequests},
 	// A watch whose id names a watch already open on the connection (its
 	// events and its unwatch could not be told apart).
 	{Name: CodeDuplicateID, Status: http.StatusBadRequest},

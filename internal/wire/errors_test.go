@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockgate/lockgate/lock"
 )
@@ -155,4 +156,28 @@ func TestCodeRoundTrip(t *testing.T) {
 func normalizeErr(opts lock.AcquireOptions) error {
 	_, err := opts.Normalize("k", "o")
 	return err
+}
+
+// TestSessionCodes: a refused session keep-alive (lock.Session.Refused's
+// error, which matches ErrNotHeld too) is session_expired, not not_held;
+// a plain not-held stays not_held.
+func TestSessionCodes(t *testing.T) {
+	s := lock.NewSession(lock.SessionGrant{ID: "s", TTL: time.Hour, Sent: time.Now()})
+	defer s.End(nil)
+	refused := s.Refused(errors.New("gone"))
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{refused, CodeSessionExpired},
+		{fmt.Errorf("renew: %w", lock.ErrSessionExpired), CodeSessionExpired},
+		{fmt.Errorf("%w: lease", lock.ErrNotHeld), CodeNotHeld},
+	} {
+		if got := CodeOf(tc.err); got != tc.want {
+			t.Errorf("CodeOf(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+	if Status(CodeSessionExpired) != Status(CodeNotHeld) {
+		t.Errorf("session_expired is HTTP %d, not_held %d: they must be equal", Status(CodeSessionExpired), Status(CodeNotHeld))
+	}
 }

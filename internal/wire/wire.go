@@ -22,10 +22,15 @@ const (
 	CmdTryAcquireAll = 8  // one attempt at every key of keys (multikey)
 	CmdWatch         = 9  // stream a key's holder changes as "event" messages with the request's id (watch)
 	CmdUnwatch       = 10 // end the watch whose id is target
+	// Issue 23's sessions (need the backend's sessions feature, else
+	// unsupported): many leases kept alive by one keep-alive.
+	CmdOpenSession  = 11 // open a session: ttl (ms; 0 = the default), clientId
+	CmdRenewSession = 12 // keep sessionId alive for its TTL from now
+	CmdCloseSession = 13 // end sessionId and release every lease in it
 )
 
 // MaxCommand is the highest command type.
-const MaxCommand = CmdUnwatch
+const MaxCommand = CmdCloseSession
 
 // Reply types.
 const (
@@ -47,6 +52,14 @@ const (
 	// TypeUnwatched answers an unwatch (10); no event of the watch follows
 	// it.
 	TypeUnwatched = "unwatched"
+	// TypeSession answers an openSession (11): sessionId (the session's
+	// secret id) and ttl.
+	TypeSession = "session"
+	// TypeSessionRenewed answers a renewSession (12): sessionId and ttl.
+	TypeSessionRenewed = "sessionRenewed"
+	// TypeSessionClosed answers a closeSession (13): every lease of the
+	// session is released.
+	TypeSessionClosed = "sessionClosed"
 )
 
 // Event types (the event field of an "event" message), lock.EventType's
@@ -71,7 +84,7 @@ const (
 // lists what the gateway's backend offers beyond the protocol's core, comma
 // separated: FeatureWanted when holders get "wanted" pushes, and the names
 // of lock.Features.Names ("shared", "semaphore", "multikey", "watch",
-// "lockdelay") for issue 22's primitives. REST answers carry it too.
+// "lockdelay") for issue 22's primitives, "sessions" for issue 23's. REST answers carry it too.
 const (
 	FeaturesHeader = "Lockgate-Features"
 	FeatureWanted  = "wanted"
@@ -157,6 +170,9 @@ type Request struct {
 	LockDelayMS int64 `json:"lockDelayMs,omitempty"`
 	// Keys are the keys of an acquireAll or tryAcquireAll (7, 8).
 	Keys []string `json:"keys,omitempty"`
+	// SessionID names a session: the one to renew or close (12, 13), or
+	// the one an acquire's leases belong to (1, 5, 7, 8).
+	SessionID string `json:"sessionId,omitempty"`
 }
 
 // Reply is one server message: a reply to a request (same id) or a push.
@@ -189,7 +205,10 @@ type Reply struct {
 	// Leases, on "grants", are the grants of an acquireAll, in the order
 	// of its keys.
 	Leases []Grant `json:"leases,omitempty"`
-	Error  *Error  `json:"error,omitempty"`
+	// SessionID, on "session" and "sessionRenewed", is the session; on a
+	// grant, the session the lease belongs to (its ttl is the session's).
+	SessionID string `json:"sessionId,omitempty"`
+	Error     *Error `json:"error,omitempty"`
 }
 
 // HolderInfo is one holder of a shared key in an info's holders.
@@ -210,6 +229,7 @@ type Grant struct {
 	Mode         string        `json:"mode,omitempty"`
 	Permits      int           `json:"permits,omitempty"`
 	Wanted       bool          `json:"wanted,omitempty"`
+	SessionID    string        `json:"sessionId,omitempty"`
 }
 
 // Error is the error object of both protocols: a stable code, a message,

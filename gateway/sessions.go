@@ -1,0 +1,460 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// Issue 23's sessions over the protocols: openSession (11), renewSession
+// (12), closeSession (13), REST /sessions, and acquires that put their
+// leases in a session (sessionId). A session is the backend's
+// (lock.SessionLocker): it outlives the connection that opened it and ends
+// by its TTL unless renewed or closed. The gateway keeps the lock.Session
+// of every session it has served by id (sessionTable), so that an acquire
+// or a keep-alive naming it finds it without a round trip; a session it
+// does not know (opened through another gateway, before a leader change)
+// is adopted by one keep-alive that proves the backend has it.
+
+// DefaultMaxSessionsPerConn bounds the sessions one WebSocket connection
+// has opened and not closed (nor seen end); one more is refused with
+// too_many_sessions. Sessions outlive their connection, which does not
+// give its count back: a client that reconnects starts a new count, and
+// the sessions left behind end by their TTL.
+const DefaultMaxSessionsPerConn = 64
+
+// sessionTable is the gateway's sessions by id. An entry whose session has
+// ended is dropped when found, and by a sweep each time the table has
+// doubled since the last one.
+type sessionTable struct {
+	mu    sync.Mutex
+	m     map[string]*lock.Session
+	sweep int // the table's size after the last sweep
+}
+
+func newSessionTable() *sessionTable { return &sessionTable{m: map[string]*lock.Session{}} }
+
+// get returns the live session of id, or nil.
+func (t *sessionTable) get(id string) *lock.Session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[id]
+	if s != nil && s.Err() != nil {
+		delete(t.m, id)
+		return nil
+	}
+	return s
+}
+
+// put records s (replacing an ended entry of its id).
+func (t *sessionTable) put(s *lock.Session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.m[s.ID] = s
+	if len(t.m) >= 2*max(t.sweep, 64) {
+		for id, s := range t.m {
+			if s.Err() != nil {
+				delete(t.m, id)
+			}
+		}
+		t.sweep = len(t.m)
+	}
+}
+
+func (t *sessionTable) drop(s *lock.Session) {
+	t.mu.Lock()
+	if t.m[s.ID] == s {
+		delete(t.m, s.ID)
+	}
+	t.mu.Unlock()
+}
+
+// len is how many sessions the table holds (ended ones not yet dropped
+// among them).
+func (t *sessionTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// sessionLocker is the gateway's Locker as a SessionLocker, or an
+// unsupported error (checked before the backend sees the request).
+func (g *Gateway) sessionLocker() (lock.SessionLocker, *apiError) {
+	sl, err := g.sessionLockerErr()
+	if err != nil {
+		return nil, toAPIError(err)
+	}
+	return sl, nil
+}
+
+// sessionLockerErr is sessionLocker with the lock package's error.
+func (g *Gateway) sessionLockerErr() (lock.SessionLocker, error) {
+	if err := lock.CheckSupported(g.backend, g.features, lock.FeatureSessions, nil); err != nil {
+		return nil, err
+	}
+	return g.l.(lock.SessionLocker), nil // featuresOf checked the interface
+}
+
+// checkSessionID refuses a missing or malformed session id before the
+// backend sees it: a session id is what lock.NewHandle makes (32 to 64
+// lowercase hex characters), as a lock token is.
+func checkSessionID(id string) *apiError {
+	if id == "" {
+		return newError(wire.CodeMissingField, "sessionId is required")
+	}
+	if !isHex(id, lock.MinHandleLen, lock.MaxHandleLen) {
+		return newError(wire.CodeInvalidHandle, fmt.Sprintf("sessionId must be %d to %d lowercase hex characters, as the session's open answered it", lock.MinHandleLen, lock.MaxHandleLen))
+	}
+	return nil
+}
+
+func isHex(s string, minLen, maxLen int) bool {
+	if len(s) < minLen || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// openSession opens a session for owner with ttl (0: the default).
+func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Duration) (*lock.Session, *apiError) {
+	sl, aerr := g.sessionLocker()
+	if aerr != nil {
+		return nil, aerr
+	}
+	opts := lock.SessionOptions{TTL: ttl, Owner: owner}
+	if err := lock.ValidateSessionOptions(opts); err != nil {
+		return nil, toAPIError(err)
+	}
+	s, err := sl.OpenSession(ctx, opts)
+	if err != nil {
+		return nil, toAPIError(err)
+	}
+	g.sessions.put(s)
+	return s, nil
+}
+
+// session returns the live session of id: the table's, or one adopted
+// by a keep-alive when the gateway does not know it (opened through
+// another gateway, or before a leader change). An adopted session's TTL
+// is ttl when the request named one, else lock.DefaultSessionTTL until the
+// client's next keep-alive through us (the backend keeps the real TTL;
+// lock.Session has no way to learn it).
+func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*lock.Session, error) {
+	if s := g.sessions.get(id); s != nil {
+		return s, nil
+	}
+	sl, err := g.sessionLockerErr()
+	if err != nil {
+		return nil, err
+	}
+	if ttl <= 0 {
+		ttl = lock.DefaultSessionTTL
+	}
+	s := lock.NewSession(lock.SessionGrant{ID: id, TTL: ttl, Sent: time.Now()})
+	if err := sl.RenewSession(ctx, s); err != nil {
+		s.End(err)
+		return nil, err
+	}
+	g.sessions.put(s)
+	return s, nil
+}
+
+// renewSession is one keep-alive of id.
+func (g *Gateway) renewSession(ctx context.Context, id string) (*lock.Session, error) {
+	if s := g.sessions.get(id); s != nil {
+		sl, err := g.sessionLockerErr()
+		if err != nil {
+			return nil, err
+		}
+		if err := sl.RenewSession(ctx, s); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	return g.session(ctx, id, 0) // adopting it renews it
+}
+
+// closeSession ends id and every lease in it.
+func (g *Gateway) closeSession(ctx context.Context, id string) error {
+	sl, err := g.sessionLockerErr()
+	if err != nil {
+		return err
+	}
+	s := g.sessions.get(id)
+	if s == nil {
+		// Not ours: a Session of the id is enough for the backend, which
+		// knows its own; the TTL is only its local deadline.
+		s = lock.NewSession(lock.SessionGrant{ID: id, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
+	}
+	err = sl.CloseSession(ctx, s)
+	g.sessions.drop(s)
+	return err
+}
+
+// sessionAcquire resolves the session an acquire names into opts (on the
+// worker: adopting an unknown session takes a round trip) and checks the
+// options with it: a ttl other than the session's is invalid_ttl, a
+// session that is gone session_expired.
+func (g *Gateway) sessionAcquire(ctx context.Context, id string, key string, opts *lock.AcquireOptions) error {
+	if id == "" {
+		return nil
+	}
+	s, err := g.session(ctx, id, opts.TTL)
+	if err != nil {
+		return err
+	}
+	opts.Session, opts.AutoRenew = s, false
+	if _, err := opts.Normalize(key, "gateway"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// sessionOptions prepares acquire options that name a session: refused
+// when the backend lacks sessions, before it sees them. A session lease
+// takes the session's TTL: opts.TTL is left 0 unless the request named one
+// (which must then be the session's).
+func (g *Gateway) sessionOptions(opts *lock.AcquireOptions, id string, ttlMS int64) *apiError {
+	if aerr := g.unsupported(lock.FeatureSessions); aerr != nil {
+		return aerr
+	}
+	if aerr := checkSessionID(id); aerr != nil {
+		return aerr
+	}
+	if ttlMS == 0 {
+		opts.TTL = 0
+	}
+	opts.AutoRenew = false
+	return nil
+}
+
+// WebSocket commands 11–13.
+
+// openSessionWS serves command 11: {ttl, clientId}.
+func (c *conn) openSessionWS(req wire.Request) {
+	if _, aerr := c.g.sessionLocker(); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	ttl := time.Duration(0)
+	if req.TTL != 0 {
+		ttl = ttlOption(req.TTL)
+	}
+	owner := req.ClientID
+	if owner == "" {
+		owner = c.clientID
+	}
+	if err := lock.ValidateSessionOptions(lock.SessionOptions{TTL: ttl, Owner: owner}); err != nil {
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
+	c.mu.Lock()
+	n := c.openingSessions
+	for id, s := range c.sessions {
+		if s.Err() != nil {
+			delete(c.sessions, id)
+		}
+	}
+	n += len(c.sessions)
+	full := n >= c.g.opts.MaxSessionsPerConn
+	if !full {
+		c.openingSessions++
+	}
+	c.mu.Unlock()
+	if full {
+		c.fail(req.ID, newError(wire.CodeTooManySessions,
+			fmt.Sprintf("this connection has %d sessions open, the maximum (close some first)", c.g.opts.MaxSessionsPerConn)))
+		return
+	}
+	if !c.takeSlot() {
+		return
+	}
+	c.g.workers.Go(func() {
+		defer c.giveSlot()
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		s, aerr := c.g.openSession(ctx, owner, ttl)
+		c.mu.Lock()
+		c.openingSessions--
+		if aerr == nil && c.sessions != nil {
+			c.sessions[s.ID] = s
+		}
+		c.mu.Unlock()
+		if aerr != nil {
+			c.fail(req.ID, aerr)
+			return
+		}
+		c.send(wire.Reply{ID: req.ID, Type: wire.TypeSession, Success: true, SessionID: s.ID, TTL: durationMS(s.TTL())})
+	})
+}
+
+// renewSessionWS serves command 12: {sessionId}.
+func (c *conn) renewSessionWS(req wire.Request) {
+	if _, aerr := c.g.sessionLocker(); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	if aerr := checkSessionID(req.SessionID); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	if !c.takeSlot() {
+		return
+	}
+	c.g.workers.Go(func() {
+		defer c.giveSlot()
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		s, err := c.g.renewSession(ctx, req.SessionID)
+		if err != nil {
+			c.fail(req.ID, toAPIError(err))
+			return
+		}
+		c.send(wire.Reply{ID: req.ID, Type: wire.TypeSessionRenewed, Success: true, SessionID: s.ID, TTL: durationMS(s.TTL())})
+	})
+}
+
+// closeSessionWS serves command 13: {sessionId}.
+func (c *conn) closeSessionWS(req wire.Request) {
+	if _, aerr := c.g.sessionLocker(); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	if aerr := checkSessionID(req.SessionID); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	if !c.takeSlot() {
+		return
+	}
+	c.g.workers.Go(func() {
+		defer c.giveSlot()
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		err := c.g.closeSession(ctx, req.SessionID)
+		c.mu.Lock()
+		if c.sessions != nil {
+			delete(c.sessions, req.SessionID)
+		}
+		c.mu.Unlock()
+		if err != nil {
+			c.fail(req.ID, toAPIError(err))
+			return
+		}
+		c.send(wire.Reply{ID: req.ID, Type: wire.TypeSessionClosed, Success: true, SessionID: req.SessionID})
+	})
+}
+
+// REST: POST /sessions, /sessions/renew, /sessions/close. The session id
+// travels in bodies only: it is a secret, and URLs end up in logs.
+
+// postOnly answers method_not_allowed to anything but POST.
+func (g *Gateway) postOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+": use POST"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+type openSessionBody struct {
+	ClientID string `json:"client_id"`
+	TTLMS    int64  `json:"ttl_ms"`
+}
+
+type sessionIDBody struct {
+	SessionID string `json:"session_id"`
+}
+
+type sessionBody struct {
+	SessionID string `json:"session_id"`
+	TTLMS     int64  `json:"ttl_ms"`
+}
+
+func (g *Gateway) restOpenSession(w http.ResponseWriter, r *http.Request) {
+	var b openSessionBody
+	if !g.readBody(w, r, &b, false) {
+		return
+	}
+	if _, aerr := g.sessionLocker(); aerr != nil {
+		g.writeError(w, r, aerr)
+		return
+	}
+	owner := b.ClientID
+	if owner == "" {
+		owner = "rest-" + lock.NewHandle()[:12]
+	}
+	ttl := time.Duration(0)
+	if b.TTLMS != 0 {
+		ttl = ttlOption(b.TTLMS)
+	}
+	s, aerr := g.openSession(r.Context(), owner, ttl)
+	if aerr != nil {
+		g.writeError(w, r, aerr)
+		return
+	}
+	writeJSON(w, http.StatusCreated, sessionBody{SessionID: s.ID, TTLMS: durationMS(s.TTL())})
+}
+
+// restSessionID reads {"session_id"} and checks it.
+func (g *Gateway) restSessionID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var b sessionIDBody
+	if !g.readBody(w, r, &b, false) {
+		return "", false
+	}
+	if _, aerr := g.sessionLocker(); aerr != nil {
+		g.writeError(w, r, aerr)
+		return "", false
+	}
+	if aerr := checkSessionID(b.SessionID); aerr != nil {
+		g.writeError(w, r, aerr)
+		return "", false
+	}
+	return b.SessionID, true
+}
+
+func (g *Gateway) restRenewSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := g.restSessionID(w, r)
+	if !ok {
+		return
+	}
+	s, err := g.renewSession(r.Context(), id)
+	if err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionBody{SessionID: s.ID, TTLMS: durationMS(s.TTL())})
+}
+
+func (g *Gateway) restCloseSession(w http.ResponseWriter, r *http.Request) {
+	id, ok := g.restSessionID(w, r)
+	if !ok {
+		return
+	}
+	if err := g.closeSession(r.Context(), id); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// sessionIDOf is the id of the session a lease belongs to, "" for none.
+func sessionIDOf(l *lock.Lease) string {
+	if s := l.Session(); s != nil {
+		return s.ID
+	}
+	return ""
+}
