@@ -14,6 +14,7 @@ import (
 const (
 	entryVersion   = 1
 	entryVersionV2 = 2
+	entryVersionV3 = 3 // sessions: the session ops, and Op.Session
 )
 
 // Field-presence bits of an encoded op: only non-zero fields are written.
@@ -27,8 +28,10 @@ const (
 	fMode    // version 2 on
 	fPermits // version 2 on
 	fDelay   // version 2 on
+	fSession // version 3 on
 	fAll     = fKey | fOwner | fHandle | fToken | fTTL | fValue
 	fAllV2   = fAll | fMode | fPermits | fDelay
+	fAllV3   = fAllV2 | fSession
 )
 
 // Encode returns the binary form of e, version 1:
@@ -45,6 +48,10 @@ const (
 // optional fields after Value: Mode (byte), Permits (uvarint) and
 // LockDelay (varint); and it may hold OpAcquireAll.
 //
+// Version 3 (written when an op needs it: a session op, or an acquire in a
+// session) is version 2 with one more optional field after LockDelay:
+// Session (uvarint length + bytes); and it may hold the session ops.
+//
 // The encoding is canonical: Decode accepts exactly the outputs of Encode,
 // and Encode(Decode(b)) == b. An empty Value is encoded as absent, so it
 // decodes as nil. Encode does not check limits: an Entry that fails
@@ -57,10 +64,7 @@ func Encode(e Entry) []byte {
 	}
 	version := byte(entryVersion)
 	for i := range e.Ops {
-		if e.Ops[i].v2() {
-			version = entryVersionV2
-			break
-		}
+		version = max(version, e.Ops[i].version())
 	}
 	b := make([]byte, 0, n)
 	b = append(b, version)
@@ -96,6 +100,9 @@ func Encode(e Entry) []byte {
 		if o.LockDelay != 0 {
 			flags |= fDelay
 		}
+		if o.Session != "" {
+			flags |= fSession
+		}
 		b = append(b, byte(o.Type))
 		if version == entryVersion {
 			b = append(b, byte(flags))
@@ -130,6 +137,9 @@ func Encode(e Entry) []byte {
 		if flags&fDelay != 0 {
 			b = binary.AppendVarint(b, int64(o.LockDelay))
 		}
+		if flags&fSession != 0 {
+			b = appendString(b, o.Session)
+		}
 	}
 	return b
 }
@@ -153,8 +163,8 @@ func Decode(b []byte) (Entry, error) {
 	if len(b) == 0 {
 		return e, fmt.Errorf("%w: empty input", ErrMalformed)
 	}
-	if b[0] != entryVersion && b[0] != entryVersionV2 {
-		return e, fmt.Errorf("%w: unknown format version %d (want %d or %d)", ErrMalformed, b[0], entryVersion, entryVersionV2)
+	if b[0] < entryVersion || b[0] > entryVersionV3 {
+		return e, fmt.Errorf("%w: unknown format version %d (want %d to %d)", ErrMalformed, b[0], entryVersion, entryVersionV3)
 	}
 	d := decoder{b: b, off: 1, op: -1, kind: ErrMalformed, version: b[0]}
 	e.Now = d.varint("now")
@@ -183,14 +193,14 @@ func Decode(b []byte) (Entry, error) {
 		d.op = -1
 		return Entry{}, d.fail("%d trailing bytes", len(b)-d.off)
 	}
-	if d.version == entryVersionV2 {
-		v2 := false
+	if d.version > entryVersion {
+		need := byte(entryVersion)
 		for i := range e.Ops {
-			v2 = v2 || e.Ops[i].v2()
+			need = max(need, e.Ops[i].version())
 		}
-		if !v2 {
+		if need < d.version {
 			d.op = -1
-			return Entry{}, d.fail("version 2 entry that version 1 can express (non-canonical)")
+			return Entry{}, d.fail("version %d entry that version %d can express (non-canonical)", d.version, need)
 		}
 	}
 	if err := checkGroups(e.Ops); err != nil {
@@ -205,9 +215,12 @@ func (d *decoder) decodeOp(o *Op) {
 		return
 	}
 	o.Type, d.off = OpType(d.b[d.off]), d.off+1
-	maxType, all := maxOpType, uint64(fAllV2)
-	if d.version == entryVersion {
+	maxType, all := maxOpType, uint64(fAllV3)
+	switch d.version {
+	case entryVersion:
 		maxType, all = maxV1OpType, fAll
+	case entryVersionV2:
+		maxType, all = maxV2OpType, fAllV2
 	}
 	if o.Type < OpAcquire || o.Type > maxType {
 		d.fail("unknown op type %d", uint8(o.Type))
@@ -274,6 +287,10 @@ func (d *decoder) decodeOp(o *Op) {
 	if flags&fDelay != 0 {
 		o.LockDelay = time.Duration(d.varint("lock delay"))
 		d.nonZero(o.LockDelay == 0, "lock delay")
+	}
+	if flags&fSession != 0 {
+		o.Session = d.str("session", MaxSessionLen)
+		d.nonZero(o.Session == "", "session")
 	}
 	if d.err == nil && o.Type == OpAcquireAll && (o.Token < 1 || o.Token > MaxGroup) {
 		d.fail("group of %d acquires, want 1..%d", o.Token, MaxGroup)

@@ -66,9 +66,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		b := Encode(e)
 		want := byte(1)
 		for _, o := range e.Ops {
-			if o.v2() {
-				want = 2
-			}
+			want = max(want, o.version())
 		}
 		if b[0] != want {
 			t.Fatalf("entry %d: version byte %d, want %d", i, b[0], want)
@@ -114,7 +112,9 @@ func TestDecodeErrors(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "empty input"},
-		{"version", []byte{3, 0, 0}, "unknown format version 3"},
+		{"version", []byte{4, 0, 0}, "unknown format version 4"},
+		{"v3 without v3 ops", []byte{3, 0, 0}, "version 3 entry that version 1 can express"},
+		{"session op in v2", []byte{2, 0, 1, byte(OpSessionOpen), 0}, "unknown op type 10"},
 		{"v2 without v2 ops", []byte{2, 0, 0}, "version 2 entry that version 1 can express"},
 		{"v2 op type in v1", with(3, byte(OpAcquireAll)), "unknown op type 9"},
 		{"v2 type 10", []byte{2, 0, 1, 10, 0}, "unknown op type 10"},

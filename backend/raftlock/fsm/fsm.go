@@ -29,8 +29,17 @@ type record struct {
 	h       [16]byte
 	token   uint64
 	ttl     int64
-	expires int64
-	delay   int64 // the grant's lock-delay (ns), 0 for none
+	expires int64    // 0 for a session lease: see exp
+	delay   int64    // the grant's lock-delay (ns), 0 for none
+	sess    *session // the session the lease belongs to, or nil
+}
+
+// exp is r's expiry on the FSM clock: its own, or its session's.
+func (r *record) exp() int64 {
+	if r.sess != nil {
+		return r.sess.expires.Load()
+	}
+	return r.expires
 }
 
 // group is the shared holders of one key (a read lock, or a semaphore of
@@ -64,6 +73,7 @@ type FSM struct {
 	kv       map[string]*record // lockPrefix+key → exclusive holder, dataPrefix+key → data
 	groups   map[string]*group  // key → its shared holders (never empty)
 	delays   map[string]int64   // key → end of its lock-delay (FSM clock); entries whose end passed are stale
+	sessions map[string]*session // session id → session (session.go)
 	members  map[string]string  // raft server id → client API address
 	counter  uint64             // fencing counter: the last token granted
 	now      int64              // max Entry.Now applied
@@ -77,7 +87,8 @@ var _ raft.FSM = (*FSM)(nil)
 
 // New returns an empty FSM: no locks, no data, no members, counter 0.
 func New() *FSM {
-	return &FSM{kv: make(map[string]*record), groups: make(map[string]*group), delays: make(map[string]int64), members: make(map[string]string)}
+	return &FSM{kv: make(map[string]*record), groups: make(map[string]*group), delays: make(map[string]int64),
+		members: make(map[string]string), sessions: make(map[string]*session)}
 }
 
 // EventKind is what happened to a key's holder (an observer Event).
@@ -89,6 +100,12 @@ const (
 	EventRenewed                       // a holder's expiry moved (renew, extend-all)
 	EventReleased                      // a holder released its lease (or was force-released)
 	EventExpired                       // a holder's lease ran out (expire, or taken over by an acquire)
+	// EventSession: a session was opened or its expiry moved (renewal,
+	// extend-all); Event.Session is the session now, Key is empty.
+	EventSession
+	// EventSessionEnded: a session ended (closed or expired), after the
+	// events of its leases; Event.Session is the session as it was.
+	EventSessionEnded
 )
 
 // String returns "granted", "renewed", "released" or "expired".
@@ -102,6 +119,10 @@ func (k EventKind) String() string {
 		return "released"
 	case EventExpired:
 		return "expired"
+	case EventSession:
+		return "session"
+	case EventSessionEnded:
+		return "session-ended"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -118,6 +139,8 @@ type Event struct {
 	// end of the key's lock-delay (FSM clock, unix ns) when it is still
 	// ahead; 0 otherwise.
 	DelayUntil int64
+	// Session is the session of an EventSession or EventSessionEnded.
+	Session SessionInfo
 }
 
 // SetObserver registers fn (nil removes it). Apply calls fn synchronously,
@@ -156,6 +179,7 @@ type change struct {
 	mode    uint8
 	permits uint32
 	until   int64
+	sess    SessionInfo // EventSession, EventSessionEnded
 }
 
 // Apply applies a committed raft log entry. For a raft.LogCommand entry whose
@@ -193,6 +217,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 			i += k
 			continue
 		}
+		if e.Ops[i].Type.isSession() {
+			res.Results[i] = f.applySession(&e.Ops[i], evp)
+			continue
+		}
 		res.Results[i] = f.applyOp(&e.Ops[i], evp)
 	}
 	f.index = l.Index
@@ -206,6 +234,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	f.mu.Unlock()
 
 	for _, c := range changes {
+		if c.rec == nil {
+			obs(l.Index, Event{Kind: c.kind, Session: c.sess})
+			continue
+		}
 		ev := Event{Kind: c.kind, Key: c.key, Lock: c.rec.lock(c.key), DelayUntil: c.until}
 		ev.Lock.Mode, ev.Lock.Permits = c.mode, c.permits
 		obs(l.Index, ev)
@@ -282,9 +314,14 @@ func (f *FSM) checkAcquire(o *Op) (Result, bool) {
 		return Result{Status: StatusInvalid}, false
 	}
 	now := f.now
+	if o.Session != "" {
+		if s := f.sessions[o.Session]; s == nil || s.expires.Load() <= now {
+			return Result{Status: StatusNoSession}, false
+		}
+	}
 	var until int64 // the latest end of a lock-delay still ahead
 	if r := f.kv[lockPrefix+o.Key]; r != nil {
-		if r.expires > now {
+		if r.exp() > now {
 			if r.handleIs(o.Handle) {
 				return r.result(StatusOK), false // a resend: same grant, no new token
 			}
@@ -296,7 +333,7 @@ func (f *FSM) checkAcquire(o *Op) (Result, bool) {
 		live := 0
 		var oldest *record
 		for _, h := range g.holders {
-			if h.expires <= now {
+			if h.exp() <= now {
 				until = max(until, h.delayEnd())
 				continue
 			}
@@ -335,7 +372,7 @@ func (r *record) delayEnd() int64 {
 	if r.delay <= 0 {
 		return 0
 	}
-	return addTTL(r.expires, r.delay)
+	return addTTL(r.exp(), r.delay)
 }
 
 // grant applies an acquire that checkAcquire allowed: expired holders are
@@ -346,17 +383,19 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 	if r := f.kv[lk]; r != nil { // expired (checkAcquire): taken over
 		delete(f.kv, lk)
 		f.nlocks--
+		r.unlink(o.Key)
 		addChange(ev, change{kind: EventExpired, key: o.Key, rec: r})
 	}
 	var keep []*record
 	if g := f.groups[o.Key]; g != nil {
 		keep = make([]*record, 0, len(g.holders)+1)
 		for _, h := range g.holders {
-			if h.expires > now {
+			if h.exp() > now {
 				keep = append(keep, h)
 				continue
 			}
 			f.nshared--
+			h.unlink(o.Key)
 			addChange(ev, change{kind: EventExpired, key: o.Key, rec: h, mode: ModeShared, permits: g.permits})
 		}
 		delete(f.groups, o.Key)
@@ -372,6 +411,13 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 		delay:   int64(o.LockDelay),
 	}
 	r.h, r.hstr = packHandle(o.Handle)
+	if o.Session != "" {
+		// A session lease: the session's TTL and expiry (checkAcquire
+		// found it live).
+		r.sess = f.sessions[o.Session]
+		r.ttl, r.expires = r.sess.ttl, 0
+		r.link(o.Key)
+	}
 	if o.Mode == ModeExclusive {
 		f.kv[lk] = r
 		f.nlocks++
@@ -415,14 +461,21 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 		}
 		k := lockPrefix + o.Key
 		if r := f.kv[k]; r != nil {
-			if r.expires <= now || r.token != o.Token || !r.handleIs(o.Handle) {
+			if r.exp() <= now || r.token != o.Token || !r.handleIs(o.Handle) {
 				return r.result(StatusNotHeld)
 			}
 			if o.Type == OpRelease {
 				delete(f.kv, k)
 				f.nlocks--
+				r.unlink(o.Key)
 				addChange(ev, change{kind: EventReleased, key: o.Key, rec: r})
 				return Result{Status: StatusOK}
+			}
+			if r.sess != nil {
+				// A session lease lives as long as its session: renewing it
+				// is renewing the session.
+				f.renewSession(r.sess, ev)
+				return r.result(StatusOK)
 			}
 			nr := *r
 			nr.ttl = int64(o.TTL)
@@ -440,13 +493,17 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 			return g.holders[0].result(StatusNotHeld)
 		}
 		h := g.holders[i]
-		if h.expires <= now || !h.handleIs(o.Handle) {
+		if h.exp() <= now || !h.handleIs(o.Handle) {
 			return h.result(StatusNotHeld)
 		}
 		if o.Type == OpRelease {
 			f.removeShared(o.Key, g, i)
 			addChange(ev, change{kind: EventReleased, key: o.Key, rec: h, mode: ModeShared, permits: g.permits})
 			return Result{Status: StatusOK}
+		}
+		if h.sess != nil {
+			f.renewSession(h.sess, ev)
+			return h.result(StatusOK)
 		}
 		nh := *h
 		nh.ttl = int64(o.TTL)
@@ -463,11 +520,12 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 		}
 		k := lockPrefix + o.Key
 		if r := f.kv[k]; r != nil {
-			if r.token != o.Token || r.expires > now {
+			if r.token != o.Token || r.exp() > now {
 				return r.result(StatusNotHeld)
 			}
 			delete(f.kv, k)
 			f.nlocks--
+			r.unlink(o.Key)
 			addChange(ev, change{kind: EventExpired, key: o.Key, rec: r, until: f.expired(o.Key, r)})
 			return Result{Status: StatusOK}
 		}
@@ -480,7 +538,7 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 			return g.holders[0].result(StatusNotHeld)
 		}
 		h := g.holders[i]
-		if h.expires > now {
+		if h.exp() > now {
 			return h.result(StatusNotHeld)
 		}
 		f.removeShared(o.Key, g, i)
@@ -488,9 +546,15 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 		return Result{Status: StatusOK}
 
 	case OpExtendAll:
+		// Sessions first: their leases follow them, without a copy each.
+		for _, ss := range f.sessionsSorted() {
+			if ss.expires.Load() > now {
+				f.renewSession(ss, ev)
+			}
+		}
 		for k, r := range f.kv {
-			if len(k) < len(lockPrefix) || k[:len(lockPrefix)] != lockPrefix || r.expires <= now {
-				continue // data, or an expired lock: extending must not revive it
+			if len(k) < len(lockPrefix) || k[:len(lockPrefix)] != lockPrefix || r.sess != nil || r.expires <= now {
+				continue // data, a session's lease, or an expired lock: extending must not revive it
 			}
 			exp := addTTL(now, r.ttl)
 			if exp <= r.expires {
@@ -505,7 +569,7 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 			var hs []*record
 			for i, h := range g.holders {
 				exp := addTTL(now, h.ttl)
-				if h.expires <= now || exp <= h.expires {
+				if h.sess != nil || h.expires <= now || exp <= h.expires {
 					continue
 				}
 				if hs == nil {
@@ -552,6 +616,7 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 // or deletes the group when i was its last holder.
 func (f *FSM) removeShared(key string, g *group, i int) {
 	f.nshared--
+	g.holders[i].unlink(key)
 	if len(g.holders) == 1 {
 		delete(f.groups, key)
 		return
@@ -576,7 +641,7 @@ func addTTL(now, ttl int64) int64 {
 }
 
 func (r *record) result(s Status) Result {
-	return Result{Status: s, Token: r.token, Owner: r.owner, Expires: r.expires}
+	return Result{Status: s, Token: r.token, Owner: r.owner, Expires: r.exp()}
 }
 
 // lock returns a copy of r as the Lock of key (unprefixed).
@@ -587,10 +652,13 @@ func (r *record) lock(key string) Lock {
 		Handle:  r.handle(),
 		Token:   r.token,
 		TTL:     time.Duration(r.ttl),
-		Expires: r.expires,
+		Expires: r.exp(),
 		// Mode and Permits are the caller's to set: a record does not
 		// know whether it is a group member.
 		LockDelay: time.Duration(r.delay),
+	}
+	if r.sess != nil {
+		l.Session = r.sess.id
 	}
 	if r.value != "" {
 		l.Value = []byte(r.value)
@@ -745,14 +813,14 @@ func (f *FSM) EachHolder(key string, fn func(HolderRef) bool) {
 	g := f.groups[key]
 	f.mu.RUnlock()
 	if r != nil {
-		fn(HolderRef{Owner: r.owner, Token: r.token, Expires: r.expires, LockDelay: time.Duration(r.delay), rec: r})
+		fn(HolderRef{Owner: r.owner, Token: r.token, Expires: r.exp(), LockDelay: time.Duration(r.delay), rec: r})
 		return
 	}
 	if g == nil {
 		return
 	}
 	for _, h := range g.holders {
-		if !fn(HolderRef{Owner: h.owner, Token: h.token, Expires: h.expires, LockDelay: time.Duration(h.delay),
+		if !fn(HolderRef{Owner: h.owner, Token: h.token, Expires: h.exp(), LockDelay: time.Duration(h.delay),
 			Mode: ModeShared, Permits: g.permits, rec: h}) {
 			return
 		}

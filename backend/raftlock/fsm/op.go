@@ -48,10 +48,27 @@ const (
 	// the first that could not be (the others then answer StatusAborted
 	// and change nothing). Entry format version 2 only.
 	OpAcquireAll OpType = 9
+	// Sessions (entry format version 3; session.go). Key is the session's
+	// id. Open: a new session of Owner for TTL (a re-sent open of a live
+	// session is OK, changing nothing). Renew: the session lives TTL (its
+	// own) from now. Close: the session ends and its leases are released.
+	// Expire: if the session's expiry has passed, it ends and its leases
+	// expire (NotHeld, with the session's Expires, when it was renewed
+	// meanwhile). Close and Expire answer with Token = the leases ended.
+	OpSessionOpen   OpType = 10
+	OpSessionRenew  OpType = 11
+	OpSessionClose  OpType = 12
+	OpSessionExpire OpType = 13
 )
 
 // maxOpType is the highest OpType that Decode accepts.
-const maxOpType = OpAcquireAll
+const maxOpType = OpSessionExpire
+
+// maxV2OpType is the highest OpType of entry format version 2.
+const maxV2OpType = OpAcquireAll
+
+// isSession reports whether t is a session op.
+func (t OpType) isSession() bool { return t >= OpSessionOpen && t <= OpSessionExpire }
 
 // maxV1OpType is the highest OpType of entry format version 1.
 const maxV1OpType = OpRemoveMember
@@ -77,6 +94,14 @@ func (t OpType) String() string {
 		return "remove-member"
 	case OpAcquireAll:
 		return "acquire-all"
+	case OpSessionOpen:
+		return "session-open"
+	case OpSessionRenew:
+		return "session-renew"
+	case OpSessionClose:
+		return "session-close"
+	case OpSessionExpire:
+		return "session-expire"
 	}
 	return fmt.Sprintf("op(%d)", uint8(t))
 }
@@ -119,6 +144,7 @@ const (
 	FieldValue   = "value"
 	FieldPermits = "permits"
 	FieldGroup   = "group"
+	FieldSession = "session"
 )
 
 // LimitError is Op.Validate's error: which field of which op is outside the
@@ -162,11 +188,20 @@ type Op struct {
 	Mode      uint8
 	Permits   uint32
 	LockDelay time.Duration
+	// Session, on an acquire (entry format version 3), is the id of the
+	// session the lease joins (TTL is then ignored: the session's).
+	Session string
 }
 
-// v2 reports whether o needs entry format version 2.
-func (o *Op) v2() bool {
-	return o.Type > maxV1OpType || o.Mode != 0 || o.Permits != 0 || o.LockDelay != 0
+// version returns the entry format version o needs: 1, 2 or 3.
+func (o *Op) version() byte {
+	switch {
+	case o.Type > maxV2OpType || o.Session != "":
+		return entryVersionV3
+	case o.Type > maxV1OpType || o.Mode != 0 || o.Permits != 0 || o.LockDelay != 0:
+		return entryVersionV2
+	}
+	return entryVersion
 }
 
 // Validate reports whether o can be encoded and decoded: a known Type and
@@ -186,6 +221,8 @@ func (o Op) Validate() error {
 		return limit(FieldOwner, len(o.Owner), MaxOwnerLen)
 	case len(o.Handle) > MaxHandleLen:
 		return limit(FieldHandle, len(o.Handle), MaxHandleLen)
+	case len(o.Session) > MaxSessionLen:
+		return limit(FieldSession, len(o.Session), MaxSessionLen)
 	case len(o.Value) > MaxValueLen:
 		return limit(FieldValue, len(o.Value), MaxValueLen)
 	case o.Permits > MaxPermits:
@@ -264,6 +301,9 @@ const (
 	// because another acquire of the group could not be granted; nothing
 	// changed.
 	StatusAborted
+	// StatusNoSession: an acquire in a session that is gone (expired, or
+	// never opened); nothing changed.
+	StatusNoSession
 )
 
 // String returns the status's name.
@@ -283,6 +323,8 @@ func (s Status) String() string {
 		return "delayed"
 	case StatusAborted:
 		return "aborted"
+	case StatusNoSession:
+		return "no-session"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
@@ -327,4 +369,8 @@ type Lock struct {
 	Mode      uint8
 	Permits   uint32
 	LockDelay time.Duration
+	// Session is the id of the lease's session ("" for none): the lease
+	// lives as long as the session, and Expires is the session's. A
+	// secret, as Handle.
+	Session string
 }

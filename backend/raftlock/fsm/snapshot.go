@@ -44,11 +44,22 @@ import (
 //	  string key, varint end
 //	uint32 little-endian CRC-32C of everything before it
 //
+// Version 3, written only when the state has sessions:
+//
+//	"LGFS" byte(3)
+//	as version 2, except that a lock record (and a group's holder) has one
+//	  more field after lock-delay: string session id ("" for none; a
+//	  session lease's expires is 0: its session's applies)
+//	then, after the lock-delays: uvarint #sessions, then per session
+//	  (sorted by id): string id, string owner, varint ttl, varint expires
+//	uint32 little-endian CRC-32C of everything before it
+//
 // Restore accepts exactly these canonical forms.
 const (
 	snapMagic     = "LGFS"
 	snapVersion   = 1
 	snapVersionV2 = 2
+	snapVersionV3 = 3
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -66,6 +77,7 @@ type snapshot struct {
 	recs           []event
 	groups         []keyGroup
 	delays         []kvInt
+	sessions       []SessionInfo
 	version        byte
 }
 
@@ -112,6 +124,13 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if len(s.groups) > 0 || len(s.delays) > 0 {
 		s.version = snapVersionV2
 	}
+	// Sessions are the one mutable part of the state: copy their fields.
+	for _, ss := range f.sessions {
+		s.sessions = append(s.sessions, ss.info())
+	}
+	if len(s.sessions) > 0 {
+		s.version = snapVersionV3
+	}
 	return s, nil
 }
 
@@ -125,7 +144,9 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 // Release drops the snapshot's references.
-func (s *snapshot) Release() { s.members, s.recs, s.groups, s.delays = nil, nil, nil, nil }
+func (s *snapshot) Release() {
+	s.members, s.recs, s.groups, s.delays, s.sessions = nil, nil, nil, nil, nil
+}
 
 // crcWriter computes the CRC-32C of what passes through it.
 type crcWriter struct {
@@ -145,6 +166,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 	slices.SortFunc(s.recs, func(a, b event) int { return strings.Compare(a.key, b.key) })
 	slices.SortFunc(s.groups, func(a, b keyGroup) int { return strings.Compare(a.key, b.key) })
 	slices.SortFunc(s.delays, func(a, b kvInt) int { return strings.Compare(a.k, b.k) })
+	slices.SortFunc(s.sessions, func(a, b SessionInfo) int { return strings.Compare(a.ID, b.ID) })
 	version := s.version
 	if version == 0 {
 		version = snapVersion
@@ -179,7 +201,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		}
 		buf = buf[:0]
 	}
-	if version == snapVersionV2 {
+	if version >= snapVersionV2 {
 		buf = binary.AppendUvarint(buf, uint64(len(s.groups)))
 		for _, kg := range s.groups {
 			buf = appendString(buf, kg.key)
@@ -198,6 +220,19 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		for _, d := range s.delays {
 			buf = appendString(buf, d.k)
 			buf = binary.AppendVarint(buf, d.v)
+		}
+	}
+	if version >= snapVersionV3 {
+		buf = binary.AppendUvarint(buf, uint64(len(s.sessions)))
+		for _, ss := range s.sessions {
+			buf = appendString(buf, ss.ID)
+			buf = appendString(buf, ss.Owner)
+			buf = binary.AppendVarint(buf, int64(ss.TTL))
+			buf = binary.AppendVarint(buf, ss.Expires)
+			if _, err := bw.Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
 		}
 	}
 	if _, err := bw.Write(buf); err != nil {
@@ -224,8 +259,15 @@ func appendLock(buf []byte, r *record, version byte) []byte {
 	buf = binary.AppendUvarint(buf, r.token)
 	buf = binary.AppendVarint(buf, r.ttl)
 	buf = binary.AppendVarint(buf, r.expires)
-	if version == snapVersionV2 {
+	if version >= snapVersionV2 {
 		buf = binary.AppendVarint(buf, r.delay)
+	}
+	if version >= snapVersionV3 {
+		sid := ""
+		if r.sess != nil {
+			sid = r.sess.id
+		}
+		buf = appendString(buf, sid)
 	}
 	return buf
 }
@@ -236,9 +278,11 @@ type state struct {
 	groups          map[string]*group
 	delays          map[string]int64
 	members         map[string]string
+	sessions        map[string]*session
 	counter, index  uint64
 	now             int64
 	nlocks, nshared int
+	links           []event // session leases to link to their sessions
 }
 
 // Restore replaces all state with the snapshot read from r (and closes r).
@@ -263,7 +307,10 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 // install replaces f's state with st.
 func (f *FSM) install(st *state) {
 	f.mu.Lock()
-	f.kv, f.members, f.groups, f.delays = st.kv, st.members, st.groups, st.delays
+	f.kv, f.members, f.groups, f.delays, f.sessions = st.kv, st.members, st.groups, st.delays, st.sessions
+	if f.sessions == nil {
+		f.sessions = make(map[string]*session)
+	}
 	if f.groups == nil {
 		f.groups = make(map[string]*group)
 	}
@@ -285,8 +332,8 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorruptSnapshot, data[:len(snapMagic)])
 	}
 	version := data[len(snapMagic)]
-	if version != snapVersion && version != snapVersionV2 {
-		return nil, fmt.Errorf("%w: unknown format version %d (want %d or %d)", ErrCorruptSnapshot, version, snapVersion, snapVersionV2)
+	if version < snapVersion || version > snapVersionV3 {
+		return nil, fmt.Errorf("%w: unknown format version %d (want %d to %d)", ErrCorruptSnapshot, version, snapVersion, snapVersionV3)
 	}
 	body := data[:len(data)-4]
 	if want, got := binary.LittleEndian.Uint32(data[len(body):]), crc32.Checksum(body, crcTable); checkCRC && want != got {
@@ -350,6 +397,7 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		switch {
 		case len(k) > len(lockPrefix) && strings.HasPrefix(k, lockPrefix):
 			d.decodeLock(r, st.counter)
+			d.pending(st, k[len(lockPrefix):], r)
 			st.nlocks++
 			v2 = v2 || r.delay != 0
 		case len(k) > len(dataPrefix) && strings.HasPrefix(k, dataPrefix):
@@ -360,12 +408,15 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 		st.kv[k] = r
 	}
 	d.op = -1
-	if version == snapVersionV2 && d.err == nil {
+	if version >= snapVersionV2 && d.err == nil {
 		d.decodeGroups(st, body)
 		v2 = v2 || len(st.groups) > 0 || len(st.delays) > 0
-		if d.err == nil && !v2 {
+		if d.err == nil && !v2 && version == snapVersionV2 {
 			d.fail("version 2 snapshot of a state that version 1 can express (non-canonical)")
 		}
+	}
+	if version >= snapVersionV3 && d.err == nil {
+		d.decodeSessions(st, body)
 	}
 	if d.err == nil && d.off != len(body) {
 		d.fail("%d trailing bytes", len(body)-d.off)
@@ -418,6 +469,7 @@ func (d *decoder) decodeGroups(st *state, body []byte) {
 		for j := 0; j < int(m) && d.err == nil; j++ {
 			r := &record{}
 			d.decodeLock(r, st.counter)
+			d.pending(st, k, r)
 			r.value = d.str("value", MaxValueLen)
 			if d.err == nil && j > 0 && r.token <= g.holders[j-1].token {
 				d.fail("holder tokens not strictly increasing")
@@ -496,8 +548,15 @@ func (d *decoder) decodeLock(r *record, counter uint64) {
 	r.token = d.uvarint("token")
 	r.ttl = d.varint("ttl")
 	r.expires = d.varint("expires")
-	if d.version == snapVersionV2 {
+	if d.version >= snapVersionV2 {
 		r.delay = d.varint("lock delay")
+	}
+	if d.version >= snapVersionV3 {
+		if sid := d.str("session", MaxSessionLen); sid != "" {
+			// Linked to its session once the sessions are read
+			// (decodeSessions); meanwhile a placeholder holds the id.
+			r.sess = &session{id: sid}
+		}
 	}
 	switch {
 	case d.err != nil:
@@ -508,4 +567,68 @@ func (d *decoder) decodeLock(r *record, counter uint64) {
 	case r.delay < 0 || r.delay > int64(MaxLockDelay):
 		d.fail("lock delay %d outside 0..%d", r.delay, int64(MaxLockDelay))
 	}
+}
+
+// pending remembers a session lease read from a snapshot, to link it to
+// its session once the sessions are read.
+func (d *decoder) pending(st *state, key string, r *record) {
+	if r.sess != nil && d.err == nil {
+		st.links = append(st.links, event{key, r})
+		if r.expires != 0 {
+			d.fail("session lease with expires %d, want 0 (non-canonical)", r.expires)
+		}
+	}
+}
+
+// decodeSessions reads version 3's sessions into st and links the session
+// leases to them.
+func (d *decoder) decodeSessions(st *state, body []byte) {
+	// Sessions: each takes at least 4 bytes.
+	n := d.uvarint("session count")
+	if d.err == nil && n > uint64(len(body)-d.off)/4 {
+		d.fail("%d sessions declared but only %d bytes left", n, len(body)-d.off)
+	}
+	if d.err != nil {
+		return
+	}
+	if n == 0 {
+		d.fail("version 3 snapshot without sessions (non-canonical)")
+		return
+	}
+	st.sessions = make(map[string]*session, n)
+	d.what = "session"
+	prev := ""
+	for i := 0; i < int(n) && d.err == nil; i++ {
+		d.op = i
+		s := &session{leases: make(map[sessKey]struct{})}
+		s.id = d.str("id", MaxSessionLen)
+		s.owner = d.str("owner", MaxOwnerLen)
+		s.ttl = d.varint("ttl")
+		s.expires.Store(d.varint("expires"))
+		switch {
+		case d.err != nil:
+		case s.id == "":
+			d.fail("empty session id")
+		case i > 0 && s.id <= prev:
+			d.fail("session ids not strictly increasing")
+		case s.ttl <= 0:
+			d.fail("ttl %d is not positive", s.ttl)
+		}
+		prev = s.id
+		st.sessions[s.id] = s
+	}
+	d.op = -1
+	if d.err != nil {
+		return
+	}
+	for _, e := range st.links {
+		s := st.sessions[e.rec.sess.id]
+		if s == nil {
+			d.fail("lease of %q in an unknown session", e.key)
+			return
+		}
+		e.rec.sess = s
+		e.rec.link(e.key)
+	}
+	st.links = nil
 }
