@@ -70,16 +70,16 @@ func (g *group) find(token uint64) int {
 // of one record per key, and shared holders live apart.
 type FSM struct {
 	mu       sync.RWMutex
-	kv       map[string]*record // lockPrefix+key → exclusive holder, dataPrefix+key → data
-	groups   map[string]*group  // key → its shared holders (never empty)
-	delays   map[string]int64   // key → end of its lock-delay (FSM clock); entries whose end passed are stale
+	kv       map[string]*record  // lockPrefix+key → exclusive holder, dataPrefix+key → data
+	groups   map[string]*group   // key → its shared holders (never empty)
+	delays   map[string]int64    // key → end of its lock-delay (FSM clock); entries whose end passed are stale
 	sessions map[string]*session // session id → session (session.go)
-	members  map[string]string  // raft server id → client API address
-	counter  uint64             // fencing counter: the last token granted
-	now      int64              // max Entry.Now applied
-	index    uint64             // raft index of the last applied entry
-	nlocks   int                // exclusive lock records in kv
-	nshared  int                // shared holders in groups
+	members  map[string]string   // raft server id → client API address
+	counter  uint64              // fencing counter: the last token granted
+	now      int64               // max Entry.Now applied
+	index    uint64              // raft index of the last applied entry
+	nlocks   int                 // exclusive lock records in kv
+	nshared  int                 // shared holders in groups
 	observer func(index uint64, ev Event)
 }
 
