@@ -162,7 +162,7 @@ func TestInvalidPrimitiveInput(t *testing.T) {
 			{map[string]any{"commandType": 9, "key": ""}, "invalid_key"},
 			{map[string]any{"commandType": 10}, "missing_field"},
 			{map[string]any{"commandType": 10, "target": "nope"}, "not_found"},
-			{map[string]any{"commandType": 11}, "unknown_command"},
+			{map[string]any{"commandType": wire.MaxCommand + 1}, "unknown_command"},
 		} {
 			id := fmt.Sprint(i)
 			tc.req["id"] = id
