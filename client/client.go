@@ -149,6 +149,16 @@ type Options struct {
 	// MaxCachedLeases bounds the unused leases the cache keeps; past it
 	// Release releases. Default DefaultMaxCachedLeases (1024).
 	MaxCachedLeases int
+	// NoSession turns off the client's own session: auto-renewed leases
+	// (zero AcquireOptions.TTL) are then renewed one by one, as they are on
+	// gateways without sessions. By default, when the gateway offers
+	// "sessions", they go into one session of the client's, kept alive by
+	// one keep-alive at SessionTTL/3 (session.go). With CacheLeases on, the
+	// client has no session of its own either.
+	NoSession bool
+	// SessionTTL is the TTL of the client's own session (and so of the
+	// leases in it). Default lock.DefaultSessionTTL (20 s).
+	SessionTTL time.Duration
 	// Token, when not empty, is sent as "Authorization: Bearer <token>" on
 	// every connection (the gateway's --auth-tokens-file). A gateway that
 	// refuses it makes calls fail with an error matching ErrUnauthorized.
@@ -216,6 +226,7 @@ type Client struct {
 	// overflows (tests await it).
 	watchOverflowed func()
 	cache           *leaseCache // nil unless Options.CacheLeases
+	own             ownSession  // the client's own session (session.go)
 
 	mu       sync.Mutex
 	closed   bool

@@ -33,11 +33,14 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 		return nil, lock.ErrClosed
 	}
 	defer c.leave()
-	opts, err := opts.Normalize(key, c.opts.ClientID)
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := c.inOwnSession(ctx, &opts); err != nil {
+		return nil, err
+	}
+	opts, err := opts.Normalize(key, c.opts.ClientID)
+	if err != nil {
 		return nil, err
 	}
 	if c.cache != nil {
@@ -103,6 +106,9 @@ func acquireRequest(req wire.Request, opts lock.AcquireOptions, handle string) w
 		req.Mode = opts.Mode.String()
 	}
 	req.Permits, req.LockDelayMS = opts.Permits, ms(opts.LockDelay)
+	if opts.Session != nil {
+		req.SessionID = opts.Session.ID
+	}
 	if opts.Value != nil {
 		v := string(opts.Value)
 		req.Value = &v
@@ -124,7 +130,7 @@ func cacheable(opts lock.AcquireOptions) bool {
 // grantOf is a grant reply's lease.
 func grantOf(r *reply) wire.Grant {
 	return wire.Grant{Key: r.Key, FencingToken: r.FencingToken, LockToken: r.LockToken, TTL: r.TTL,
-		Owner: r.Owner, Mode: r.Mode, Permits: r.Permits, Wanted: r.Wanted}
+		Owner: r.Owner, Mode: r.Mode, Permits: r.Permits, Wanted: r.Wanted, SessionID: r.SessionID}
 }
 
 // lease turns a grant into a Lease. sent is the send time of the first copy
@@ -144,6 +150,9 @@ func (c *Client) lease(r wire.Grant, key string, opts lock.AcquireOptions, sent 
 		owner = opts.Owner
 	}
 	token := lock.Token(r.FencingToken.Value)
+	if s := opts.Session; s != nil {
+		return c.sessionLease(r, key, owner, token, opts)
+	}
 	if time.Until(sent.Add(ttl)) < ttl/2 {
 		// The renewal must not depend on the caller's context: the grant
 		// is ours now, and giving up here would leave it behind.
@@ -188,6 +197,9 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	ttl, err := lock.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
+	}
+	if lease.Session() != nil {
+		return c.renewInSession(ctx, lease)
 	}
 	ttl = time.Duration(ms(ttl)) * time.Millisecond
 	octx, cancel := c.opCtx(ctx)

@@ -69,6 +69,9 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 	if err := lock.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
+	if err := c.inOwnSession(ctx, &opts); err != nil {
+		return nil, err
+	}
 	opts, err := opts.Normalize(keys[0], c.opts.ClientID)
 	if err != nil {
 		return nil, err
