@@ -11,10 +11,20 @@
  * client-chosen lockToken, so that on raftlock a copy that was already
  * granted returns that grant instead of queueing behind it.
  */
-import { CancelledError, LockgateError, NotHeldError, TimeoutError, UnsupportedError, errorFromReply, type HolderInfo } from "./errors.js";
+import {
+  CancelledError,
+  LockgateError,
+  NotHeldError,
+  SessionExpiredError,
+  TimeoutError,
+  UnsupportedError,
+  errorFromReply,
+  type HolderInfo,
+} from "./errors.js";
 import { Conn, type Pending } from "./conn.js";
 import { DefaultCacheIdleMs, DefaultMaxCachedLeases, LeaseCache, type CacheKey, type CacheStats } from "./cache.js";
 import { Lease, type LeaseOps, type Mode } from "./lease.js";
+import { Session, type SessionOps } from "./session.js";
 import { Watch, WatchBuffer, type WatchOptions } from "./watch.js";
 import { dial, wsUrl, type Sock, type TlsOptions } from "./socket.js";
 import { BackoffBaseMs, BackoffMaxMs, backoffMs, needsEarlyRenew, now } from "./timing.js";
@@ -71,6 +81,28 @@ export interface ClientOptions {
   cacheIdleMs?: number;
   /** The most unused leases the cache keeps; past it release releases. Default 1024. */
   maxCachedLeases?: number;
+  /**
+   * Sessions (default true): when the gateway offers "sessions"
+   * (Lockgate-Features), every lease acquired without ttlMs (auto-renewed)
+   * goes into one session of this client, opened on first use, and one
+   * keep-alive every ttl/3 renews them all instead of one renewal per
+   * lease. false: every auto-renewed lease renews itself.
+   */
+  sessions?: boolean;
+  /** The TTL of the client's session (10 ms … 24 h). Default: the server's (20 s). */
+  sessionTtlMs?: number;
+}
+
+/** openSession's options. */
+export interface SessionOptions {
+  /** The session's TTL in ms (10 ms … 24 h). Default: the client's sessionTtlMs, else the server's (20 s). */
+  ttlMs?: number;
+  /** The owner the session is opened for. Default: the client's id. */
+  clientId?: string;
+  /** Renew every ttl/3 until the session ends or the client closes (default true). */
+  keepAlive?: boolean;
+  /** Aborting it gives up the open (CancelledError). */
+  signal?: AbortSignal;
 }
 
 export interface AcquireOptions {
@@ -94,6 +126,14 @@ export interface AcquireOptions {
   permits?: number;
   /** After this lease expires (not when released), nobody is granted the key for this many ms (≤ 60000). Needs "lockdelay". */
   lockDelayMs?: number;
+  /**
+   * The session to put the lease in (needs "sessions"): it takes the
+   * session's TTL (leave ttlMs absent or equal), is renewed by the
+   * session's keep-alive and ends with the session. null: in no session,
+   * renewed on its own. Absent: the client's own session for a lease
+   * without ttlMs (ClientOptions.sessions), else none.
+   */
+  session?: Session | null;
 }
 
 /** An acquire's options, checked and normalized. */
@@ -231,6 +271,16 @@ export class Client {
   // cache keeps leases only when it did.
   #signalsWanted = false;
   #cache: LeaseCache | undefined;
+  // Sessions: the client's own (opened on first use), an open of it under
+  // way, every live session this client opened, and the connection on which
+  // the gateway was found to offer none.
+  #useSessions: boolean;
+  #sessionTtlMs: number | undefined;
+  #sessionOps: SessionOps;
+  #sessions = new Set<Session>();
+  #ownSession: Session | undefined;
+  #ownOpening: Promise<Session | undefined> | undefined;
+  #noSessionsOn: Conn | undefined;
 
   constructor(endpoints: string | string[], opts: ClientOptions = {}) {
     const list = typeof endpoints === "string" ? endpoints.split(",").map((s) => s.trim()).filter(Boolean) : [...endpoints];
@@ -261,6 +311,17 @@ export class Client {
       untrack: (lease) => {
         const hk = heldKey(lease.key, lease.lockToken);
         if (this.#held.get(hk) === lease) this.#held.delete(hk);
+      },
+    };
+    this.#useSessions = opts.sessions ?? true;
+    if (opts.sessionTtlMs !== undefined) checkTtl(opts.sessionTtlMs);
+    this.#sessionTtlMs = opts.sessionTtlMs;
+    this.#sessionOps = {
+      renew: (s, signal) => this.#track(this.#renewSession(s, signal)),
+      close: (s) => this.#track(this.#closeSession(s)),
+      forget: (s) => {
+        this.#sessions.delete(s);
+        if (this.#ownSession === s) this.#ownSession = undefined;
       },
     };
     if (opts.cacheLeases) {
@@ -326,6 +387,31 @@ export class Client {
   }
 
   /**
+   * openSession opens a session (needs the gateway's "sessions" feature):
+   * leases acquired with `{ session }` live as long as it does, all renewed
+   * by one keep-alive every ttl/3 (unless keepAlive is false). It is bounded
+   * by requestTimeoutMs.
+   */
+  openSession(opts: SessionOptions = {}): Promise<Session> {
+    return this.#track(this.#openSession(opts));
+  }
+
+  /** renewSession is one keep-alive of s; SessionExpiredError (and s ends, its leases "not_held") when the server no longer has it. */
+  renewSession(s: Session): Promise<void> {
+    return s.renew();
+  }
+
+  /** closeSession ends s on the server: every lease in it is released. A session already gone gives SessionExpiredError (and ends here all the same). */
+  closeSession(s: Session): Promise<void> {
+    return s.close();
+  }
+
+  /** The client's own session (ClientOptions.sessions) while it lives, else undefined. */
+  get session(): Session | undefined {
+    return this.#ownSession;
+  }
+
+  /**
    * features is what the gateway announced in its upgrade's
    * Lockgate-Features (wanted, shared, semaphore, multikey, watch,
    * lockdelay), connecting first if the client has no connection (bounded
@@ -387,6 +473,8 @@ export class Client {
     if (this.#cache) await this.#cache.close();
     this.#closed = true;
     for (const l of this.#held.values()) l._stopRenewing();
+    // As the Go SDK: the keep-alives stop, and the sessions' leases run out.
+    for (const s of this.#sessions) s.stopKeepAlive();
     this.#closing.abort(new LockgateError("closed", "lockgate: the client is closed"));
     // Let the waits cancel themselves on the connection, bounded.
     const calls = Promise.allSettled([...this.#calls]);
@@ -535,9 +623,10 @@ export class Client {
     const { owner, ttlMs, autoRenew } = p;
     opts.signal?.throwIfAborted();
     // Only plain exclusive leases without lock-delay are cached (as the Go
-    // SDK): an acquire of another kind gives up a kept lease of its key.
+    // SDK), and not those of a session given by the caller: an acquire of
+    // another kind gives up a kept lease of its key.
     const cache = this.#cache;
-    const plain = p.needs.length === 0;
+    const plain = p.needs.length === 0 && opts.session === undefined;
     const ck: CacheKey = { owner, ttlMs, value: opts.value, autoRenew, releaseOnDisconnect: !!opts.releaseOnDisconnect };
     if (cache && plain) {
       const { hit, stale } = cache.take(key, ck);
@@ -547,6 +636,7 @@ export class Client {
       for (const stale of cache.evict([key])) await this.#releaseQuietly(stale);
     }
     for (;;) {
+      const session = await this.#sessionFor(opts, p);
       const handle = newHandle();
       this.#early.set(handle, false);
       try {
@@ -555,10 +645,12 @@ export class Client {
         if (opts.releaseOnDisconnect) req.releaseOnDisconnect = true;
         if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
         this.#primitiveFields(req, p);
-        const k = newCall(wait ? "acquire" : "try-acquire", req, { wait, grantable: true, needs: p.needs });
+        this.#sessionFields(req, session);
+        const k = newCall(wait ? "acquire" : "try-acquire", req, { wait, grantable: true, needs: session ? [...p.needs, "sessions"] : p.needs });
         const r = await this.#runAcquire(k, opts, wait, JSON.stringify(key));
+        if (this.#sessionGone(r, k, opts, session)) continue;
         if (r.type !== "grant") throw this.#unexpected(r, k, "grant");
-        const lease = await this.#lease(r, key, p, k.first, opts.value);
+        const lease = await this.#lease(r, key, p, k.first, opts.value, session);
         if (lease) {
           if (plain) cache?.hold(lease, ck);
           return lease;
@@ -629,6 +721,7 @@ export class Client {
     // Never cached; an unused cached lease of one of the keys would hold it against us.
     if (this.#cache) for (const stale of this.#cache.evict(keys)) await this.#releaseQuietly(stale);
     for (;;) {
+      const session = await this.#sessionFor(opts, p);
       const handle = newHandle();
       this.#early.set(handle, false);
       try {
@@ -636,8 +729,11 @@ export class Client {
         if (opts.value !== undefined) req.value = opts.value;
         if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
         this.#primitiveFields(req, p);
-        const k = newCall(wait ? "acquire-all" : "try-acquire-all", req, { wait, grantable: true, needs: ["multikey", ...p.needs] });
+        this.#sessionFields(req, session);
+        const needs = ["multikey", ...p.needs, ...(session ? ["sessions"] : [])];
+        const k = newCall(wait ? "acquire-all" : "try-acquire-all", req, { wait, grantable: true, needs });
         const r = await this.#runAcquire(k, opts, wait, what);
+        if (this.#sessionGone(r, k, opts, session)) continue;
         if (r.type !== "grants") throw this.#unexpected(r, k, "grants");
         const got = r.leases ?? [];
         const leases: Lease[] = [];
@@ -652,7 +748,7 @@ export class Client {
             lost = new LockgateError("unavailable", `lockgate: ${k.op} ${what}: lease ${i} is for ${JSON.stringify(g.key)}, not ${JSON.stringify(keys[i])}`);
             break;
           }
-          const lease = await this.#lease({ ...g, type: "grant" }, keys[i]!, p, k.first, opts.value);
+          const lease = await this.#lease({ ...g, type: "grant" }, keys[i]!, p, k.first, opts.value, session);
           if (!lease) {
             expired = true;
             lost = new NotHeldError(`lockgate: ${k.op} ${what}: the grant of ${JSON.stringify(keys[i])} expired before it could be renewed`);
@@ -682,12 +778,18 @@ export class Client {
    * renewed at once and the renewal's send time used. undefined when that
    * renewal found the lease gone.
    */
-  async #lease(r: Reply, key: string, p: Prepared, sent: number, value?: string): Promise<Lease | undefined> {
+  async #lease(r: Reply, key: string, p: Prepared, sent: number, value?: string, session?: Session): Promise<Lease | undefined> {
     if (!r.lockToken || r.fencingToken === undefined) {
       throw new LockgateError("unavailable", `lockgate: acquire ${JSON.stringify(key)}: grant without lockToken or fencingToken`);
     }
+    // A grant in the session lives as long as the session: its deadline is
+    // the session's. One that does not name the session (a gateway that
+    // ignored sessionId) is an ordinary lease.
+    const inSession = session && r.sessionId === session.id ? session : undefined;
+    if (session && !inSession) this.#log(`the grant of ${key} names no session; it renews itself`);
+    if (inSession && !inSession.alive) return undefined; // the session ended while the acquire waited
     const ttl = r.ttl && r.ttl > 0 && r.ttl < p.ttlMs ? r.ttl : p.ttlMs;
-    if (needsEarlyRenew(sent, ttl, now())) {
+    if (!inSession && needsEarlyRenew(sent, ttl, now())) {
       try {
         sent = await this.#renew(key, r.lockToken, r.fencingToken, ttl);
       } catch (e) {
@@ -707,9 +809,152 @@ export class Client {
       wanted: !!r.wanted || this.#early.get(r.lockToken) === true,
       mode: r.mode === "shared" ? "shared" : "exclusive",
       permits: typeof r.permits === "number" ? r.permits : 0,
+      ...(inSession ? { session: inSession } : {}),
     });
     if (lease.reason === undefined) this.#held.set(heldKey(key, lease.lockToken), lease);
     return lease;
+  }
+
+  // ---- sessions ----
+
+  /**
+   * #sessionFor is the session an acquire's lease goes into: the caller's
+   * (opts.session, checked), none (null, an explicit ttlMs, no auto-renew,
+   * sessions off), or the client's own, opened on first use.
+   */
+  async #sessionFor(opts: AcquireOptions, p: Prepared): Promise<Session | undefined> {
+    const s = opts.session;
+    if (s === null) return undefined;
+    if (s !== undefined) {
+      if (!(s instanceof Session)) throw new LockgateError("bad_json", "lockgate: session is not a Session of this client");
+      if (opts.ttlMs !== undefined && opts.ttlMs !== s.ttlMs) {
+        throw new LockgateError("invalid_ttl", `lockgate: a lease in a session takes the session's TTL (${s.ttlMs} ms): leave ttlMs absent`);
+      }
+      if (s.reason !== undefined) throw new SessionExpiredError(`lockgate: acquire in a session that ended (${s.reason})`);
+      return s;
+    }
+    if (!this.#useSessions || opts.ttlMs !== undefined || !p.autoRenew) return undefined;
+    const own = this.#ownSession;
+    if (own && own.alive) return own;
+    const conn = this.#conn;
+    if (conn && !conn.closed && (this.#noSessionsOn === conn || (conn.featuresKnown && !conn.features.includes("sessions")))) return undefined;
+    this.#ownOpening ??= this.#openOwn().finally(() => (this.#ownOpening = undefined));
+    if (!opts.signal) return this.#ownOpening;
+    const signal = opts.signal;
+    return abortable(this.#ownOpening, signal).catch((e) => {
+      throw signal.aborted ? new CancelledError("lockgate: acquire: cancelled by the caller", signal.reason) : e;
+    });
+  }
+
+  /**
+   * #openOwn opens the client's own session. A gateway without sessions
+   * (not announced, or an older one answering unknown_command) is
+   * remembered for its connection; that and any other failure but the
+   * client's close leave the acquire to a lease that renews itself.
+   */
+  async #openOwn(): Promise<Session | undefined> {
+    try {
+      const s = await this.#openSession({});
+      if (this.#closed) return undefined;
+      this.#ownSession = s;
+      return s;
+    } catch (e) {
+      if (this.#closed || (e instanceof LockgateError && e.code === "closed")) throw this.#closedError();
+      if (e instanceof UnsupportedError || (e instanceof LockgateError && e.code === "unknown_command")) {
+        this.#noSessionsOn = this.#conn;
+      } else {
+        this.#log(`opening the client's session failed; the lease renews itself: ${(e as Error).message}`);
+      }
+      return undefined;
+    }
+  }
+
+  async #openSession(o: SessionOptions): Promise<Session> {
+    if (this.#closed) throw this.#closedError();
+    const ttl = o.ttlMs ?? this.#sessionTtlMs;
+    if (ttl !== undefined) checkTtl(ttl);
+    const owner = o.clientId ?? this.clientId;
+    checkOwner(owner);
+    const req: Request = { commandType: Cmd.openSession, clientId: owner };
+    if (ttl !== undefined) req.ttl = ttl;
+    const k = newCall("open-session", req, { needs: ["sessions"] });
+    const r = await this.#oneShot(k, o.signal);
+    if (r.type !== "session") throw this.#unexpected(r, k, "session");
+    if (!r.sessionId || typeof r.ttl !== "number" || !(r.ttl > 0)) {
+      throw new LockgateError("unavailable", "lockgate: open-session: a session reply without sessionId or ttl");
+    }
+    // The TTL started on the server after the first copy went out (a
+    // re-sent open may have opened a second session; the one answered
+    // started no earlier). Never count on more than was asked for.
+    const s = new Session(this.#sessionOps, {
+      id: r.sessionId,
+      owner,
+      ttlMs: ttl !== undefined ? Math.min(ttl, r.ttl) : r.ttl,
+      sent: k.first,
+      keepAlive: (o.keepAlive ?? true) && !this.#closed,
+    });
+    this.#sessions.add(s);
+    return s;
+  }
+
+  /** #renewSession is one keep-alive of s: the answered copy's send time; SessionExpiredError (s ends "not_held") when the server no longer has it. */
+  async #renewSession(s: Session, signal?: AbortSignal): Promise<number> {
+    if (this.#closed) throw this.#closedError();
+    // During an election the retries must not sleep past the session's deadline.
+    const k = newCall("renew-session", { commandType: Cmd.renewSession, sessionId: s.id }, { maxBackoffMs: Math.max(BackoffBaseMs, s.ttlMs / 10) });
+    const r = await this.#oneShot(k, signal);
+    if (r.type === "sessionRenewed") return k.last;
+    if (r.error?.code === "session_expired" || r.error?.code === "not_held") {
+      s._end("not_held");
+      throw new SessionExpiredError(`lockgate: renew-session: ${r.error.code}${r.error.message ? ": " + r.error.message : ""}`);
+    }
+    throw this.#unexpected(r, k, "sessionRenewed");
+  }
+
+  /**
+   * #closeSession closes s on the server, releasing every lease in it. A
+   * re-sent close answered session_expired, whose earlier copy may have
+   * arrived, counts as closed when the session was alive by our clock as
+   * the answered copy went out (as #release judges a re-sent release).
+   */
+  async #closeSession(s: Session): Promise<void> {
+    if (this.#closed) throw this.#closedError();
+    let alive = false;
+    const k = newCall("close-session", { commandType: Cmd.closeSession, sessionId: s.id }, { onSend: (t) => (alive = s.reason === undefined && t < s.deadline) });
+    const r = await this.#oneShot(k);
+    if (r.type === "sessionClosed") {
+      s._end("released");
+      return;
+    }
+    if (r.error?.code === "session_expired") {
+      if (k.prior && alive) {
+        s._end("released");
+        return;
+      }
+      s._end("not_held");
+      throw new SessionExpiredError(`lockgate: close-session: session_expired${r.error.message ? ": " + r.error.message : ""}`);
+    }
+    throw this.#unexpected(r, k, "sessionClosed");
+  }
+
+  /** #sessionFields puts an acquire's lease in session: its id, and its TTL as the lease's. */
+  #sessionFields(req: Request, session: Session | undefined): void {
+    if (!session) return;
+    req.sessionId = session.id;
+    req.ttl = session.ttlMs;
+  }
+
+  /**
+   * #sessionGone handles an acquire answered session_expired: the session
+   * ends here too (its leases "not_held"); the client's own session is
+   * replaced and the acquire tried again (true), a caller's session fails it.
+   */
+  #sessionGone(r: Reply, k: Call, opts: AcquireOptions, session: Session | undefined): boolean {
+    if (!session || r.error?.code !== "session_expired") return false;
+    session._end("not_held");
+    if (opts.session !== undefined) throw this.#unexpected(r, k, "grant");
+    this.#log(`the client's session is gone on the server; ${k.op} ${this.#what(k)} again in a new one`);
+    return true;
   }
 
   /** #releaseOrKeep is Lease.release: with the cache on, a lease nobody else wants is kept instead of released. */

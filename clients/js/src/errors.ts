@@ -43,6 +43,8 @@ export const ErrorCodes = [
   "watch_overflow",
   "too_many_watches",
   "duplicate_id",
+  "session_expired",
+  "too_many_sessions",
 ] as const;
 
 /** One of {@link ErrorCodes}; a newer server may send a code not listed. */
@@ -153,6 +155,18 @@ export class WatchOverflowError extends LockgateError {
   }
 }
 
+/**
+ * session_expired: the session is gone (it expired, or was closed): a
+ * keep-alive, a close or an acquire in it was refused. Every lease of the
+ * session has ended (reason "not_held").
+ */
+export class SessionExpiredError extends LockgateError {
+  override name = "SessionExpiredError";
+  constructor(message: string) {
+    super("session_expired", message);
+  }
+}
+
 /** The error for a server's error object (`{code, message, leader?, holder?}`). */
 export function errorFromReply(
   e: { code?: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo; retryIn?: number; feature?: string } | undefined,
@@ -177,6 +191,8 @@ export function errorFromReply(
       return new PermitsMismatchError(msg);
     case "watch_overflow":
       return new WatchOverflowError(msg);
+    case "session_expired":
+      return new SessionExpiredError(msg);
   }
   return new LockgateError(code, msg, e?.leader ? { leader: e.leader } : {});
 }

@@ -9,7 +9,8 @@
 export { DefaultCacheIdleMs, DefaultMaxCachedLeases } from "./cache.js";
 export type { CacheStats } from "./cache.js";
 export { Client, DefaultDialTimeoutMs, DefaultMaxHops, DefaultRequestTimeoutMs } from "./client.js";
-export type { AcquireOptions, ClientOptions, HolderDetail, LockInfo } from "./client.js";
+export type { AcquireOptions, ClientOptions, HolderDetail, LockInfo, SessionOptions } from "./client.js";
+export { Session, SessionLostError } from "./session.js";
 export { Lease, LeaseLostError } from "./lease.js";
 export type { LostReason, Mode } from "./lease.js";
 export { Watch, WatchBuffer } from "./watch.js";
@@ -24,6 +25,7 @@ export {
   LockgateError,
   NotHeldError,
   PermitsMismatchError,
+  SessionExpiredError,
   TimeoutError,
   UnsupportedError,
   WatchOverflowError,

@@ -2,6 +2,7 @@
  * A held lock: its tokens, its deadline, and the signals of its end.
  */
 import { LockgateError, NotHeldError } from "./errors.js";
+import type { Session } from "./session.js";
 import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
 
 /** How a lease holds its key: alone ("exclusive"), or beside other shared holders ("shared": read locks and semaphore permits). */
@@ -41,6 +42,8 @@ export interface LeaseInit {
   wanted: boolean;
   mode?: Mode;
   permits?: number;
+  /** The session the lease belongs to: its TTL, sent and deadline are the session's, and it ends with it. */
+  session?: Session;
 }
 
 function unref(t: ReturnType<typeof setTimeout>): void {
@@ -76,6 +79,12 @@ export class Lease {
   readonly signal: AbortSignal;
   /** Resolves when another caller waits for this key (the gateway's "wanted" push). A hint, never a revocation. */
   readonly wanted: Promise<void>;
+  /**
+   * The session the lease belongs to, or undefined: a session lease is
+   * renewed by its session's keep-alive (its own autoRenew is off), its
+   * deadline is the session's, and it ends when the session does.
+   */
+  readonly session: Session | undefined;
 
   #ops: LeaseOps;
   #ttlMs: number;
@@ -101,14 +110,19 @@ export class Lease {
     this.value = g.value;
     this.mode = g.mode ?? "exclusive";
     this.permits = g.permits ?? 0;
-    this.#ttlMs = g.ttlMs;
-    this.#sent = g.sent;
-    this.#deadline = deadlineOf(g.sent, g.ttlMs);
-    this.#autoRenew = g.autoRenew;
+    this.session = g.session;
+    this.#ttlMs = g.session ? g.session.ttlMs : g.ttlMs;
+    this.#sent = g.session ? g.session.sent : g.sent;
+    this.#deadline = deadlineOf(this.#sent, this.#ttlMs);
+    this.#autoRenew = g.session ? false : g.autoRenew;
     this.lost = new Promise((res) => (this.#resolveLost = res));
     this.wanted = new Promise((res) => (this.#resolveWanted = res));
     this.signal = this.#abort.signal;
     if (g.wanted) this._markWanted();
+    if (g.session && !g.session._add(this)) {
+      this._end(g.session.reason ?? "expired");
+      return;
+    }
     this.#armDeadline();
     this.#scheduleRenew();
   }
@@ -153,9 +167,19 @@ export class Lease {
     return this.#ops.release(this);
   }
 
-  /** renew extends the lease to ttlMs (default: its current TTL); NotHeldError ends it. */
+  /**
+   * renew extends the lease to ttlMs (default: its current TTL); NotHeldError
+   * ends it. A session lease renews its session (every lease in it), whose
+   * TTL it keeps: another ttlMs is refused (invalid_ttl).
+   */
   async renew(ttlMs?: number): Promise<void> {
     if (this.#reason !== undefined) throw new NotHeldError(`lockgate: renew ${JSON.stringify(this.key)}: the lease ended (${this.#reason})`);
+    if (this.session) {
+      if (ttlMs !== undefined && ttlMs !== this.session.ttlMs) {
+        throw new LockgateError("invalid_ttl", `lockgate: renew ${JSON.stringify(this.key)}: a lease in a session keeps the session's TTL (${this.session.ttlMs} ms)`);
+      }
+      return this.session.renew();
+    }
     const ttl = ttlMs ?? this.#ttlMs;
     try {
       const sent = await this.#ops.renew(this, ttl, this.signal);
@@ -203,6 +227,7 @@ export class Lease {
     this._stopRenewing();
     if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
     this.#ops.untrack(this);
+    this.session?._remove(this);
     this.#abort.abort(new LeaseLostError(this.key, reason));
     this.#resolveLost(reason);
   }

@@ -17,6 +17,9 @@ export const Cmd = {
   tryAcquireAll: 8,
   watch: 9,
   unwatch: 10,
+  openSession: 11,
+  renewSession: 12,
+  closeSession: 13,
 } as const;
 
 /** A request as sent. fencingToken.value is a bigint, written as a JSON number. */
@@ -40,6 +43,8 @@ export interface Request {
   lockDelayMs?: number;
   /** acquireAll / tryAcquireAll (7, 8). */
   keys?: string[];
+  /** The session an acquire puts its lease in, or the session of renewSession / closeSession (11–13). */
+  sessionId?: string;
 }
 
 /**
@@ -58,6 +63,8 @@ export interface GrantInfo {
   mode?: string;
   permits?: number;
   wanted?: boolean;
+  /** A grant in a session, or a session reply (session, sessionRenewed, sessionClosed). */
+  sessionId?: string;
 }
 
 /** A reply or push as decoded: every fencing token is a bigint. */
