@@ -937,11 +937,11 @@ export class Client {
     throw this.#unexpected(r, k, "sessionClosed");
   }
 
-  /** #sessionFields puts an acquire's lease in session: its id, and its TTL as the lease's. */
+  /** #sessionFields puts an acquire's lease in session: its id, and no ttl (the lease takes the session's). */
   #sessionFields(req: Request, session: Session | undefined): void {
     if (!session) return;
     req.sessionId = session.id;
-    req.ttl = session.ttlMs;
+    delete req.ttl;
   }
 
   /**

@@ -59,7 +59,7 @@ async function sessionGateway(script: Script = {}): Promise<SessionGateway> {
         case 5: {
           if (script.acquire?.(m, reply) === false) return;
           token++;
-          reply({ type: "grant", key: m.key, fencingToken: { key: m.key, value: token }, lockToken: m.lockToken, ttl: m.ttl, owner: m.clientId, ...(m.sessionId ? { sessionId: m.sessionId } : {}) });
+          reply({ type: "grant", key: m.key, fencingToken: { key: m.key, value: token }, lockToken: m.lockToken, ttl: m.ttl ?? 20_000, owner: m.clientId, ...(m.sessionId ? { sessionId: m.sessionId } : {}) });
           return;
         }
         case 7:
@@ -102,7 +102,7 @@ test("the client's own session: one openSession, every auto-renewed lease in it,
     assert.equal(s.id, f.sessions[0]);
     for (const m of [...f.of(1), ...f.of(7)]) {
       assert.equal(m.sessionId, s.id);
-      assert.equal(m.ttl, 300);
+      assert.equal(m.ttl, undefined, "a session lease takes the session's TTL");
     }
     for (const l of [...leases, ...all]) {
       assert.equal(l.session, s);
