@@ -43,6 +43,11 @@ const DefaultSessionTTL = DefaultTTL
 // ErrNotHeld. Returned by SessionLocker methods wrapped with detail.
 var ErrSessionExpired = errors.New("lock: session expired")
 
+// ErrTooManySessions: the backend holds as many sessions as its limit
+// allows (raftlock: Config.MaxSessions); close one, or wait for one to
+// expire.
+var ErrTooManySessions = errors.New("lock: too many sessions")
+
 // SessionOptions are a session's settings.
 type SessionOptions struct {
 	// TTL is how long the session (and every lease in it) lives without a

@@ -36,6 +36,7 @@ const (
 	DefaultMaxSharedHolders   = 4096
 	DefaultMaxWatchers        = 10000
 	DefaultWatchBuffer        = 1024
+	DefaultMaxSessions        = 100000
 	DefaultMaxJoinHops        = 5
 )
 
@@ -127,6 +128,12 @@ type Config struct {
 	// were full (TryAcquire is refused). At most fsm.MaxHolders. Default
 	// DefaultMaxSharedHolders.
 	MaxSharedHolders int
+
+	// MaxSessions bounds the sessions of the cluster (OpenSession returns
+	// an error matching lock.ErrTooManySessions past it, checked on the
+	// leader). Each session costs ~200 B on every node beside its leases,
+	// and one entry per renewal interval. Default DefaultMaxSessions.
+	MaxSessions int
 
 	// MaxWatchers bounds the watches open on this node (Watch returns an
 	// error matching lock.ErrUnavailable past it). Default
@@ -231,6 +238,9 @@ func (c *Config) fill() {
 	if c.MaxSharedHolders == 0 {
 		c.MaxSharedHolders = DefaultMaxSharedHolders
 	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
 	if c.MaxWatchers == 0 {
 		c.MaxWatchers = DefaultMaxWatchers
 	}
@@ -262,6 +272,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("raftlock: Config.MaxWaitersPerKey %d: want at least 1", c.MaxWaitersPerKey)
 	case c.MaxSharedHolders < 1 || c.MaxSharedHolders > fsm.MaxHolders:
 		return fmt.Errorf("raftlock: Config.MaxSharedHolders %d: want 1..%d", c.MaxSharedHolders, fsm.MaxHolders)
+	case c.MaxSessions < 1:
+		return fmt.Errorf("raftlock: Config.MaxSessions %d: want at least 1", c.MaxSessions)
 	case c.MaxWatchers < 1:
 		return fmt.Errorf("raftlock: Config.MaxWatchers %d: want at least 1", c.MaxWatchers)
 	case c.WatchBuffer < 1:

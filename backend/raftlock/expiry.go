@@ -18,16 +18,24 @@ import (
 const (
 	// maxExpireBatch bounds the ops of one expiry entry.
 	maxExpireBatch = 1024
+	// maxSessionExpireLeases bounds the session leases one expiry entry
+	// ends (at least one session per entry, however many leases it has):
+	// an expiry storm of a million leases is then a few hundred entries,
+	// committed one after the other, between which the grants of other
+	// keys commit, instead of one entry that stalls every node's state
+	// machine for seconds.
+	maxSessionExpireLeases = 8192
 	// expireRetry is how soon a failed expiry entry is tried again.
 	expireRetry = 100 * time.Millisecond
 )
 
 // expiryItem is a lock's expiry (key, token), or, with token 0, the end of
-// key's lock-delay.
+// key's lock-delay, or, with session set, a session's expiry.
 type expiryItem struct {
 	expires int64 // leader clock, Unix ns
 	token   uint64
 	key     string
+	session string
 }
 
 type expiryHeap []expiryItem
@@ -85,7 +93,26 @@ func (s *scheduler) expireDue() {
 	var keys []string
 	seen := map[expiryItem]bool{}
 	kick := map[string]bool{}
+	sessionLeases, sessions, held := 0, 0, false
 	for len(s.expiry) > 0 && s.expiry[0].expires <= now && len(entry.Ops) < maxExpireBatch {
+		if it := s.expiry[0]; it.session != "" {
+			si, ok := s.n.fsm.Session(it.session)
+			if !ok || si.Expires > now || seen[expiryItem{session: it.session}] {
+				heap.Pop(&s.expiry) // ended, or renewed (its new expiry has an item of its own)
+				continue
+			}
+			if s.expiringSessions || (sessions > 0 && sessionLeases+si.Leases > maxSessionExpireLeases) {
+				held = true // the next entry's: see maxSessionExpireLeases
+				break
+			}
+			heap.Pop(&s.expiry)
+			seen[expiryItem{session: it.session}] = true
+			sessions++
+			sessionLeases += si.Leases
+			items = append(items, expiryItem{expires: si.Expires, session: it.session})
+			entry.Ops = append(entry.Ops, fsm.Op{Type: fsm.OpSessionExpire, Key: it.session})
+			continue
+		}
 		it := heap.Pop(&s.expiry).(expiryItem)
 		if it.token == 0 {
 			kick[it.key] = true
@@ -116,19 +143,30 @@ func (s *scheduler) expireDue() {
 		done := make(chan applied, 1)
 		s.proposeLocked(entry, grants, done)
 		epoch := s.epoch
+		if sessions > 0 {
+			s.expiringSessions = true // one session-expiry entry at a time
+		}
 		go func() {
-			if a := <-done; a.err != nil {
+			a := <-done
+			s.mu.Lock()
+			defer s.unlockAndRun(false)
+			if s.epoch != epoch {
+				return
+			}
+			if sessions > 0 {
+				s.expiringSessions = false
+				s.armLocked() // the sessions held back are due
+			}
+			if a.err != nil {
 				s.n.log.Warn("expiring locks failed; will retry", "locks", len(items), "err", a.err)
-				s.mu.Lock()
-				defer s.unlockAndRun(false)
-				if s.epoch == epoch {
-					for _, it := range items {
-						it.expires = s.n.cfg.Clock.Now() + int64(expireRetry)
-						s.pushLocked(it)
-					}
+				for _, it := range items {
+					it.expires = s.n.cfg.Clock.Now() + int64(expireRetry)
+					s.pushLocked(it)
 				}
 			}
 		}()
 	}
-	s.armLocked()
+	if !held || !s.expiringSessions {
+		s.armLocked()
+	}
 }

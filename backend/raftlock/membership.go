@@ -34,7 +34,11 @@ const (
 	PathPeers  = "/v1/cluster/peers"
 	PathJoin   = "/v1/cluster/join"
 	PathRemove = "/v1/cluster/remove"
-	hopsHeader = "X-Lockgate-Hops"
+	// PathSnapshot takes a snapshot of this node now (admin credential,
+	// as join and remove): operators before a backup or an upgrade, and
+	// `lockgate bench scale` to time one.
+	PathSnapshot = "/v1/cluster/snapshot"
+	hopsHeader   = "X-Lockgate-Hops"
 )
 
 // JoinArgs asks the cluster to add a server (seed: JoinClusterArgs).
@@ -105,6 +109,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathPeers, n.handlePeers)
 	mux.HandleFunc("POST "+PathJoin, n.handleJoin)
 	mux.HandleFunc("POST "+PathRemove, n.handleRemove)
+	mux.HandleFunc("POST "+PathSnapshot, n.handleSnapshot)
 	return mux
 }
 
@@ -238,6 +243,30 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.leaderOnly(w, r, a, func() error { return n.addVoter(r.Context(), a) })
+}
+
+// SnapshotReply answers POST /v1/cluster/snapshot.
+type SnapshotReply struct {
+	Index   uint64  `json:"index"`   // the log index the snapshot covers
+	Seconds float64 `json:"seconds"` // from the state machine's copy to the persisted file
+	Error   string  `json:"error,omitempty"`
+}
+
+func (n *Node) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !n.authorized(w, r) {
+		return
+	}
+	f := n.raft.Snapshot()
+	if err := f.Error(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, SnapshotReply{Error: err.Error()})
+		return
+	}
+	idx := uint64(0)
+	if meta, rc, err := f.Open(); err == nil {
+		idx = meta.Index
+		rc.Close()
+	}
+	writeJSON(w, http.StatusOK, SnapshotReply{Index: idx, Seconds: time.Duration(n.snapshotNanos.Load()).Seconds()})
 }
 
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {

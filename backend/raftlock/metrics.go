@@ -2,9 +2,11 @@ package raftlock
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -19,6 +21,20 @@ type nodeMetrics struct {
 
 	state, term, commitIndex, appliedIndex, lastIndex, lastContact, peers,
 	fsmPending, snapshotIndex, locks, lastToken, waiters, watches, ready, restores *prometheus.Desc
+	sessions, snapshotSeconds, restoreSeconds, ops, entries *prometheus.Desc
+
+	// opCounts[t] counts the ops of type t this node committed as leader;
+	// entryCount the entries.
+	opCounts   [256]atomic.Uint64
+	entryCount atomic.Uint64
+}
+
+// countEntry counts a committed entry and its ops.
+func (m *nodeMetrics) countEntry(ops []fsm.Op) {
+	m.entryCount.Add(1)
+	for i := range ops {
+		m.opCounts[ops[i].Type].Add(1)
+	}
 }
 
 func newNodeMetrics(n *Node) *nodeMetrics {
@@ -34,21 +50,26 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			ConstLabels: labels,
 			Buckets:     prometheus.ExponentialBuckets(0.0001, 2, 16), // 100 µs … ~3.3 s
 		}),
-		state:         d("lockgate_raft_state", "1 for this node's current Raft state.", "state"),
-		ready:         d("lockgate_raft_leader_ready", "1 if this node leads and has finished taking over (it grants locks)."),
-		term:          d("lockgate_raft_term", "This node's current Raft term."),
-		commitIndex:   d("lockgate_raft_commit_index", "Highest log index known to be committed."),
-		appliedIndex:  d("lockgate_raft_applied_index", "Highest log index applied to the lock table."),
-		lastIndex:     d("lockgate_raft_last_log_index", "Highest index in this node's log."),
-		lastContact:   d("lockgate_raft_last_contact_seconds", "Seconds since a follower last heard from the leader (0 on the leader; -1 if never)."),
-		peers:         d("lockgate_raft_peers", "Other voters in this node's latest configuration."),
-		fsmPending:    d("lockgate_raft_fsm_pending", "Committed batches queued for the state machine."),
-		snapshotIndex: d("lockgate_raft_last_snapshot_index", "Log index of the latest snapshot."),
-		restores:      d("lockgate_raft_snapshot_restores_total", "Snapshots installed into the state machine since start."),
-		locks:         d("lockgate_raftlock_locks", "Locks in the replicated lock table (held, or expired and not yet released)."),
-		lastToken:     d("lockgate_raftlock_last_token", "The last fencing token granted."),
-		waiters:       d("lockgate_raftlock_waiters", "Acquires queued on this node (the leader) for a held key."),
-		watches:       d("lockgate_raftlock_watches", "Watches open on this node (bounded by Config.MaxWatchers)."),
+		state:           d("lockgate_raft_state", "1 for this node's current Raft state.", "state"),
+		ready:           d("lockgate_raft_leader_ready", "1 if this node leads and has finished taking over (it grants locks)."),
+		term:            d("lockgate_raft_term", "This node's current Raft term."),
+		commitIndex:     d("lockgate_raft_commit_index", "Highest log index known to be committed."),
+		appliedIndex:    d("lockgate_raft_applied_index", "Highest log index applied to the lock table."),
+		lastIndex:       d("lockgate_raft_last_log_index", "Highest index in this node's log."),
+		lastContact:     d("lockgate_raft_last_contact_seconds", "Seconds since a follower last heard from the leader (0 on the leader; -1 if never)."),
+		peers:           d("lockgate_raft_peers", "Other voters in this node's latest configuration."),
+		fsmPending:      d("lockgate_raft_fsm_pending", "Committed batches queued for the state machine."),
+		snapshotIndex:   d("lockgate_raft_last_snapshot_index", "Log index of the latest snapshot."),
+		restores:        d("lockgate_raft_snapshot_restores_total", "Snapshots installed into the state machine since start."),
+		locks:           d("lockgate_raftlock_locks", "Locks in the replicated lock table (held, or expired and not yet released)."),
+		lastToken:       d("lockgate_raftlock_last_token", "The last fencing token granted."),
+		waiters:         d("lockgate_raftlock_waiters", "Acquires queued on this node (the leader) for a held key."),
+		watches:         d("lockgate_raftlock_watches", "Watches open on this node (bounded by Config.MaxWatchers)."),
+		sessions:        d("lockgate_raftlock_sessions", "Sessions in the replicated state (open, or expired and not yet ended)."),
+		snapshotSeconds: d("lockgate_raft_snapshot_seconds", "Duration of this node's last snapshot, from the state machine's copy to the persisted file (0 before the first)."),
+		restoreSeconds:  d("lockgate_raft_restore_seconds", "Duration of this node's last snapshot restore into the state machine (0 before the first)."),
+		ops:             d("lockgate_raftlock_ops_total", "Operations this node committed as leader, by op (fsm.OpType names: acquire, renew, session-renew, …).", "op"),
+		entries:         d("lockgate_raftlock_entries_total", "Log entries of lock operations this node committed as leader."),
 	}
 }
 
@@ -59,7 +80,8 @@ func (n *Node) Collector() prometheus.Collector { return n.metrics }
 func (m *nodeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.commit.Describe(ch)
 	for _, d := range []*prometheus.Desc{m.state, m.ready, m.term, m.commitIndex, m.appliedIndex, m.lastIndex,
-		m.lastContact, m.peers, m.fsmPending, m.snapshotIndex, m.restores, m.locks, m.lastToken, m.waiters, m.watches} {
+		m.lastContact, m.peers, m.fsmPending, m.snapshotIndex, m.restores, m.locks, m.lastToken, m.waiters, m.watches,
+		m.sessions, m.snapshotSeconds, m.restoreSeconds, m.ops, m.entries} {
 		ch <- d
 	}
 }
@@ -100,6 +122,13 @@ func (m *nodeMetrics) Collect(ch chan<- prometheus.Metric) {
 	n.sched.mu.Unlock()
 	gauge(m.waiters, float64(w))
 	gauge(m.watches, float64(n.watches.open()))
+	gauge(m.sessions, float64(n.fsm.NumSessions()))
+	gauge(m.snapshotSeconds, time.Duration(n.snapshotNanos.Load()).Seconds())
+	gauge(m.restoreSeconds, time.Duration(n.restoreNanos.Load()).Seconds())
+	ch <- prometheus.MustNewConstMetric(m.entries, prometheus.CounterValue, float64(m.entryCount.Load()))
+	for t := fsm.OpAcquire; t <= fsm.OpSessionExpire; t++ {
+		ch <- prometheus.MustNewConstMetric(m.ops, prometheus.CounterValue, float64(m.opCounts[t].Load()), t.String())
+	}
 }
 
 func b2f(b bool) float64 {

@@ -51,7 +51,10 @@ type Node struct {
 	session *Session // the Locker methods of Node itself
 
 	restores atomic.Int64 // snapshots installed into the state machine
-	metrics  *nodeMetrics
+	// restoreNanos and snapshotNanos are the durations of the last
+	// restore and of the last snapshot (copy to persisted).
+	restoreNanos, snapshotNanos atomic.Int64
+	metrics                     *nodeMetrics
 
 	notify   chan bool
 	shutdown chan struct{}
@@ -169,7 +172,8 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raftlock: reading existing state: %w", err)
 	}
-	if n.raft, err = raft.NewRaft(rc, restoreCounter{n.fsm, &n.restores}, logs, n.stores.Stable, snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, restoreCounter{FSM: n.fsm, n: &n.restores,
+		took: func(d time.Duration) { n.restoreNanos.Store(int64(d)) }, persisted: func(d time.Duration) { n.snapshotNanos.Store(int64(d)) }}, logs, n.stores.Stable, snaps, n.trans); err != nil {
 		return fmt.Errorf("raftlock: starting raft: %w", err)
 	}
 	if n.cfg.Bootstrap && !has {
@@ -188,11 +192,44 @@ func (n *Node) start() error {
 type restoreCounter struct {
 	*fsm.FSM
 	n *atomic.Int64
+	// took and persisted, when set, get the time of each restore and of
+	// each snapshot (state machine copy to persisted bytes).
+	took, persisted func(time.Duration)
 }
 
 func (r restoreCounter) Restore(rc io.ReadCloser) error {
 	r.n.Add(1)
-	return r.FSM.Restore(rc)
+	start := time.Now()
+	err := r.FSM.Restore(rc)
+	if r.took != nil {
+		r.took(time.Since(start))
+	}
+	return err
+}
+
+// Snapshot times the snapshot from the state machine's copy to its
+// persisted end.
+func (r restoreCounter) Snapshot() (raft.FSMSnapshot, error) {
+	start := time.Now()
+	s, err := r.FSM.Snapshot()
+	if err != nil || r.persisted == nil {
+		return s, err
+	}
+	return timedSnapshot{s, start, r.persisted}, nil
+}
+
+type timedSnapshot struct {
+	raft.FSMSnapshot
+	start time.Time
+	done  func(time.Duration)
+}
+
+func (t timedSnapshot) Persist(sink raft.SnapshotSink) error {
+	err := t.FSMSnapshot.Persist(sink)
+	if err == nil {
+		t.done(time.Since(t.start))
+	}
+	return err
 }
 
 // Restores is how many snapshots this node's state machine has restored.
@@ -365,6 +402,7 @@ func (n *Node) apply(entry fsm.Entry, timeout time.Duration) (*fsm.ApplyResult, 
 		return nil, n.raftErr(err)
 	}
 	n.metrics.commit.Observe(time.Since(start).Seconds())
+	n.metrics.countEntry(entry.Ops)
 	switch r := f.Response().(type) {
 	case *fsm.ApplyResult:
 		return r, nil

@@ -41,6 +41,9 @@ type scheduler struct {
 	expiry  expiryHeap
 	timer   *time.Timer
 	waiters int // total queued, for metrics
+	// expiringSessions: a session-expiry entry is being committed; the
+	// next waits for it (expireDue, maxSessionExpireLeases).
+	expiringSessions bool
 
 	// proposals are commits queued under mu, run by unlockAndRun once mu
 	// is released (a commit must never wait while holding mu).
@@ -143,7 +146,15 @@ func (s *scheduler) becomeLeader() {
 	}
 	s.expiry = s.expiry[:0]
 	n.fsm.ForEachLock(func(l fsm.Lock) bool {
-		s.expiry = append(s.expiry, expiryItem{expires: l.Expires, token: l.Token, key: l.Key})
+		if l.Session == "" { // a session's leases expire with it
+			s.expiry = append(s.expiry, expiryItem{expires: l.Expires, token: l.Token, key: l.Key})
+		}
+		return true
+	})
+	sessions := 0
+	n.fsm.ForEachSession(func(si fsm.SessionInfo) bool {
+		s.expiry = append(s.expiry, expiryItem{expires: si.Expires, session: si.ID})
+		sessions++
 		return true
 	})
 	delays := 0
@@ -155,7 +166,7 @@ func (s *scheduler) becomeLeader() {
 	heap.Init(&s.expiry)
 	s.ready = true
 	s.armLocked()
-	n.log.Info("leader ready", "held_locks", len(s.expiry)-delays, "lock_delays", delays, "last_token", n.fsm.LastToken())
+	n.log.Info("leader ready", "locks", n.fsm.NumLocks(), "sessions", sessions, "lock_delays", delays, "last_token", n.fsm.LastToken())
 }
 
 // stepDown ends this node's leadership duties: it stops granting at once and
@@ -170,6 +181,7 @@ func (s *scheduler) stepDown() {
 		s.timer = nil
 	}
 	s.expiry = nil
+	s.expiringSessions = false
 	var stranded []*waiter
 	seen := map[*waiter]bool{}
 	for _, q := range s.queues {
@@ -504,7 +516,7 @@ func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time,
 
 func grantOf(w *waiter, key string, token uint64, sent time.Time) *lock.Grant {
 	return &lock.Grant{Key: key, Owner: w.opts.Owner, Token: lock.Token(token), Handle: w.handle,
-		Value: w.opts.Value, TTL: w.opts.TTL, Mode: w.opts.Mode, Permits: w.opts.Permits, Sent: sent}
+		Value: w.opts.Value, TTL: w.opts.TTL, Mode: w.opts.Mode, Permits: w.opts.Permits, Sent: sent, Session: w.opts.Session}
 }
 
 // abandon is called when w's caller gave up. A waiter still queued is
@@ -674,8 +686,12 @@ func (s *scheduler) multiRoundLocked(w *waiter, freed map[uint64]bool, now int64
 }
 
 func acquireOp(w *waiter, key string) fsm.Op {
-	return fsm.Op{Type: fsm.OpAcquire, Key: key, Owner: w.opts.Owner, Handle: w.handle, TTL: w.opts.TTL, Value: w.opts.Value,
+	op := fsm.Op{Type: fsm.OpAcquire, Key: key, Owner: w.opts.Owner, Handle: w.handle, TTL: w.opts.TTL, Value: w.opts.Value,
 		Mode: uint8(w.opts.Mode), Permits: uint32(w.opts.Permits), LockDelay: w.opts.LockDelay}
+	if w.opts.Session != nil {
+		op.Session = w.opts.Session.ID
+	}
+	return op
 }
 
 func releaseOp(key, handle string, token uint64) fsm.Op {
@@ -807,6 +823,8 @@ func (s *scheduler) settleLocked(p pending, sent time.Time, res *fsm.ApplyResult
 		// Otherwise w stays at the head until the holders go.
 	case fsm.StatusPermitsMismatch:
 		finish(result{err: fmt.Errorf("raftlock: %q is held with other permits than %d: %w", w.key, w.opts.Permits, lock.ErrPermitsMismatch)})
+	case fsm.StatusNoSession:
+		finish(result{err: sessionErr(w.key, w.opts.Session)})
 	default:
 		finish(result{err: fmt.Errorf("raftlock: acquire %q refused by the state machine (status %s)", w.key, r.Status)})
 	}
@@ -824,8 +842,14 @@ func (s *scheduler) observe(index uint64, ev fsm.Event) {
 		return
 	}
 	switch ev.Kind {
+	case fsm.EventSession:
+		s.pushLocked(expiryItem{expires: ev.Session.Expires, session: ev.Session.ID})
+	case fsm.EventSessionEnded:
+		// Its items are skipped when they surface.
 	case fsm.EventGranted, fsm.EventRenewed:
-		s.pushLocked(expiryItem{expires: ev.Lock.Expires, token: ev.Lock.Token, key: ev.Key})
+		if ev.Lock.Session == "" { // a session's leases expire with it
+			s.pushLocked(expiryItem{expires: ev.Lock.Expires, token: ev.Lock.Token, key: ev.Key})
+		}
 	default:
 		if ev.DelayUntil > 0 {
 			s.pushLocked(expiryItem{expires: ev.DelayUntil, key: ev.Key})

@@ -213,7 +213,7 @@ var (
 )
 
 // Features implements lock.FeatureReporter: every primitive, as the nodes.
-func (cl *clusterLocker) Features() lock.Features { return lock.AllFeatures }
+func (cl *clusterLocker) Features() lock.Features { return features }
 
 func (cl *clusterLocker) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
 	return cl.acquireAll(ctx, keys, opts, (*Node).AcquireAll)
@@ -305,6 +305,9 @@ func (cl *clusterLocker) TryAcquire(ctx context.Context, key string, opts lock.A
 func renewedHere(opts lock.AcquireOptions) (_ lock.AcquireOptions, autoRenew bool) {
 	if opts.Handle == "" {
 		opts.Handle = lock.NewHandle()
+	}
+	if opts.Session != nil {
+		return opts, false // its session's keep-alive renews it
 	}
 	autoRenew = opts.AutoRenew || opts.TTL == 0
 	if opts.TTL == 0 {

@@ -45,7 +45,7 @@ const (
 
 // Features implements lock.FeatureReporter: raftlock offers every
 // primitive, in its state machine (docs/raftlock.md).
-func (s *Session) Features() lock.Features { return lock.AllFeatures }
+func (s *Session) Features() lock.Features { return features }
 
 // addWatch records w as s's, unless s is closed.
 func (s *Session) addWatch(w *watch) bool {
@@ -222,7 +222,12 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if err != nil {
 		return err
 	}
-	if err := lease.Renewed(sent, ttl, res.Results[0].Status == fsm.StatusOK); err != nil {
+	ok := res.Results[0].Status == fsm.StatusOK
+	if sess := lease.Session(); sess != nil && ok {
+		// A session lease: the state machine renewed its session, and so
+		// every lease of it.
+		sess.Extend(sent)
+	} else if err := lease.Renewed(sent, ttl, ok); err != nil {
 		return err
 	}
 	s.n.sched.attach(lease)
@@ -441,7 +446,7 @@ func (n *Node) Watch(ctx context.Context, key string) (<-chan lock.Event, error)
 }
 
 // Features implements lock.FeatureReporter.
-func (n *Node) Features() lock.Features { return lock.AllFeatures }
+func (n *Node) Features() lock.Features { return features }
 
 // Release implements lock.Locker.
 func (n *Node) Release(ctx context.Context, lease *lock.Lease) error {

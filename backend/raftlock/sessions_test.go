@@ -1,0 +1,207 @@
+package raftlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// eventually polls cond (state with no event to await: the replicated
+// table) for up to 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSessionsOneEntryRenewsAll: a session's leases are renewed by one
+// entry whatever their number, survive a leader change with their
+// session, and all end when the session expires — none while it lives.
+func TestSessionsOneEntryRenewsAll(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader := leader(t, c)
+	l := leader.NewSession()
+	defer l.Close()
+	const n = 200
+	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := make([]*lock.Lease, n)
+	keys := make([]string, n)
+	for i := range leases {
+		keys[i] = fmt.Sprintf("sess/%d", i)
+		if leases[i], err = l.Acquire(ctx, keys[i], lock.AcquireOptions{Session: sess}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := sess.Leases(); got != n {
+		t.Fatalf("session holds %d leases, want %d", got, n)
+	}
+	before := leader.metrics.opCounts[fsm.OpRenew].Load()
+	sessRenews := leader.metrics.opCounts[fsm.OpSessionRenew].Load()
+	// Three keep-alives, past the TTL: every lease lives on.
+	for range 3 {
+		if err := l.RenewSession(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := leader.metrics.opCounts[fsm.OpSessionRenew].Load() - sessRenews; got != 3 {
+		t.Errorf("%d session-renew ops for 3 keep-alives", got)
+	}
+	if got := leader.metrics.opCounts[fsm.OpRenew].Load() - before; got != 0 {
+		t.Errorf("%d per-lease renew ops: the session should renew its leases", got)
+	}
+	for _, le := range leases {
+		if le.Err() != nil {
+			t.Fatalf("%s ended while its session lives: %v", le.Key, le.Err())
+		}
+		if !le.Deadline().Equal(sess.Deadline()) {
+			t.Fatalf("%s deadline %v, want the session's %v", le.Key, le.Deadline(), sess.Deadline())
+		}
+	}
+	info, err := l.Inspect(ctx, keys[0])
+	if err != nil || info.Token != leases[0].Token {
+		t.Fatalf("inspect: %+v %v", info, err)
+	}
+
+	// A waiter on one of the keys; then the session expires (no more
+	// keep-alives): every lease ends at once on the server, the waiter is
+	// granted, and every lease's Done closes on the client.
+	other := leader.NewSession()
+	defer other.Close()
+	got := make(chan error, 1)
+	go func() {
+		le, err := other.Acquire(ctx, keys[7], lock.AcquireOptions{TTL: time.Minute})
+		if err == nil && le.Token <= leases[7].Token {
+			err = fmt.Errorf("token %d after %d", le.Token, leases[7].Token)
+		}
+		got <- err
+	}()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	for _, le := range leases {
+		<-le.Done()
+	}
+	<-sess.Done()
+	eventually(t, "the session and its leases gone, the waiter's lock held", func() bool {
+		return leader.fsm.NumSessions() == 0 && leader.fsm.NumLocks() == 1
+	})
+	if err := l.RenewSession(ctx, sess); !errors.Is(err, lock.ErrSessionExpired) {
+		t.Fatalf("renew of an expired session: %v, want ErrSessionExpired", err)
+	}
+	if _, err := l.Acquire(ctx, "sess/late", lock.AcquireOptions{Session: sess}); !errors.Is(err, lock.ErrSessionExpired) {
+		t.Fatalf("acquire in an expired session: %v, want ErrSessionExpired", err)
+	}
+}
+
+// TestSessionCloseGrantsWaiters: closing a session releases its leases in
+// one entry and the keys go to their waiters.
+func TestSessionCloseGrantsWaiters(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader := leader(t, c)
+	l := leader.NewSession()
+	defer l.Close()
+	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := l.Acquire(ctx, "close/a", lock.AcquireOptions{Session: sess})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "close/b", lock.AcquireOptions{Session: sess, Mode: lock.ModeShared}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := leader.Acquire(ctx, "close/a", lock.AcquireOptions{TTL: time.Minute})
+		got <- err
+	}()
+	awaitWaiting(t, leader, "close/a", 1)
+	entries := leader.metrics.entryCount.Load()
+	if err := l.CloseSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the close: %v", err)
+	}
+	if !errors.Is(a.Err(), lock.ErrReleased) {
+		t.Fatalf("lease after its session closed: %v, want ErrReleased", a.Err())
+	}
+	if d := leader.metrics.entryCount.Load() - entries; d > 2 {
+		t.Errorf("%d entries for a close and the grant it frees, want at most 2", d)
+	}
+	if err := l.CloseSession(ctx, sess); !errors.Is(err, lock.ErrSessionExpired) {
+		t.Fatalf("second close: %v, want ErrSessionExpired", err)
+	}
+}
+
+// TestSessionSurvivesFailover: a session and its leases outlive the
+// leader; the new leader extends the session, keep-alives go on through
+// it, and none of the leases is lost.
+func TestSessionSurvivesFailover(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := c.Locker()
+	defer cl.Close()
+	sl := cl.(lock.SessionLocker)
+	sess, err := sl.OpenSession(ctx, lock.SessionOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []*lock.Lease
+	for i := range 50 {
+		le, err := cl.Acquire(ctx, fmt.Sprintf("fo/%d", i), lock.AcquireOptions{Session: sess})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, le)
+	}
+	old := leader(t, c)
+	for _, s := range c.Servers {
+		if s.Node == old {
+			s.Shutdown()
+		}
+	}
+	next, err := WaitLeader(ctx, followers(c, old)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past two TTLs on the new leader, kept alive by the clusterLocker.
+	deadline := time.Now().Add(7 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-sess.Done():
+			t.Fatalf("session ended after the failover: %v", sess.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	for _, le := range leases {
+		if le.Err() != nil {
+			t.Fatalf("%s lost: %v", le.Key, le.Err())
+		}
+		if l, ok := next.fsm.Lock(le.Key); !ok || l.Token != uint64(le.Token) {
+			t.Fatalf("%s on the new leader: %+v %v", le.Key, l, ok)
+		}
+	}
+	if si, ok := next.fsm.Session(sess.ID); !ok || si.Leases != len(leases) {
+		t.Fatalf("session on the new leader: %+v %v", si, ok)
+	}
+}
