@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -396,4 +397,76 @@ func BenchmarkAcquireAll8(b *testing.B) {
 	b.ReportMetric(float64(all.Microseconds()), "p50-µs")
 	b.ReportMetric(float64(one.Microseconds()), "single-p50-µs")
 	b.ReportMetric(float64(all)/float64(one), "x-single")
+}
+
+// BenchmarkHeldSessionLeases is BenchmarkHeldLocks for leases in sessions
+// (LOCKGATE_BENCH_LEASES of them, default 100k, in 1 per 1000 sessions):
+// heap per lease on the leader's state machine, snapshot, restore, and
+// the takeover entry (OpExtendAll, one per leader change).
+func BenchmarkHeldSessionLeases(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("LOCKGATE_BENCH_LEASES")); err == nil && v > 0 {
+		n = v
+	}
+	sessions := max(1, n/1000)
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		c, err := StartLocalCluster(ctx, 1, b.TempDir(), quietConfig)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := leader(b, c)
+		before := heapInUse()
+		e := fsm.Entry{}
+		for s := range sessions {
+			e.Ops = append(e.Ops, fsm.Op{Type: fsm.OpSessionOpen, Key: fmt.Sprintf("%032x", s+1), Owner: fmt.Sprintf("client-%09d", s), TTL: time.Hour})
+		}
+		if _, err := l.apply(e, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		const batch = 1000
+		for i := 0; i < n; i += batch {
+			e := fsm.Entry{}
+			for j := i; j < min(i+batch, n); j++ {
+				e.Ops = append(e.Ops, fsm.Op{Type: fsm.OpAcquire, Key: fmt.Sprintf("held/key-%012d", j),
+					Owner: fmt.Sprintf("client-%09d", j%sessions), Handle: lock.NewHandle(), TTL: time.Hour, Session: fmt.Sprintf("%032x", j%sessions+1)})
+			}
+			if _, err := l.apply(e, time.Minute); err != nil {
+				b.Fatal(err)
+			}
+		}
+		after := heapInUse()
+		if l.fsm.NumLocks() != n {
+			b.Fatalf("%d locks held, want %d", l.fsm.NumLocks(), n)
+		}
+		b.ReportMetric(float64(after-before)/float64(n), "bytes/lease")
+
+		start := time.Now()
+		if _, err := l.apply(fsm.Entry{Ops: []fsm.Op{{Type: fsm.OpExtendAll}}}, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "extend-all-ms")
+
+		start = time.Now()
+		f := l.raft.Snapshot()
+		if err := f.Error(); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "snapshot-ms")
+		_, rc, err := f.Open()
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		restored := fsm.New()
+		if err := restored.Restore(rc); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(time.Since(start).Milliseconds()), "restore-ms")
+		if restored.NumLocks() != n || restored.NumSessions() != sessions {
+			b.Fatalf("restored %d locks in %d sessions, want %d in %d", restored.NumLocks(), restored.NumSessions(), n, sessions)
+		}
+		c.Shutdown()
+		cancel()
+	}
 }

@@ -416,6 +416,9 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 		// found it live).
 		r.sess = f.sessions[o.Session]
 		r.ttl, r.expires = r.sess.ttl, 0
+		if r.owner == r.sess.owner {
+			r.owner = r.sess.owner // one copy of the owner for all its leases
+		}
 		r.link(o.Key)
 	}
 	if o.Mode == ModeExclusive {
