@@ -18,13 +18,22 @@ import (
 // BenchmarkIdleConnections opens 10k WebSocket connections from a child
 // process, each holding one lock, and reports the gateway's memory per
 // connection (heap + goroutine stacks). Goal: ≤ 32 KiB.
-func BenchmarkIdleConnections(b *testing.B) {
+func BenchmarkIdleConnections(b *testing.B) { benchConnections(b, "hold") }
+
+// BenchmarkWaitingConnections is BenchmarkIdleConnections with each of
+// the 10k connections waiting (acquire, 1) for a key another connection
+// holds (issue 23: ≤ 32 KiB per connection, the wait's goroutine and
+// state included). The holder's own connection and leases count too.
+func BenchmarkWaitingConnections(b *testing.B) { benchConnections(b, "wait") }
+
+func benchConnections(b *testing.B, mode string) {
 	const n = 10_000
 	for b.Loop() {
-		_, srv := startGateway(b, Options{})
+		_, srv := startGateway(b, Options{MaxLocksPerConn: n})
 		before := memInUse()
 		child := exec.Command(os.Args[0], "-test.run=^TestConnectionsHelper$", "-test.count=1")
-		child.Env = append(os.Environ(), "GATEWAY_HELPER_ADDR="+strings.TrimPrefix(srv.URL, "http://"), "GATEWAY_HELPER_CONNS="+strconv.Itoa(n))
+		child.Env = append(os.Environ(), "GATEWAY_HELPER_ADDR="+strings.TrimPrefix(srv.URL, "http://"), "GATEWAY_HELPER_CONNS="+strconv.Itoa(n),
+			"GATEWAY_HELPER_MODE="+mode)
 		stdin, _ := child.StdinPipe()
 		stdout, _ := child.StdoutPipe()
 		child.Stderr = os.Stderr
@@ -60,28 +69,55 @@ func memInUse() uint64 {
 }
 
 // TestConnectionsHelper is BenchmarkIdleConnections' child: it opens the
-// connections, takes one lock on each, prints READY and waits for stdin to
-// close. It does nothing on its own.
+// connections, takes one lock on each (GATEWAY_HELPER_MODE=wait: one more
+// connection holds every key, and each waits for its own), prints READY
+// and waits for stdin to close. It does nothing on its own.
 func TestConnectionsHelper(t *testing.T) {
 	addr := os.Getenv("GATEWAY_HELPER_ADDR")
 	if addr == "" {
 		t.Skip("child of BenchmarkIdleConnections")
 	}
 	n, _ := strconv.Atoi(os.Getenv("GATEWAY_HELPER_CONNS"))
-	conns := make([]*websocket.Conn, 0, n)
-	for i := range n {
+	wait := os.Getenv("GATEWAY_HELPER_MODE") == "wait"
+	conns := make([]*websocket.Conn, 0, n+1)
+	dial := func(i int) *websocket.Conn {
 		ws, _, err := websocket.DefaultDialer.Dial("ws://"+addr+"/v1/ws", nil)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
-		if err := ws.WriteJSON(map[string]any{"id": "1", "commandType": 5, "key": fmt.Sprint("idle-", i), "ttl": 3600000}); err != nil {
+		conns = append(conns, ws)
+		return ws
+	}
+	call := func(ws *websocket.Conn, req map[string]any) wire.Reply {
+		if err := ws.WriteJSON(req); err != nil {
 			t.Fatal(err)
 		}
 		var r wire.Reply
-		if err := ws.ReadJSON(&r); err != nil || r.Type != "grant" {
-			t.Fatalf("connection %d: %+v %v", i, r, err)
+		if err := ws.ReadJSON(&r); err != nil || r.Type == "error" {
+			t.Fatalf("%v: %+v %v", req, r, err)
 		}
-		conns = append(conns, ws)
+		return r
+	}
+	var holder *websocket.Conn
+	if wait {
+		holder = dial(-1)
+	}
+	for i := range n {
+		key := fmt.Sprint("idle-", i)
+		if wait {
+			call(holder, map[string]any{"id": "h", "commandType": 5, "key": key, "ttl": 3600000})
+		}
+		ws := dial(i)
+		if !wait {
+			call(ws, map[string]any{"id": "1", "commandType": 5, "key": key, "ttl": 3600000})
+			continue
+		}
+		if err := ws.WriteJSON(map[string]any{"id": "w", "commandType": 1, "key": key, "ttl": 3600000}); err != nil {
+			t.Fatal(err)
+		}
+		// The wait is queued once the key shows a waiter.
+		for r := call(ws, map[string]any{"id": "i", "commandType": 4, "key": key}); r.Waiters == nil || *r.Waiters < 1; r = call(ws, map[string]any{"id": "i", "commandType": 4, "key": key}) {
+		}
 	}
 	fmt.Println("READY")
 	bufio.NewReader(os.Stdin).ReadString('\n')

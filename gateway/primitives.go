@@ -132,7 +132,7 @@ func (c *conn) acquireAll(req wire.Request) {
 		return
 	}
 	if req.SessionID != "" {
-		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL); aerr != nil {
+		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL, req.ClientID); aerr != nil {
 			c.fail(req.ID, aerr)
 			return
 		}

@@ -113,7 +113,7 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 		return
 	}
 	if b.SessionID != "" {
-		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS); aerr != nil {
+		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS, b.ClientID); aerr != nil {
 			g.writeError(w, r, aerr)
 			return
 		}
@@ -167,7 +167,7 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.SessionID != "" {
-		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS); aerr != nil {
+		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS, b.ClientID); aerr != nil {
 			g.writeError(w, r, aerr)
 			return
 		}

@@ -33,32 +33,45 @@ const DefaultMaxSessionsPerConn = 64
 // doubled since the last one.
 type sessionTable struct {
 	mu    sync.Mutex
-	m     map[string]*lock.Session
+	m     map[string]sessionEntry
 	sweep int // the table's size after the last sweep
 }
 
-func newSessionTable() *sessionTable { return &sessionTable{m: map[string]*lock.Session{}} }
+// sessionEntry is a session of the table; adopted when the gateway did
+// not open it, and so knows its TTL only from the client's word.
+type sessionEntry struct {
+	s       *lock.Session
+	adopted bool
+}
+
+func newSessionTable() *sessionTable { return &sessionTable{m: map[string]sessionEntry{}} }
 
 // get returns the live session of id, or nil.
 func (t *sessionTable) get(id string) *lock.Session {
+	e := t.entry(id)
+	return e.s
+}
+
+// entry returns the live entry of id, or the zero entry.
+func (t *sessionTable) entry(id string) sessionEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s := t.m[id]
-	if s != nil && s.Err() != nil {
+	e := t.m[id]
+	if e.s != nil && e.s.Err() != nil {
 		delete(t.m, id)
-		return nil
+		return sessionEntry{}
 	}
-	return s
+	return e
 }
 
 // put records s (replacing an ended entry of its id).
-func (t *sessionTable) put(s *lock.Session) {
+func (t *sessionTable) put(s *lock.Session, adopted bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.m[s.ID] = s
+	t.m[s.ID] = sessionEntry{s: s, adopted: adopted}
 	if len(t.m) >= 2*max(t.sweep, 64) {
-		for id, s := range t.m {
-			if s.Err() != nil {
+		for id, e := range t.m {
+			if e.s.Err() != nil {
 				delete(t.m, id)
 			}
 		}
@@ -68,7 +81,7 @@ func (t *sessionTable) put(s *lock.Session) {
 
 func (t *sessionTable) drop(s *lock.Session) {
 	t.mu.Lock()
-	if t.m[s.ID] == s {
+	if t.m[s.ID].s == s {
 		delete(t.m, s.ID)
 	}
 	t.mu.Unlock()
@@ -139,7 +152,7 @@ func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Durati
 	if err != nil {
 		return nil, toAPIError(err)
 	}
-	g.sessions.put(s)
+	g.sessions.put(s, false)
 	return s, nil
 }
 
@@ -165,12 +178,13 @@ func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*l
 		s.End(err)
 		return nil, err
 	}
-	g.sessions.put(s)
+	g.sessions.put(s, true)
 	return s, nil
 }
 
-// renewSession is one keep-alive of id.
-func (g *Gateway) renewSession(ctx context.Context, id string) (*lock.Session, error) {
+// renewSession is one keep-alive of id; ttl, when not 0, is the client's
+// word for the session's TTL, used if the gateway must adopt it.
+func (g *Gateway) renewSession(ctx context.Context, id string, ttl time.Duration) (*lock.Session, error) {
 	if s := g.sessions.get(id); s != nil {
 		sl, err := g.sessionLockerErr()
 		if err != nil {
@@ -181,7 +195,7 @@ func (g *Gateway) renewSession(ctx context.Context, id string) (*lock.Session, e
 		}
 		return s, nil
 	}
-	return g.session(ctx, id, 0) // adopting it renews it
+	return g.session(ctx, id, ttl) // adopting it renews it
 }
 
 // closeSession ends id and every lease in it.
@@ -205,9 +219,16 @@ func (g *Gateway) closeSession(ctx context.Context, id string) error {
 // worker: adopting an unknown session takes a round trip) and checks the
 // options with it: a ttl other than the session's is invalid_ttl, a
 // session that is gone session_expired.
+//
+// A session the gateway adopted has the TTL the client named when it was
+// adopted (the backend keeps the real one): an acquire naming another is
+// not refused here, and its lease takes the backend's.
 func (g *Gateway) sessionAcquire(ctx context.Context, id string, key string, opts *lock.AcquireOptions) error {
 	if id == "" {
 		return nil
+	}
+	if e := g.sessions.entry(id); e.adopted && opts.TTL != 0 && opts.TTL != e.s.TTL() {
+		opts.TTL = 0
 	}
 	s, err := g.session(ctx, id, opts.TTL)
 	if err != nil {
@@ -223,8 +244,9 @@ func (g *Gateway) sessionAcquire(ctx context.Context, id string, key string, opt
 // sessionOptions prepares acquire options that name a session: refused
 // when the backend lacks sessions, before it sees them. A session lease
 // takes the session's TTL: opts.TTL is left 0 unless the request named one
-// (which must then be the session's).
-func (g *Gateway) sessionOptions(opts *lock.AcquireOptions, id string, ttlMS int64) *apiError {
+// (which must then be the session's), and the session's owner unless the
+// request named one (clientID).
+func (g *Gateway) sessionOptions(opts *lock.AcquireOptions, id string, ttlMS int64, clientID string) *apiError {
 	if aerr := g.unsupported(lock.FeatureSessions); aerr != nil {
 		return aerr
 	}
@@ -234,6 +256,7 @@ func (g *Gateway) sessionOptions(opts *lock.AcquireOptions, id string, ttlMS int
 	if ttlMS == 0 {
 		opts.TTL = 0
 	}
+	opts.Owner = clientID
 	opts.AutoRenew = false
 	return nil
 }
@@ -315,7 +338,7 @@ func (c *conn) renewSessionWS(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
-		s, err := c.g.renewSession(ctx, req.SessionID)
+		s, err := c.g.renewSession(ctx, req.SessionID, positiveTTL(req.TTL))
 		if err != nil {
 			c.fail(req.ID, toAPIError(err))
 			return
@@ -431,7 +454,7 @@ func (g *Gateway) restRenewSession(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s, err := g.renewSession(r.Context(), id)
+	s, err := g.renewSession(r.Context(), id, 0)
 	if err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return
@@ -457,4 +480,13 @@ func sessionIDOf(l *lock.Lease) string {
 		return s.ID
 	}
 	return ""
+}
+
+// positiveTTL is a wire TTL as a duration when it is a valid one, else 0.
+func positiveTTL(ms int64) time.Duration {
+	d := ttlOption(ms)
+	if ms == 0 || lock.ValidateTTL(d) != nil {
+		return 0
+	}
+	return d
 }

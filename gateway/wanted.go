@@ -37,10 +37,8 @@ func (c *conn) adopt(handle string, lease *lock.Lease) {
 	case c.ctx.Err() != nil || c.leases == nil:
 		c.mu.Unlock()
 		return
-	case h != nil:
-		h.lease = lease
-	case len(c.leases)+c.acquiring < c.g.opts.MaxLocksPerConn:
-		c.leases[handle] = &heldLease{lease: lease}
+	case h != nil, len(c.leases)+c.acquiring < c.g.opts.MaxLocksPerConn:
+		c.leases[handle] = lease
 	default:
 		c.mu.Unlock()
 		return

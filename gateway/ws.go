@@ -63,8 +63,12 @@ type conn struct {
 	// leases holds the connection's live leases by lock token. A lease
 	// leaves it when it ends (AfterEnd: released, expired, refused), so
 	// that a grant costs O(1) whatever the connection holds, and its size
-	// is what the connection holds.
-	leases map[string]*heldLease
+	// is what the connection holds. An entry is the Lease itself (no
+	// wrapper: issue 23 counts the gateway's bytes per held lease).
+	leases map[string]*lock.Lease
+	// rod holds the lock tokens of the leases to release when the
+	// connection drops (releaseOnDisconnect); nil until one asks.
+	rod map[string]struct{}
 	// acquiring counts acquires started and not yet answered; with leases
 	// it is bounded by Options.MaxLocksPerConn.
 	acquiring int
@@ -77,11 +81,6 @@ type conn struct {
 	// ended: its sessions live on until their TTL.
 	sessions        map[string]*lock.Session
 	openingSessions int
-}
-
-type heldLease struct {
-	lease               *lock.Lease
-	releaseOnDisconnect bool
 }
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +110,7 @@ func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel contex
 		clientID: "ws-" + lock.NewHandle()[:12],
 		slots:    make(chan struct{}, g.opts.MaxInFlightPerConn),
 		waits:    map[string]waitRef{},
-		leases:   map[string]*heldLease{},
+		leases:   map[string]*lock.Lease{},
 		watches:  map[string]*watch{},
 		sessions: map[string]*lock.Session{},
 	}
@@ -262,7 +261,7 @@ func (c *conn) acquire(req wire.Request) {
 		}
 	}
 	if req.SessionID != "" {
-		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL); aerr != nil {
+		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL, req.ClientID); aerr != nil {
 			c.fail(req.ID, aerr)
 			return
 		}
@@ -445,7 +444,13 @@ func (c *conn) hold(req wire.Request, lease *lock.Lease) bool {
 	c.acquiring--
 	gone := c.ctx.Err() != nil
 	if !gone {
-		c.leases[lease.Handle] = &heldLease{lease: lease, releaseOnDisconnect: req.ReleaseOnDisconnect}
+		c.leases[lease.Handle] = lease
+		if req.ReleaseOnDisconnect {
+			if c.rod == nil {
+				c.rod = map[string]struct{}{}
+			}
+			c.rod[lease.Handle] = struct{}{}
+		}
 	}
 	c.mu.Unlock()
 	if gone {
@@ -479,7 +484,7 @@ func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	ttl := lock.DefaultTTL
 	c.mu.Lock()
 	if h := c.leases[req.LockToken]; h != nil {
-		ttl = h.lease.TTL()
+		ttl = h.TTL()
 	}
 	c.mu.Unlock()
 	return rebuild(req.Key, req.LockToken, req.FencingToken.Value, ttl), nil
@@ -499,10 +504,10 @@ func (c *conn) heldFor(req wire.Request) *lock.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := c.leases[req.LockToken]
-	if h == nil || h.lease.Key != req.Key || uint64(h.lease.Token) != req.FencingToken.Value {
+	if h == nil || h.Key != req.Key || uint64(h.Token) != req.FencingToken.Value {
 		return nil
 	}
-	return h.lease
+	return h
 }
 
 func (c *conn) release(req wire.Request) {
@@ -644,6 +649,7 @@ func (c *conn) cancelWait(req wire.Request) {
 func (c *conn) forget(handle string) {
 	c.mu.Lock()
 	delete(c.leases, handle)
+	delete(c.rod, handle)
 	c.mu.Unlock()
 }
 
@@ -651,8 +657,9 @@ func (c *conn) forget(handle string) {
 // moved on to a renewed copy (whose own end removes it).
 func (c *conn) dropEnded(lease *lock.Lease) {
 	c.mu.Lock()
-	if h := c.leases[lease.Handle]; h != nil && h.lease == lease {
+	if c.leases[lease.Handle] == lease {
 		delete(c.leases, lease.Handle)
+		delete(c.rod, lease.Handle)
 	}
 	c.mu.Unlock()
 }
@@ -744,12 +751,12 @@ func (c *conn) finish() {
 	c.g.metrics.connections.Dec()
 	c.mu.Lock()
 	var doomed []*lock.Lease
-	for _, h := range c.leases {
-		if h.releaseOnDisconnect && h.lease.Err() == nil {
-			doomed = append(doomed, h.lease)
+	for h := range c.rod {
+		if l := c.leases[h]; l != nil && l.Err() == nil {
+			doomed = append(doomed, l)
 		}
 	}
-	c.leases = nil
+	c.leases, c.rod = nil, nil
 	c.sessions = nil
 	watches := c.watches
 	c.watches = nil

@@ -21,6 +21,12 @@ import (
 // node's API address.
 func startRaft(t *testing.T) *raftlock.LocalCluster {
 	t.Helper()
+	return startRaftWith(t, gateway.Options{})
+}
+
+// startRaftWith is startRaft with the gateways' options.
+func startRaftWith(t *testing.T, opts gateway.Options) *raftlock.LocalCluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := raftlock.StartLocalCluster(ctx, 3, t.TempDir(), func(cfg *raftlock.Config) {
@@ -32,7 +38,7 @@ func startRaft(t *testing.T) *raftlock.LocalCluster {
 		t.Fatal(err)
 	}
 	for _, s := range c.Servers {
-		Serve(s, gateway.Options{})
+		Serve(s, opts)
 	}
 	t.Cleanup(c.Shutdown)
 	return c
