@@ -27,7 +27,10 @@ func BenchmarkIdleConnections(b *testing.B) { benchConnections(b, "hold") }
 func BenchmarkWaitingConnections(b *testing.B) { benchConnections(b, "wait") }
 
 func benchConnections(b *testing.B, mode string) {
-	const n = 10_000
+	n := 10_000
+	if s := os.Getenv("GATEWAY_BENCH_CONNS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
 	for b.Loop() {
 		_, srv := startGateway(b, Options{MaxLocksPerConn: n})
 		before := memInUse()
@@ -42,19 +45,21 @@ func benchConnections(b *testing.B, mode string) {
 		}
 		sc := bufio.NewScanner(stdout)
 		ready := false
+		var said []string
 		for sc.Scan() {
 			if strings.HasPrefix(sc.Text(), "READY") {
 				ready = true
 				break
 			}
+			said = append(said, sc.Text())
 		}
 		if !ready {
 			child.Process.Kill()
 			child.Wait()
-			b.Fatal("the connecting child did not get ready")
+			b.Fatalf("the connecting child did not get ready:\n%s", strings.Join(said, "\n"))
 		}
 		after := memInUse()
-		b.ReportMetric(float64(after-before)/n/1024, "KiB/conn")
+		b.ReportMetric(float64(after-before)/float64(n)/1024, "KiB/conn")
 		stdin.Close()
 		child.Wait()
 	}
@@ -92,11 +97,15 @@ func TestConnectionsHelper(t *testing.T) {
 		if err := ws.WriteJSON(req); err != nil {
 			t.Fatal(err)
 		}
-		var r wire.Reply
-		if err := ws.ReadJSON(&r); err != nil || r.Type == "error" {
-			t.Fatalf("%v: %+v %v", req, r, err)
+		for {
+			var r wire.Reply
+			if err := ws.ReadJSON(&r); err != nil || r.Type == "error" {
+				t.Fatalf("%v: %+v %v", req, r, err)
+			}
+			if r.Type != wire.TypeWanted { // the holder hears its keys are wanted
+				return r
+			}
 		}
-		return r
 	}
 	var holder *websocket.Conn
 	if wait {
