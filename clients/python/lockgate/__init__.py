@@ -10,10 +10,11 @@ from ._cache import CacheStats
 from .client import Client
 from .errors import (
     ClosedError, DelayedError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError,
-    NotLeaderError, PermitsMismatchError, UnauthorizedError, UnavailableError, UnsupportedError, ValidationError,
-    WatchOverflowError,
+    NotLeaderError, PermitsMismatchError, SessionExpiredError, UnauthorizedError, UnavailableError, UnsupportedError,
+    ValidationError, WatchOverflowError,
 )
 from .lease import HolderInfo, Lease, LockInfo
+from .session import Session
 from .watch import Watch, WatchEvent
 
 __version__ = "0.1.0"
@@ -22,5 +23,5 @@ __all__ = [
     "Client", "CacheStats", "Lease", "LockInfo", "LockgateError", "HeldError", "NotHeldError", "NotFoundError",
     "NotLeaderError", "UnavailableError", "ClosedError", "LockTimeoutError", "ValidationError",
     "UnauthorizedError", "UnsupportedError", "DelayedError", "PermitsMismatchError", "WatchOverflowError",
-    "HolderInfo", "Watch", "WatchEvent", "election",
+    "HolderInfo", "Watch", "WatchEvent", "election", "Session", "SessionExpiredError",
 ]

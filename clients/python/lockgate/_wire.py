@@ -20,6 +20,9 @@ CMD_ACQUIRE_ALL = 7
 CMD_TRY_ACQUIRE_ALL = 8
 CMD_WATCH = 9
 CMD_UNWATCH = 10
+CMD_OPEN_SESSION = 11
+CMD_RENEW_SESSION = 12
+CMD_CLOSE_SESSION = 13
 
 MIN_TTL = 0.010  #: seconds: the shortest TTL a lease may ask for
 MAX_TTL = 24 * 3600.0  #: seconds: the longest

@@ -22,6 +22,12 @@ Deadlines: a lease's deadline is ``sent + ttl − (ttl/100 + 2 ms)`` on the
 monotonic clock, where ``sent`` is when the first copy of its acquire (or
 its latest successful renew) was sent. A grant that arrives with less than
 half its TTL left is renewed at once.
+
+Sessions (issue 23): when the gateway offers ``sessions``, every lease
+acquired without a TTL (auto-renewed) goes into one session of the client,
+opened on first use, and one keep-alive every ttl/3 renews them all. A
+session lease's deadline is its session's: the same rule, ``sent`` being
+when the last successful openSession or renewSession was sent.
 """
 
 from __future__ import annotations
@@ -39,15 +45,16 @@ from . import _conn
 from ._cache import DEFAULT_CACHE_IDLE, DEFAULT_MAX_CACHED_LEASES, CacheStats, LeaseCache
 from ._conn import CLOSING, DROPPED, Conn, ConnectError
 from ._wire import (
-    CMD_ACQUIRE, CMD_ACQUIRE_ALL, CMD_CANCEL, CMD_INSPECT, CMD_RELEASE, CMD_RENEW, CMD_TRY_ACQUIRE,
-    CMD_TRY_ACQUIRE_ALL, DEFAULT_TTL, backoff, ms, new_handle, parse_token, validate_key, validate_keys,
-    validate_primitives, validate_ttl, validate_value, ws_url,
+    CMD_ACQUIRE, CMD_ACQUIRE_ALL, CMD_CANCEL, CMD_CLOSE_SESSION, CMD_INSPECT, CMD_OPEN_SESSION, CMD_RELEASE,
+    CMD_RENEW, CMD_RENEW_SESSION, CMD_TRY_ACQUIRE, CMD_TRY_ACQUIRE_ALL, DEFAULT_TTL, backoff, ms, new_handle,
+    parse_token, validate_key, validate_keys, validate_primitives, validate_ttl, validate_value, ws_url,
 )
 from .errors import (
-    ClosedError, LockgateError, LockTimeoutError, NotHeldError, NotLeaderError, UnauthorizedError,
-    UnavailableError, UnsupportedError, error_from_reply,
+    ClosedError, LockgateError, LockTimeoutError, NotHeldError, NotLeaderError, SessionExpiredError,
+    UnauthorizedError, UnavailableError, UnsupportedError, ValidationError, error_from_reply,
 )
 from .lease import HolderInfo, Lease, LockInfo
+from .session import Session
 from .watch import Watch
 
 __all__ = ["Client"]
@@ -126,6 +133,15 @@ class Client:
     gateway announces ``wanted`` pushes (``Lockgate-Features: wanted``).
     See :meth:`cache_stats` and docs/lease-cache.md.
 
+    ``sessions`` (on by default): when the gateway offers ``sessions``
+    (``Lockgate-Features``), every lease acquired without ``ttl``
+    (auto-renewed) goes into one session of this client (:attr:`session`),
+    opened on first use with ``session_ttl`` seconds (default: the server's,
+    20 s), and one keep-alive every ttl/3 renews them all instead of one
+    renewal per lease. A refused keep-alive or the session's deadline passing
+    ends every lease in it. ``sessions=False``: every auto-renewed lease
+    renews itself. :meth:`open_session` opens sessions of your own.
+
     Use it as an async context manager, or call :meth:`close`.
     """
 
@@ -133,7 +149,8 @@ class Client:
                  token: Optional[str] = None, request_timeout: float = DEFAULT_REQUEST_TIMEOUT, *,
                  dial_timeout: float = DEFAULT_DIAL_TIMEOUT, max_hops: int = DEFAULT_MAX_HOPS,
                  ssl: Optional[_ssl.SSLContext] = None, cache_leases: bool = False,
-                 cache_idle: float = DEFAULT_CACHE_IDLE, max_cached_leases: int = DEFAULT_MAX_CACHED_LEASES) -> None:
+                 cache_idle: float = DEFAULT_CACHE_IDLE, max_cached_leases: int = DEFAULT_MAX_CACHED_LEASES,
+                 sessions: bool = True, session_ttl: Optional[float] = None) -> None:
         if isinstance(endpoints, str):
             endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         self.endpoints: List[str] = list(endpoints)
@@ -172,6 +189,15 @@ class Client:
             raise ValueError("lockgate: cache_idle must be > 0 seconds and max_cached_leases ≥ 1")
         self._cache: Optional[LeaseCache] = LeaseCache(self, float(cache_idle), max_cached_leases) if cache_leases else None
         self._closing = False
+        # Sessions: the client's own (opened on first use), an open of it
+        # under way, every live session this client opened, and the
+        # connection whose gateway was found to offer none.
+        self._use_sessions = bool(sessions)
+        self._session_ttl = validate_ttl(session_ttl)
+        self._own: Optional[Session] = None
+        self._own_opening: Optional["asyncio.Future[Optional[Session]]"] = None
+        self._sessions: Dict[Session, None] = {}
+        self._no_sessions_on: Optional[Conn] = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -217,6 +243,9 @@ class Client:
             if lease._keepalive is not None:
                 lease._keepalive.cancel()
                 lease._keepalive = None
+        # As the Go SDK: the keep-alives stop, and the sessions' leases run out.
+        for s in list(self._sessions):
+            s.stop_keep_alive()
         if self._run_task is not None:
             self._run_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -568,12 +597,13 @@ class Client:
     @contextlib.asynccontextmanager
     async def lock(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
                    auto_renew: Optional[bool] = None, wait: Optional[float] = None, *, mode: Optional[str] = None,
-                   permits: Optional[int] = None, lock_delay: Optional[float] = None) -> AsyncIterator[Lease]:
+                   permits: Optional[int] = None, lock_delay: Optional[float] = None,
+                   session: "Union[Session, bool, None]" = None) -> AsyncIterator[Lease]:
         """``async with client.lock(key) as lease:`` — acquire (waiting), run
         the block, release. Act only while ``lease.held``; ``lease.lost`` is
         set if the lease ends early."""
         lease = await self.acquire(key, ttl=ttl, value=value, auto_renew=auto_renew, wait=wait, mode=mode,
-                                   permits=permits, lock_delay=lock_delay)
+                                   permits=permits, lock_delay=lock_delay, session=session)
         try:
             yield lease
         finally:
@@ -590,7 +620,8 @@ class Client:
     async def acquire(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
                       auto_renew: Optional[bool] = None, wait: Optional[float] = None,
                       lock_token: Optional[str] = None, *, mode: Optional[str] = None,
-                      permits: Optional[int] = None, lock_delay: Optional[float] = None) -> Lease:
+                      permits: Optional[int] = None, lock_delay: Optional[float] = None,
+                      session: "Union[Session, bool, None]" = None) -> Lease:
         """Wait until ``key`` is granted, across reconnects and leader changes.
 
         ``ttl`` in seconds (None: 20 s, renewed automatically); ``auto_renew``
@@ -605,18 +636,27 @@ class Client:
         PermitsMismatchError when the key's holders hold another N);
         ``lock_delay`` (seconds, ≤ 60) keeps the key from anyone for that
         long after this lease expires (``lockdelay``). A feature the gateway
-        did not announce raises UnsupportedError before anything is sent."""
+        did not announce raises UnsupportedError before anything is sent.
+
+        ``session``: a :class:`Session` puts the lease in it (the gateway's
+        ``sessions``): it takes the session's TTL (leave ``ttl`` None or
+        equal), is renewed by the session's keep-alive and ends with it; an
+        acquire in a session that is gone raises SessionExpiredError.
+        ``False``: in no session (the lease renews itself). None (default):
+        the client's own session for a lease without ``ttl`` (see
+        ``Client(sessions=…)``)."""
         return await self._acquire(key, ttl, value, auto_renew, wait, lock_token, True,
-                                   validate_primitives(mode, permits, lock_delay))
+                                   validate_primitives(mode, permits, lock_delay), session)
 
     async def try_acquire(self, key: str, ttl: Optional[float] = None, value: Optional[str] = None,
                           auto_renew: Optional[bool] = None, lock_token: Optional[str] = None, *,
                           mode: Optional[str] = None, permits: Optional[int] = None,
-                          lock_delay: Optional[float] = None) -> Lease:
+                          lock_delay: Optional[float] = None, session: "Union[Session, bool, None]" = None) -> Lease:
         """One attempt: a held key raises HeldError naming the holder (a key
-        in its lock-delay: DelayedError with ``retry_in``)."""
+        in its lock-delay: DelayedError with ``retry_in``). ``session`` as
+        :meth:`acquire`'s."""
         return await self._acquire(key, ttl, value, auto_renew, None, lock_token, False,
-                                   validate_primitives(mode, permits, lock_delay))
+                                   validate_primitives(mode, permits, lock_delay), session)
 
     @staticmethod
     def _primitive_fields(req: Dict[str, Any], prim: "tuple[str, int, int, List[str]]") -> None:
@@ -630,12 +670,15 @@ class Client:
 
     async def _acquire(self, key: str, ttl: Optional[float], value: Optional[str], auto_renew: Optional[bool],
                        wait: Optional[float], handle: Optional[str], waiting: bool,
-                       prim: "tuple[str, int, int, List[str]]") -> Lease:
+                       prim: "tuple[str, int, int, List[str]]", session: "Union[Session, bool, None]" = None) -> Lease:
         validate_key(key)
         ttl = validate_ttl(ttl)
         validate_value(value)
         needs = prim[3]
-        plain = not needs  # only plain exclusive leases are cached (as the Go SDK)
+        # Only plain exclusive leases are cached (as the Go SDK), and not
+        # those of a session the caller names.
+        plain = not needs and session is None
+        explicit_ttl = ttl
         ttl, auto_renew = _acquire_defaults(ttl, auto_renew, wait)
         with self._enter():
             opts = (float(ttl), value, bool(auto_renew))
@@ -651,17 +694,22 @@ class Client:
             user_handle = handle
             wait_until = time.monotonic() + wait if wait is not None else None
             while True:
+                s = await self._session_for(session, explicit_ttl, auto_renew)
                 h = handle or new_handle()
                 req: Dict[str, Any] = {"commandType": CMD_ACQUIRE if waiting else CMD_TRY_ACQUIRE, "key": key,
                                        "clientId": self.client_id, "ttl": ms(ttl), "lockToken": h}
                 if value is not None:
                     req["value"] = value
                 self._primitive_fields(req, prim)
-                k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True, needs=needs)
+                self._session_fields(req, s)
+                k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True,
+                          needs=needs + (["sessions"] if s is not None else []))
                 r = await self._send_acquire(k, waiting, wait, wait_until, key)
+                if self._session_gone(r, s, session, key):
+                    continue
                 if r.get("type") != "grant":
                     raise self._unexpected(r, key, "grant")
-                lease = await self._lease(r, key, ttl, value, auto_renew, k.first)
+                lease = await self._lease(r, key, ttl, value, auto_renew, k.first, s)
                 if lease is None:
                     if waiting and user_handle is None:
                         log.info("lockgate: grant of %r expired on arrival; queueing again", key)
@@ -698,28 +746,31 @@ class Client:
     async def acquire_all(self, keys: Sequence[str], ttl: Optional[float] = None, value: Optional[str] = None,
                           auto_renew: Optional[bool] = None, wait: Optional[float] = None, *,
                           mode: Optional[str] = None, permits: Optional[int] = None,
-                          lock_delay: Optional[float] = None) -> List[Lease]:
+                          lock_delay: Optional[float] = None, session: "Union[Session, bool, None]" = None) -> List[Lease]:
         """Wait until every key of ``keys`` is granted at once (all or
         nothing; the gateway's ``multikey`` feature) and return one lease
         per key, in the order of ``keys``. Options, ``wait`` and
         cancellation as :meth:`acquire`'s. The leases are never kept by the
         lease cache."""
         return await self._acquire_all(keys, ttl, value, auto_renew, wait, True,
-                                       validate_primitives(mode, permits, lock_delay))
+                                       validate_primitives(mode, permits, lock_delay), session)
 
     async def try_acquire_all(self, keys: Sequence[str], ttl: Optional[float] = None, value: Optional[str] = None,
                               auto_renew: Optional[bool] = None, *, mode: Optional[str] = None,
-                              permits: Optional[int] = None, lock_delay: Optional[float] = None) -> List[Lease]:
+                              permits: Optional[int] = None, lock_delay: Optional[float] = None,
+                              session: "Union[Session, bool, None]" = None) -> List[Lease]:
         """One attempt at every key: a held key raises HeldError and nothing is held."""
         return await self._acquire_all(keys, ttl, value, auto_renew, None, False,
-                                       validate_primitives(mode, permits, lock_delay))
+                                       validate_primitives(mode, permits, lock_delay), session)
 
     async def _acquire_all(self, keys: Sequence[str], ttl: Optional[float], value: Optional[str],
                            auto_renew: Optional[bool], wait: Optional[float], waiting: bool,
-                           prim: "tuple[str, int, int, List[str]]") -> List[Lease]:
+                           prim: "tuple[str, int, int, List[str]]",
+                           session: "Union[Session, bool, None]" = None) -> List[Lease]:
         keys = validate_keys(keys)
         ttl = validate_ttl(ttl)
         validate_value(value)
+        explicit_ttl = ttl
         ttl, auto_renew = _acquire_defaults(ttl, auto_renew, wait)
         with self._enter():
             if self._cache is not None:
@@ -727,15 +778,19 @@ class Client:
                     await self._release_quietly(stale)
             wait_until = time.monotonic() + wait if wait is not None else None
             while True:
+                s = await self._session_for(session, explicit_ttl, auto_renew)
                 req: Dict[str, Any] = {"commandType": CMD_ACQUIRE_ALL if waiting else CMD_TRY_ACQUIRE_ALL,
                                        "keys": keys, "clientId": self.client_id, "ttl": ms(ttl),
                                        "lockToken": new_handle()}
                 if value is not None:
                     req["value"] = value
                 self._primitive_fields(req, prim)
+                self._session_fields(req, s)
                 k = _Call("acquire-all" if waiting else "try-acquire-all", req, wait=waiting, grantable=True,
-                          needs=["multikey"] + prim[3])
+                          needs=["multikey"] + prim[3] + (["sessions"] if s is not None else []))
                 r = await self._send_acquire(k, waiting, wait, wait_until, keys[0])
+                if self._session_gone(r, s, session, keys[0]):
+                    continue
                 if r.get("type") != "grants":
                     raise self._unexpected(r, keys[0], "grants")
                 got = r.get("leases") if isinstance(r.get("leases"), list) else []
@@ -748,7 +803,7 @@ class Client:
                     if not isinstance(g, dict) or g.get("key") != keys[i]:
                         lost = UnavailableError("unavailable", f"lease {i} is not for {keys[i]!r}", keys[0])
                         break
-                    lease = await self._lease(dict(g, type="grant"), keys[i], ttl, value, auto_renew, k.first)
+                    lease = await self._lease(dict(g, type="grant"), keys[i], ttl, value, auto_renew, k.first, s)
                     if lease is None:
                         expired = True
                         lost = NotHeldError("the grant expired before it could be renewed", keys[i])
@@ -768,17 +823,27 @@ class Client:
                 log.info("lockgate: a grant of %r expired on arrival; queueing again", keys)
 
     async def _lease(self, r: Dict[str, Any], key: str, ttl: float, value: Optional[str], auto_renew: bool,
-                     sent: float) -> Optional[Lease]:
+                     sent: float, session: Optional[Session] = None) -> Optional[Lease]:
         """A Lease from a grant; None if it arrived too late and its
-        immediate renewal was refused."""
+        immediate renewal was refused, or its session ended meanwhile."""
         tok = parse_token(r.get("fencingToken"))
         handle = r.get("lockToken")
         if tok is None or not isinstance(handle, str) or not handle:
             raise UnavailableError("unavailable", "grant without lockToken or fencingToken", key)
+        # A grant in the session lives as long as the session: its deadline
+        # is the session's. One that does not name the session (a gateway
+        # that ignored sessionId) is an ordinary lease.
+        in_session = session if session is not None and r.get("sessionId") == session.id else None
+        if session is not None and in_session is None:
+            log.warning("lockgate: the grant of %r names no session; it renews itself", key)
+        if in_session is not None:
+            if not in_session.alive:
+                return None  # the session ended while the acquire waited
+            auto_renew = False
         got = r.get("ttl")
         if isinstance(got, (int, float)) and 0 < got / 1000.0 < ttl:
             ttl = got / 1000.0
-        if sent + ttl - time.monotonic() < ttl / 2:
+        if in_session is None and sent + ttl - time.monotonic() < ttl / 2:
             # A long wait: renew at once, and count the deadline from the
             # renewal. Not under the caller's cancellation: the grant is
             # ours now and must not be left behind.
@@ -797,7 +862,8 @@ class Client:
         permits = r.get("permits")
         lease = Lease(self, key, str(r.get("owner") or self.client_id), tok, handle, ttl, sent, value,
                       mode="shared" if r.get("mode") == "shared" else "exclusive",
-                      permits=permits if isinstance(permits, int) and not isinstance(permits, bool) else 0)
+                      permits=permits if isinstance(permits, int) and not isinstance(permits, bool) else 0,
+                      session=in_session)
         if r.get("wanted"):
             lease._mark_wanted()
         self._track(lease)
@@ -834,10 +900,18 @@ class Client:
     async def renew(self, lease: Lease, ttl: Optional[float] = None) -> None:
         """Extend ``lease`` to ``ttl`` seconds from now (default: its TTL).
         NotHeldError (and the lease ends, ``lost_reason`` "not_held") if the
-        gateway no longer holds it."""
+        gateway no longer holds it. A session lease renews its session (every
+        lease in it), whose TTL it keeps."""
         ttl = validate_ttl(ttl)
         if lease.lost.is_set():
             raise NotHeldError(f"the lease ended ({lease.lost_reason})", lease.key)
+        if lease.session is not None:
+            # A session lease lives as long as its session: renew that.
+            if ttl is not None and ms(ttl) != ms(lease.session.ttl):
+                raise ValidationError("invalid_ttl", f"a lease in a session keeps the session's TTL "
+                                      f"({lease.session.ttl:g} s)", lease.key)
+            await self.renew_session(lease.session)
+            return
         with self._enter():
             await self._renew_once(lease, ttl if ttl is not None else lease.ttl)
 
@@ -932,6 +1006,197 @@ class Client:
                                            "not_held after the lease's deadline, so an earlier copy may have freed it "
                                            "or it may have expired first", lease.key)
             raise self._unexpected(r, lease.key, "released")
+
+    # -- sessions ----------------------------------------------------------------
+
+    @property
+    def session(self) -> Optional[Session]:
+        """The client's own session (``Client(sessions=True)``) while it lives, else None."""
+        return self._own
+
+    async def open_session(self, ttl: Optional[float] = None, client_id: Optional[str] = None, *,
+                           keep_alive: bool = True) -> Session:
+        """Open a session (the gateway's ``sessions``): leases acquired with
+        ``session=s`` live as long as it does, all renewed by one keep-alive
+        every ttl/3 (unless ``keep_alive`` is False). ``ttl`` in seconds
+        (default: the client's ``session_ttl``, else the server's, 20 s);
+        ``client_id`` the owner of its leases (default: the client's).
+        Bounded by ``request_timeout``."""
+        ttl = validate_ttl(ttl)
+        if ttl is None:
+            ttl = self._session_ttl
+        owner = client_id or self.client_id
+        with self._enter():
+            req: Dict[str, Any] = {"commandType": CMD_OPEN_SESSION, "clientId": owner}
+            if ttl is not None:
+                req["ttl"] = ms(ttl)
+            k = _Call("open-session", req, needs=["sessions"])
+            r = await self._timed(k)
+            if r.get("type") != "session":
+                raise self._unexpected(r, None, "session")  # type: ignore[arg-type]
+            sid, got = r.get("sessionId"), r.get("ttl")
+            if not isinstance(sid, str) or not sid or not isinstance(got, (int, float)) or got <= 0:
+                raise UnavailableError("unavailable", "open-session: a session reply without sessionId or ttl")
+            # The TTL started on the server after the first copy went out;
+            # never count on more than was asked for.
+            sttl = got / 1000.0 if ttl is None else min(ttl, got / 1000.0)
+            s = Session(self, sid, owner, sttl, k.first)
+            self._sessions[s] = None
+            if keep_alive and not self._closed:
+                s._keepalive = asyncio.ensure_future(self._keep_session_alive(s))
+            return s
+
+    async def renew_session(self, session: Session) -> None:
+        """One keep-alive of ``session``: it and every lease in it live its
+        TTL from this request. SessionExpiredError (and the session ends, its
+        leases ``lost_reason`` "not_held") if the server no longer has it."""
+        if session.ended.is_set():
+            raise SessionExpiredError(f"renew-session: the session ended ({session.end_reason})")
+        with self._enter():
+            await self._renew_session(session)
+
+    async def _renew_session(self, s: Session, timeout: Optional[float] = None) -> None:
+        k = _Call("renew-session", {"commandType": CMD_RENEW_SESSION, "sessionId": s.id})
+        r = await self._timed(k, timeout)
+        if r.get("type") == "sessionRenewed":
+            s._extend(k.last)
+            return
+        code = (r.get("error") or {}).get("code") if r.get("type") == "error" else None
+        if code in ("session_expired", "not_held"):
+            s._end("not_held")
+            raise SessionExpiredError(f"renew-session: {code}: {(r.get('error') or {}).get('message', '')}")
+        raise self._unexpected(r, None, "sessionRenewed")  # type: ignore[arg-type]
+
+    async def close_session(self, session: Session) -> None:
+        """Close ``session`` on the server: every lease in it is released
+        (``lost_reason`` "released"). A session already gone raises
+        SessionExpiredError, and ends here all the same. A re-sent close
+        answered session_expired counts as closed when the session was alive
+        by our clock as the answered copy went out (as a re-sent release)."""
+        with self._enter():
+            alive = [False]
+            k = _Call("close-session", {"commandType": CMD_CLOSE_SESSION, "sessionId": session.id})
+
+            def on_send(now: float) -> None:
+                alive[0] = not session.ended.is_set() and now < session.deadline
+            k.on_send = on_send
+            r = await self._timed(k)
+            if r.get("type") == "sessionClosed":
+                session._end("released")
+                return
+            if r.get("type") == "error" and (r.get("error") or {}).get("code") == "session_expired":
+                if k.prior and alive[0]:
+                    session._end("released")
+                    return
+                session._end("not_held")
+                raise SessionExpiredError(f"close-session: {(r.get('error') or {}).get('message', '')}")
+            raise self._unexpected(r, None, "sessionClosed")  # type: ignore[arg-type]
+
+    async def _keep_session_alive(self, s: Session) -> None:
+        """Renew ``s`` every ttl/3 until it ends. A refusal ends it (and its
+        leases) at once; transient failures are retried with jittered
+        backoff (up to ttl/10) while its deadline allows; past it the
+        session's timer ends it as expired."""
+        try:
+            while not s.ended.is_set() and not self._closed:
+                await asyncio.sleep(max(0.0, s.sent + s.ttl / 3 - time.monotonic()))
+                attempt = 0
+                while not s.ended.is_set() and not self._closed:
+                    left = s.deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    try:
+                        await self._renew_session(s, timeout=left)
+                        break
+                    except (SessionExpiredError, ClosedError):
+                        return
+                    except LockgateError as e:
+                        attempt += 1
+                        log.info("lockgate: renewing a session failed (attempt %d): %s", attempt, e)
+                        await asyncio.sleep(backoff(attempt, cap=max(0.01, s.ttl / 10)))
+        except asyncio.CancelledError:
+            pass
+
+    def _forget_session(self, s: Session) -> None:
+        self._sessions.pop(s, None)
+        if self._own is s:
+            self._own = None
+
+    async def _session_for(self, session: "Union[Session, bool, None]", ttl: Optional[float],
+                           auto_renew: bool) -> Optional[Session]:
+        """The session an acquire's lease goes into: the caller's (checked),
+        none (False, an explicit ttl, no auto-renewal, sessions off, a gateway
+        without them), or the client's own, opened on first use."""
+        if session is False:
+            return None
+        if isinstance(session, Session):
+            if ttl is not None and ms(ttl) != ms(session.ttl):
+                raise ValidationError("invalid_ttl", f"a lease in a session takes the session's TTL "
+                                      f"({session.ttl:g} s): leave ttl None")
+            if session.ended.is_set():
+                raise SessionExpiredError(f"acquire in a session that ended ({session.end_reason})")
+            return session
+        if session is not None and session is not True:
+            raise ValidationError("bad_json", f"session must be a Session, False or None, not {session!r}")
+        if not self._use_sessions or ttl is not None or not auto_renew:
+            return None
+        own = self._own
+        if own is not None and own.alive:
+            return own
+        wc = self._cur
+        if wc is not None and not wc.closed and (wc is self._no_sessions_on or "sessions" not in wc.features):
+            return None
+        if self._own_opening is None:
+            fut = asyncio.ensure_future(self._open_own())
+            self._own_opening = fut
+
+            def done(_f: "asyncio.Future[Optional[Session]]") -> None:
+                if self._own_opening is fut:
+                    self._own_opening = None
+            fut.add_done_callback(done)
+        return await asyncio.shield(self._own_opening)
+
+    async def _open_own(self) -> Optional[Session]:
+        """Open the client's own session. A gateway without sessions is
+        remembered for its connection; that and any other failure but the
+        client's close leave the acquire to a lease that renews itself."""
+        try:
+            s = await self.open_session()
+        except ClosedError:
+            raise
+        except UnsupportedError:
+            self._no_sessions_on = self._cur
+            return None
+        except LockgateError as e:
+            if e.code == "unknown_command":
+                self._no_sessions_on = self._cur
+            else:
+                log.warning("lockgate: opening the client's session failed; the lease renews itself: %s", e)
+            return None
+        if self._closed:
+            return None
+        self._own = s
+        return s
+
+    @staticmethod
+    def _session_fields(req: Dict[str, Any], s: Optional[Session]) -> None:
+        """Put an acquire's lease in ``s``: its id, and no ttl (the lease takes the session's)."""
+        if s is not None:
+            req["sessionId"] = s.id
+            req.pop("ttl", None)
+
+    def _session_gone(self, r: Dict[str, Any], s: Optional[Session], asked: "Union[Session, bool, None]",
+                      key: str) -> bool:
+        """An acquire answered session_expired: the session ends here too
+        (its leases "not_held"); the client's own is replaced and the
+        acquire tried again (True), a caller's session raises."""
+        if s is None or r.get("type") != "error" or (r.get("error") or {}).get("code") != "session_expired":
+            return False
+        s._end("not_held")
+        if isinstance(asked, Session):
+            raise error_from_reply(r.get("error"), key)
+        log.info("lockgate: the client's session is gone on the server; acquiring %r again in a new one", key)
+        return True
 
     async def inspect(self, key: str) -> LockInfo:
         """Who holds ``key``; NotFoundError if nobody does."""

@@ -27,6 +27,7 @@ __all__ = [
     "DelayedError",
     "PermitsMismatchError",
     "WatchOverflowError",
+    "SessionExpiredError",
     "error_from_reply",
 ]
 
@@ -152,6 +153,15 @@ class WatchOverflowError(LockgateError):
         super().__init__("watch_overflow", message, key)
 
 
+class SessionExpiredError(LockgateError):
+    """The session is gone (it expired, or was closed): a keep-alive, a
+    close or an acquire in it was refused (code ``session_expired``). Every
+    lease of the session has ended (``lost_reason`` "not_held")."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("session_expired", message, key)
+
+
 _VALIDATION = {
     "bad_json", "unknown_command", "missing_field", "invalid_key", "invalid_ttl", "invalid_value",
     "invalid_owner", "invalid_handle", "invalid_wait", "too_large",
@@ -193,6 +203,8 @@ def error_from_reply(err: Any, key: Optional[str] = None) -> LockgateError:
         return PermitsMismatchError(msg, key)
     if code == "watch_overflow":
         return WatchOverflowError(msg, key)
+    if code == "session_expired":
+        return SessionExpiredError(msg, key)
     if code in _VALIDATION:
         return ValidationError(code, msg, key)
     if code in _UNAVAILABLE:

@@ -11,6 +11,7 @@ from ._wire import deadline as _deadline
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
+    from .session import Session
 
 __all__ = ["Lease", "LockInfo", "HolderInfo"]
 
@@ -29,11 +30,16 @@ class Lease:
     ``wanted`` (an ``asyncio.Event``) is set when the gateway says another
     caller waits for the key (the ``wanted`` push, or a grant made while
     others already waited). It is a hint, never a revocation.
+
+    ``session`` is the :class:`~lockgate.Session` the lease belongs to, or
+    None: a session lease has the session's TTL, is renewed by the session's
+    keep-alive (not on its own), its deadline is the session's, and it ends
+    when the session does.
     """
 
     def __init__(self, client: "Client", key: str, owner: str, fencing_token: int, lock_token: str,
                  ttl: float, sent: float, value: Optional[str] = None, mode: str = "exclusive",
-                 permits: int = 0) -> None:
+                 permits: int = 0, session: Optional["Session"] = None) -> None:
         self._client = client
         self.key = key
         self.owner = owner
@@ -42,6 +48,9 @@ class Lease:
         self.value = value
         self.mode = mode  #: "shared" for a read lock or a semaphore permit, else "exclusive"
         self.permits = permits  #: a semaphore permit's number of permits (0 otherwise)
+        self.session = session  #: the session the lease belongs to, or None
+        if session is not None:
+            ttl, sent = session.ttl, session.sent
         self.ttl = ttl  #: seconds, as granted (or last renewed)
         self.sent = sent  #: time.monotonic() when the request that started the current TTL was sent
         self.deadline = _deadline(sent, ttl)  #: time.monotonic() after which the holder must stop acting
@@ -50,6 +59,9 @@ class Lease:
         self.wanted = asyncio.Event()
         self._timer: Optional[asyncio.TimerHandle] = None
         self._keepalive: Optional["asyncio.Task[None]"] = None
+        if session is not None and not session._add(self):
+            self._end(session.end_reason or "expired")
+            return
         self._arm()
 
     # -- state ---------------------------------------------------------------
@@ -131,6 +143,8 @@ class Lease:
         self._keepalive = None
         if ka is not None and ka is not asyncio.current_task():
             ka.cancel()
+        if self.session is not None:
+            self.session._remove(self)
         self._client._untrack(self)
 
 
