@@ -140,8 +140,9 @@ var Codes = []Code{
 	// limit of the client's own making (unwatch some), not an outage.
 	{Name: CodeTooManyWatches, Status: http.StatusTooManyRequests},
 	// The connection has opened the maximum number of sessions and not
-	// closed them (close some): a limit of the client's own making.
-	{Name: CodeTooManySessions, Status: http.StatusTooManyRequests},
+	// closed them (close some): a limit of the client's own making; or the
+	// backend holds as many sessions as its own limit.
+	{Name: CodeTooManySessions, Status: http.StatusTooManyRequests, Cause: lock.ErrTooManySessions, Sentinel: lock.ErrTooManySessions},
 	// A watch whose id names a watch already open on the connection (its
 	// events and its unwatch could not be told apart).
 	{Name: CodeDuplicateID, Status: http.StatusBadRequest},
