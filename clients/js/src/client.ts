@@ -901,7 +901,8 @@ export class Client {
   async #renewSession(s: Session, signal?: AbortSignal): Promise<number> {
     if (this.#closed) throw this.#closedError();
     // During an election the retries must not sleep past the session's deadline.
-    const k = newCall("renew-session", { commandType: Cmd.renewSession, sessionId: s.id }, { maxBackoffMs: Math.max(BackoffBaseMs, s.ttlMs / 10) });
+    // ttl: a gateway that has not seen the session (a new leader's) takes it as the session's.
+    const k = newCall("renew-session", { commandType: Cmd.renewSession, sessionId: s.id, ttl: s.ttlMs }, { maxBackoffMs: Math.max(BackoffBaseMs, s.ttlMs / 10) });
     const r = await this.#oneShot(k, signal);
     if (r.type === "sessionRenewed") return k.last;
     if (r.error?.code === "session_expired" || r.error?.code === "not_held") {

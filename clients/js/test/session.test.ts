@@ -113,7 +113,10 @@ test("the client's own session: one openSession, every auto-renewed lease in it,
     const before = s.deadline;
     await f.count(12, 3); // three keep-alives, at ttl/3 each
     assert.equal(f.of(3).length, 0, "no lease renewed itself");
-    for (const m of f.of(12)) assert.equal(m.sessionId, s.id);
+    for (const m of f.of(12)) {
+      assert.equal(m.sessionId, s.id);
+      assert.equal(m.ttl, 300, "the session's TTL, for a gateway that has not seen it");
+    }
     await sleep(20);
     assert.ok(s.deadline > before, "the keep-alives moved the session's deadline");
     for (const l of [...leases, ...all]) {

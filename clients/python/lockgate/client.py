@@ -1056,7 +1056,8 @@ class Client:
             await self._renew_session(session)
 
     async def _renew_session(self, s: Session, timeout: Optional[float] = None) -> None:
-        k = _Call("renew-session", {"commandType": CMD_RENEW_SESSION, "sessionId": s.id})
+        # ttl: a gateway that has not seen the session (a new leader's) takes it as the session's.
+        k = _Call("renew-session", {"commandType": CMD_RENEW_SESSION, "sessionId": s.id, "ttl": ms(s.ttl)})
         r = await self._timed(k, timeout)
         if r.get("type") == "sessionRenewed":
             s._extend(k.last)

@@ -109,6 +109,7 @@ class TestSessions(unittest.IsolatedAsyncioTestCase):
             await asyncio.sleep(0.02)
             self.assertEqual(gw.of(3), [], "no lease renewed itself")
             self.assertTrue(all(r["sessionId"] == s.id for r in gw.of(12)))
+            self.assertTrue(all(r["ttl"] == 300 for r in gw.of(12)), "the session's TTL, for a gateway that has not seen it")
             self.assertGreater(s.deadline, before)
             for lease in leases:
                 self.assertEqual(lease.deadline, s.deadline, "every lease follows its session")
