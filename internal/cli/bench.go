@@ -20,7 +20,7 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(),
-		newBenchElectionCmd(), newBenchCampaignCmd())
+		newBenchElectionCmd(), newBenchCampaignCmd(), newBenchScaleCmd())
 	return cmd
 }
 
