@@ -86,7 +86,8 @@ export interface ClientOptions {
    * (Lockgate-Features), every lease acquired without ttlMs (auto-renewed)
    * goes into one session of this client, opened on first use, and one
    * keep-alive every ttl/3 renews them all instead of one renewal per
-   * lease. false: every auto-renewed lease renews itself.
+   * lease. false: every auto-renewed lease renews itself. With cacheLeases
+   * on the client has no session of its own either (as the Go SDK).
    */
   sessions?: boolean;
   /** The TTL of the client's session (10 ms … 24 h). Default: the server's (20 s). */
@@ -313,7 +314,7 @@ export class Client {
         if (this.#held.get(hk) === lease) this.#held.delete(hk);
       },
     };
-    this.#useSessions = opts.sessions ?? true;
+    this.#useSessions = (opts.sessions ?? true) && !opts.cacheLeases;
     if (opts.sessionTtlMs !== undefined) checkTtl(opts.sessionTtlMs);
     this.#sessionTtlMs = opts.sessionTtlMs;
     this.#sessionOps = {
@@ -635,7 +636,7 @@ export class Client {
     } else if (cache) {
       for (const stale of cache.evict([key])) await this.#releaseQuietly(stale);
     }
-    for (;;) {
+    for (let gone = 0; ; ) {
       const session = await this.#sessionFor(opts, p);
       const handle = newHandle();
       this.#early.set(handle, false);
@@ -648,7 +649,7 @@ export class Client {
         this.#sessionFields(req, session);
         const k = newCall(wait ? "acquire" : "try-acquire", req, { wait, grantable: true, needs: session ? [...p.needs, "sessions"] : p.needs });
         const r = await this.#runAcquire(k, opts, wait, JSON.stringify(key));
-        if (this.#sessionGone(r, k, opts, session)) continue;
+        if (this.#sessionGone(r, k, opts, session, gone++)) continue;
         if (r.type !== "grant") throw this.#unexpected(r, k, "grant");
         const lease = await this.#lease(r, key, p, k.first, opts.value, session);
         if (lease) {
@@ -720,7 +721,7 @@ export class Client {
     const what = JSON.stringify(keys);
     // Never cached; an unused cached lease of one of the keys would hold it against us.
     if (this.#cache) for (const stale of this.#cache.evict(keys)) await this.#releaseQuietly(stale);
-    for (;;) {
+    for (let gone = 0; ; ) {
       const session = await this.#sessionFor(opts, p);
       const handle = newHandle();
       this.#early.set(handle, false);
@@ -733,7 +734,7 @@ export class Client {
         const needs = ["multikey", ...p.needs, ...(session ? ["sessions"] : [])];
         const k = newCall(wait ? "acquire-all" : "try-acquire-all", req, { wait, grantable: true, needs });
         const r = await this.#runAcquire(k, opts, wait, what);
-        if (this.#sessionGone(r, k, opts, session)) continue;
+        if (this.#sessionGone(r, k, opts, session, gone++)) continue;
         if (r.type !== "grants") throw this.#unexpected(r, k, "grants");
         const got = r.leases ?? [];
         const leases: Lease[] = [];
@@ -948,12 +949,13 @@ export class Client {
   /**
    * #sessionGone handles an acquire answered session_expired: the session
    * ends here too (its leases "not_held"); the client's own session is
-   * replaced and the acquire tried again (true), a caller's session fails it.
+   * replaced and the acquire tried again, once (true); a caller's session
+   * fails it.
    */
-  #sessionGone(r: Reply, k: Call, opts: AcquireOptions, session: Session | undefined): boolean {
+  #sessionGone(r: Reply, k: Call, opts: AcquireOptions, session: Session | undefined, before: number): boolean {
     if (!session || r.error?.code !== "session_expired") return false;
     session._end("not_held");
-    if (opts.session !== undefined) throw this.#unexpected(r, k, "grant");
+    if (opts.session !== undefined || before > 0) throw this.#unexpected(r, k, "grant");
     this.#log(`the client's session is gone on the server; ${k.op} ${this.#what(k)} again in a new one`);
     return true;
   }

@@ -343,3 +343,26 @@ test("close stops the keep-alive: no renewSession after it, and the session's le
     await f.close();
   }
 });
+
+test("the client's own session is replaced once: an acquire refused session_expired twice fails; with cacheLeases there is no own session", async () => {
+  const f = await sessionGateway({
+    acquire: (m, reply) => {
+      if (!m.sessionId) return;
+      reply({ type: "error", error: { code: "session_expired", message: "gone" } });
+      return false;
+    },
+  });
+  try {
+    const c = new Client([f.addr]);
+    await assert.rejects(c.acquire("k"), SessionExpiredError);
+    assert.equal(f.of(11).length, 2, "one new session, not one per refusal");
+    await c.close();
+    const cached = new Client([f.addr], { cacheLeases: true });
+    const l = await cached.acquire("k");
+    assert.equal(l.session, undefined, "as the Go SDK: the cache keeps and renews leases of its own");
+    assert.equal(f.of(11).length, 2);
+    await cached.close();
+  } finally {
+    await f.close();
+  }
+});

@@ -140,7 +140,9 @@ class Client:
     20 s), and one keep-alive every ttl/3 renews them all instead of one
     renewal per lease. A refused keep-alive or the session's deadline passing
     ends every lease in it. ``sessions=False``: every auto-renewed lease
-    renews itself. :meth:`open_session` opens sessions of your own.
+    renews itself; with ``cache_leases`` the client has no session of its
+    own either (as the Go SDK). :meth:`open_session` opens sessions of your
+    own.
 
     Use it as an async context manager, or call :meth:`close`.
     """
@@ -192,7 +194,7 @@ class Client:
         # Sessions: the client's own (opened on first use), an open of it
         # under way, every live session this client opened, and the
         # connection whose gateway was found to offer none.
-        self._use_sessions = bool(sessions)
+        self._use_sessions = bool(sessions) and not cache_leases  # as the Go SDK: the cache renews its own
         self._session_ttl = validate_ttl(session_ttl)
         self._own: Optional[Session] = None
         self._own_opening: Optional["asyncio.Future[Optional[Session]]"] = None
@@ -693,6 +695,7 @@ class Client:
                     await self._release_quietly(stale)
             user_handle = handle
             wait_until = time.monotonic() + wait if wait is not None else None
+            gone = 0
             while True:
                 s = await self._session_for(session, explicit_ttl, auto_renew)
                 h = handle or new_handle()
@@ -705,7 +708,8 @@ class Client:
                 k = _Call("acquire" if waiting else "try-acquire", req, wait=waiting, grantable=True,
                           needs=needs + (["sessions"] if s is not None else []))
                 r = await self._send_acquire(k, waiting, wait, wait_until, key)
-                if self._session_gone(r, s, session, key):
+                if self._session_gone(r, s, session, key, gone):
+                    gone += 1
                     continue
                 if r.get("type") != "grant":
                     raise self._unexpected(r, key, "grant")
@@ -777,6 +781,7 @@ class Client:
                 for stale in self._cache.evict(keys):
                     await self._release_quietly(stale)
             wait_until = time.monotonic() + wait if wait is not None else None
+            gone = 0
             while True:
                 s = await self._session_for(session, explicit_ttl, auto_renew)
                 req: Dict[str, Any] = {"commandType": CMD_ACQUIRE_ALL if waiting else CMD_TRY_ACQUIRE_ALL,
@@ -789,7 +794,8 @@ class Client:
                 k = _Call("acquire-all" if waiting else "try-acquire-all", req, wait=waiting, grantable=True,
                           needs=["multikey"] + prim[3] + (["sessions"] if s is not None else []))
                 r = await self._send_acquire(k, waiting, wait, wait_until, keys[0])
-                if self._session_gone(r, s, session, keys[0]):
+                if self._session_gone(r, s, session, keys[0], gone):
+                    gone += 1
                     continue
                 if r.get("type") != "grants":
                     raise self._unexpected(r, keys[0], "grants")
@@ -1187,14 +1193,14 @@ class Client:
             req.pop("ttl", None)
 
     def _session_gone(self, r: Dict[str, Any], s: Optional[Session], asked: "Union[Session, bool, None]",
-                      key: str) -> bool:
+                      key: str, before: int) -> bool:
         """An acquire answered session_expired: the session ends here too
         (its leases "not_held"); the client's own is replaced and the
-        acquire tried again (True), a caller's session raises."""
+        acquire tried again, once (True); a caller's session raises."""
         if s is None or r.get("type") != "error" or (r.get("error") or {}).get("code") != "session_expired":
             return False
         s._end("not_held")
-        if isinstance(asked, Session):
+        if isinstance(asked, Session) or before > 0:
             raise error_from_reply(r.get("error"), key)
         log.info("lockgate: the client's session is gone on the server; acquiring %r again in a new one", key)
         return True

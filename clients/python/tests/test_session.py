@@ -266,6 +266,22 @@ class TestSessions(unittest.IsolatedAsyncioTestCase):
             self.assertEqual([r["sessionId"] for r in gw.of(1)], gw.sessions)
             self.assertEqual(lease.session.id, gw.sessions[1])
 
+    async def test_own_session_replaced_once_and_none_with_the_cache(self) -> None:
+        async def acquire(ws: Any, req: Dict[str, Any]) -> bool:
+            if "sessionId" not in req:
+                return False
+            await error(ws, req, "session_expired", "gone")
+            return True
+        async with SessionGateway(on_acquire=acquire) as gw:
+            async with lockgate.Client([gw.addr]) as c:
+                with self.assertRaises(lockgate.SessionExpiredError):
+                    await c.acquire("k")
+                self.assertEqual(len(gw.of(11)), 2, "one new session, not one per refusal")
+            async with lockgate.Client([gw.addr], cache_leases=True) as cached:
+                lease = await cached.acquire("k")
+                self.assertIsNone(lease.session, "as the Go SDK: the cache keeps and renews leases of its own")
+                self.assertEqual(len(gw.of(11)), 2)
+
     async def test_close_stops_the_keep_alive(self) -> None:
         async with SessionGateway() as gw:
             c = lockgate.Client([gw.addr], session_ttl=0.3)
