@@ -36,9 +36,16 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := c.inOwnSession(ctx, &opts); err != nil {
-		return nil, err
+	if _, err := opts.Normalize(key, c.opts.ClientID); err != nil {
+		return nil, err // before a session is opened for it
 	}
+	return withOwnSession(c, ctx, opts, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+		return c.acquireIn(ctx, key, opts, wait)
+	})
+}
+
+// acquireIn is acquire with the session, if any, chosen.
+func (c *Client) acquireIn(ctx context.Context, key string, opts lock.AcquireOptions, wait bool) (*lock.Lease, error) {
 	opts, err := opts.Normalize(key, c.opts.ClientID)
 	if err != nil {
 		return nil, err

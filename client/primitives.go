@@ -69,9 +69,16 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 	if err := lock.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
-	if err := c.inOwnSession(ctx, &opts); err != nil {
-		return nil, err
+	if _, err := opts.Normalize(keys[0], c.opts.ClientID); err != nil {
+		return nil, err // before a session is opened for it
 	}
+	return withOwnSession(c, ctx, opts, func(opts lock.AcquireOptions) ([]*lock.Lease, error) {
+		return c.acquireAllIn(ctx, keys, opts, wait)
+	})
+}
+
+// acquireAllIn is acquireAll with the session, if any, chosen.
+func (c *Client) acquireAllIn(ctx context.Context, keys []string, opts lock.AcquireOptions, wait bool) ([]*lock.Lease, error) {
 	opts, err := opts.Normalize(keys[0], c.opts.ClientID)
 	if err != nil {
 		return nil, err

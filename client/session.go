@@ -45,18 +45,29 @@ func (c *Client) wantsSession(opts lock.AcquireOptions) bool {
 		c.Features()&lock.FeatureSessions != 0
 }
 
-// inOwnSession puts an acquire with opts into the client's own session
-// when it should go there (wantsSession).
-func (c *Client) inOwnSession(ctx context.Context, opts *lock.AcquireOptions) error {
-	if !c.wantsSession(*opts) {
-		return nil
+// withOwnSession runs an acquire with opts, in the client's own session
+// when it should go there (wantsSession). When the gateway answers that
+// the session is gone (it expired on the server before our keep-alive
+// noticed), the session ends here — and every lease in it — and the
+// acquire is made once more in a new one.
+func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOptions, acquire func(lock.AcquireOptions) (T, error)) (T, error) {
+	if !c.wantsSession(opts) {
+		return acquire(opts)
 	}
-	s, err := c.ownSessionFor(ctx)
-	if err != nil {
-		return err
+	for attempt := 0; ; attempt++ {
+		s, err := c.ownSessionFor(ctx)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		opts.Session = s
+		got, err := acquire(opts)
+		if attempt == 0 && errors.Is(err, lock.ErrSessionExpired) {
+			s.Refused(err)
+			continue
+		}
+		return got, err
 	}
-	opts.Session = s
-	return nil
 }
 
 // ownSessionFor returns the client's live session, opening it (once, for

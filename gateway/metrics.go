@@ -18,6 +18,12 @@ type metrics struct {
 	// watches counts open watches; watchEvents the events pushed to them.
 	watches     prometheus.Gauge
 	watchEvents prometheus.Counter
+	// renewals counts successful renewals by kind: "lease" (renew, 3),
+	// "session" (renewSession, 12) — issue 23: one keep-alive renews a
+	// session's every lease.
+	renewals      *prometheus.CounterVec
+	leaseRenews   prometheus.Counter
+	sessionRenews prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -36,11 +42,14 @@ func newMetrics(g *Gateway) *metrics {
 	m.connections = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_connections", Help: "Open WebSocket connections."})
 	m.watches = prometheus.NewGauge(prometheus.GaugeOpts{Name: "lockgate_watches", Help: "Open watches (WebSocket command 9)."})
 	m.watchEvents = prometheus.NewCounter(prometheus.CounterOpts{Name: "lockgate_watch_events_total", Help: "Watch events pushed to clients."})
+	m.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lockgate_renewals_total",
+		Help: "Successful renewals through this gateway, by kind: lease (renew) or session (renewSession, one for all of a session's leases)."}, []string{"kind"})
+	m.leaseRenews, m.sessionRenews = m.renewals.WithLabelValues("lease"), m.renewals.WithLabelValues("session")
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lockgate_held_locks",
 		Help: "Leases granted over WebSocket connections of this gateway and not yet released or expired.",
 	}, func() float64 { return float64(g.heldLeases()) })
-	m.reg.MustRegister(m.acquire, m.grants, m.wantedPushes, m.waiters, m.errors, m.connections, held, m.watches, m.watchEvents,
+	m.reg.MustRegister(m.acquire, m.grants, m.wantedPushes, m.waiters, m.errors, m.connections, held, m.watches, m.watchEvents, m.renewals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -306,6 +306,7 @@ func (g *Gateway) restRenew(w http.ResponseWriter, r *http.Request, key string) 
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
+	g.metrics.leaseRenews.Inc()
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "fencing_token": wire.FencingToken{Key: key, Value: uint64(lease.Token)}, "ttl_ms": durationMS(ttl)})
 }
 

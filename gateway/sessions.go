@@ -193,9 +193,14 @@ func (g *Gateway) renewSession(ctx context.Context, id string, ttl time.Duration
 		if err := sl.RenewSession(ctx, s); err != nil {
 			return nil, err
 		}
+		g.metrics.sessionRenews.Inc()
 		return s, nil
 	}
-	return g.session(ctx, id, ttl) // adopting it renews it
+	s, err := g.session(ctx, id, ttl) // adopting it renews it
+	if err == nil {
+		g.metrics.sessionRenews.Inc()
+	}
+	return s, err
 }
 
 // closeSession ends id and every lease in it.

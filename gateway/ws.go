@@ -562,6 +562,7 @@ func (c *conn) renew(req wire.Request) {
 			c.fail(req.ID, toAPIError(err))
 			return
 		}
+		c.g.metrics.leaseRenews.Inc()
 		if rebuilt {
 			c.adopt(req.LockToken, lease)
 		}
