@@ -205,3 +205,80 @@ func TestSessionSurvivesFailover(t *testing.T) {
 		t.Fatalf("session on the new leader: %+v %v", si, ok)
 	}
 }
+
+// TestTakeoverWithManySessionLeases: a new leader takes over 20,000
+// session leases in 20 sessions and 2,000 plain ones: it tracks one
+// expiry item per session and per plain lease (none per session lease),
+// extends the sessions in its takeover entry, keeps every lease and
+// token, and grants a free key.
+func TestTakeoverWithManySessionLeases(t *testing.T) {
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old := leader(t, c)
+	const sessions, perSession, plain = 20, 1000, 2000
+	e := fsm.Entry{}
+	for s := range sessions {
+		e.Ops = append(e.Ops, fsm.Op{Type: fsm.OpSessionOpen, Key: fmt.Sprintf("%032x", s+1), Owner: "o", TTL: 30 * time.Second})
+	}
+	if _, err := old.apply(e, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for s := range sessions {
+		e := fsm.Entry{}
+		for i := range perSession {
+			e.Ops = append(e.Ops, fsm.Op{Type: fsm.OpAcquire, Key: fmt.Sprintf("many/%d/%d", s, i), Owner: "o",
+				Handle: lock.NewHandle(), TTL: time.Second, Session: fmt.Sprintf("%032x", s+1)})
+		}
+		if _, err := old.apply(e, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e = fsm.Entry{}
+	for i := range plain {
+		e.Ops = append(e.Ops, fsm.Op{Type: fsm.OpAcquire, Key: fmt.Sprintf("plain/%d", i), Owner: "o", Handle: lock.NewHandle(), TTL: 30 * time.Second})
+	}
+	if _, err := old.apply(e, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	tokenOf := func(n *Node, key string) uint64 { l, _ := n.fsm.Lock(key); return l.Token }
+	probe := []string{"many/0/0", "many/19/999", "plain/0", "plain/1999"}
+	want := map[string]uint64{}
+	for _, k := range probe {
+		want[k] = tokenOf(old, k)
+	}
+	for _, s := range c.Servers {
+		if s.Node == old {
+			s.Shutdown()
+		}
+	}
+	next, err := WaitLeader(ctx, followers(c, old)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := next.fsm.NumLocks(); got != sessions*perSession+plain {
+		t.Fatalf("%d locks on the new leader, want %d", got, sessions*perSession+plain)
+	}
+	for k, tok := range want {
+		if got := tokenOf(next, k); got != tok {
+			t.Errorf("%s: token %d on the new leader, want %d", k, got, tok)
+		}
+	}
+	next.sched.mu.Lock()
+	items := len(next.sched.expiry)
+	next.sched.mu.Unlock()
+	if items > sessions+plain+10 {
+		t.Errorf("%d expiry items on the new leader for %d sessions and %d plain leases: session leases must not have their own", items, sessions, plain)
+	}
+	now := next.cfg.Clock.Now()
+	next.fsm.ForEachSession(func(si fsm.SessionInfo) bool {
+		if si.Expires < now+int64(25*time.Second) || si.Leases != perSession {
+			t.Errorf("session %s after the takeover: %+v (want a full TTL and %d leases)", si.ID, si, perSession)
+		}
+		return true
+	})
+	le, err := next.Acquire(ctx, "after-takeover", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil || uint64(le.Token) <= want["plain/1999"] {
+		t.Fatalf("grant on the new leader: %v (token %v)", err, le)
+	}
+}
