@@ -92,7 +92,7 @@ type Lease struct {
 	ttl      time.Duration
 	deadline time.Time
 	timer    *time.Timer
-	done     chan struct{}
+	done     chan struct{} // made by the first Done call
 	err      error
 	afterEnd []func()
 
@@ -117,14 +117,12 @@ func NewLease(g Grant) *Lease {
 		driftFactor: g.DriftFactor,
 		ttl:         g.TTL,
 		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),
-		done:        make(chan struct{}),
 		session:     g.Session,
 	}
 	if s := g.Session; s != nil {
 		l.ttl, l.deadline = s.TTL(), s.Deadline()
 		if !s.add(l) {
 			l.err = s.Err()
-			close(l.done)
 		}
 		return l
 	}
@@ -192,7 +190,28 @@ func (l *Lease) Deadline() time.Time {
 
 // Done is closed when the lease ends: its deadline passed, a renewal was
 // refused, or it was released. Err says which.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+//
+// The channel is made by the first call (a lease whose holder never asks
+// for it costs no channel: a gateway holding a million leases uses
+// AfterEnd instead).
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.err != nil {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
+	return l.done
+}
+
+// closedChan is the Done of a lease that ended before anyone asked.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // AfterEnd arranges for f to run once the lease ends: on the goroutine that
 // ends it (a Release, a refused renewal, the deadline's timer), after the
@@ -279,7 +298,9 @@ func (l *Lease) endLocked(cause error) (after []func()) {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	close(l.done)
+	if l.done != nil {
+		close(l.done)
+	}
 	after, l.afterEnd = l.afterEnd, nil
 	l.afterWanted = nil
 	return after
