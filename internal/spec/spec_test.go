@@ -62,7 +62,7 @@ func loadSpec(t testing.TB) *spec {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
-	for _, name := range []string{"request", "reply", "grant", "released", "renewed", "info", "cancelled", "error", "wanted", "grants", "event", "unwatched"} {
+	for _, name := range []string{"request", "reply", "grant", "released", "renewed", "info", "cancelled", "error", "wanted", "grants", "event", "unwatched", "session", "sessionRenewed", "sessionClosed"} {
 		p, _ := filepath.Abs(filepath.Join(schemasDir, name+".json"))
 		sch, err := c.Compile(p)
 		if err != nil {
@@ -139,7 +139,7 @@ func startNode(t testing.TB) *node {
 	gt := gateway.New(l, gateway.Options{Logger: quiet, Tokens: tok})
 	st := httptest.NewServer(gt)
 	gl := gateway.New(l, gateway.Options{Logger: quiet, SyncWindow: syncWindow,
-		MaxWaitersPerConn: 1, MaxLocksPerConn: 1, MaxTicketsPerClient: 1,
+		MaxWaitersPerConn: 1, MaxLocksPerConn: 1, MaxTicketsPerClient: 1, MaxSessionsPerConn: 1,
 		AllowedOrigins: []string{"https://good.example"}})
 	sl := httptest.NewServer(gl)
 	t.Cleanup(func() { gt.Close(); gl.Close(); st.Close(); sl.Close() })
@@ -177,6 +177,10 @@ func TestProtocol(t *testing.T) {
 		t.Run("Primitives/WebSocket/"+target.name, func(t *testing.T) { testPrimitivesWS(t, s, n, target.base) })
 		t.Run("Primitives/REST/"+target.name, func(t *testing.T) { testPrimitivesREST(t, s, n, target.base) })
 	}
+	// Issue 23's sessions: on raftlock, and unsupported on a gateway over
+	// a locker without them.
+	t.Run("Sessions/WebSocket", func(t *testing.T) { testSessionsWS(t, s, n) })
+	t.Run("Sessions/REST", func(t *testing.T) { testSessionsREST(t, s, n) })
 }
 
 // TestCodesMatchSpec: every code of internal/wire.Codes is in both error
@@ -279,6 +283,22 @@ func TestWrongResponsesFail(t *testing.T) {
 	check("REST acquireAll, a lease with a bare-integer token", s.restResponse(t, "POST", "/locks", 200, `{"leases":[`+restGrant+`]}`, nil), true)
 	check("REST acquireAll", s.restResponse(t, "POST", "/locks", 200, `{"leases":[`+good+`]}`, nil), false)
 	check("REST delayed with retry_in_ms", s.restResponse(t, "POST", "/locks/{key}", 409, `{"error":{"code":"delayed","message":"x","retry_in_ms":5}}`, nil), false)
+
+	// Issue 23's messages.
+	session := `{"id":"s","type":"session","success":true,"sessionId":"` + lt + `","ttl":5000}`
+	check("WebSocket session", s.frame(session), false)
+	check("WebSocket session without sessionId", s.frame(strings.Replace(session, `"sessionId":"`+lt+`",`, "", 1)), true)
+	check("WebSocket session with a malformed sessionId", s.frame(strings.Replace(session, lt, "S-1", 1)), true)
+	check("WebSocket sessionRenewed without ttl", s.frame(`{"id":"s","type":"sessionRenewed","success":true,"sessionId":"`+lt+`"}`), true)
+	check("WebSocket sessionClosed", s.frame(`{"id":"s","type":"sessionClosed","success":true,"sessionId":"`+lt+`"}`), false)
+	check("WebSocket sessionClosed with an undocumented field", s.frame(`{"id":"s","type":"sessionClosed","success":true,"sessionId":"`+lt+`","ttl":5}`), true)
+	check("WebSocket grant in a session", s.frame(strings.Replace(goodWS, `"owner":"a"`, `"owner":"a","sessionId":"`+lt+`"`, 1)), false)
+	check("WebSocket request renewSession without sessionId", s.request(`{"commandType":12}`), true)
+	check("WebSocket request sessionId on an inspect", s.request(`{"commandType":4,"key":"k","sessionId":"`+lt+`"}`), true)
+	check("REST session", s.restResponse(t, "POST", "/sessions", 201, `{"session_id":"`+lt+`","ttl_ms":5000}`, nil), false)
+	check("REST session without ttl_ms", s.restResponse(t, "POST", "/sessions", 201, `{"session_id":"`+lt+`"}`, nil), true)
+	check("REST renewSession as 201", s.restResponse(t, "POST", "/sessions/renew", 201, `{"session_id":"`+lt+`","ttl_ms":5000}`, nil), true)
+	check("REST session_expired", s.restResponse(t, "POST", "/sessions/renew", 409, `{"error":{"code":"session_expired","message":"x"}}`, nil), false)
 }
 
 // restResponse validates a response made up by the test against the

@@ -254,7 +254,7 @@ func testWS(t *testing.T, s *spec, n *node) {
 		{`{"id":"` + longID + `","commandType":4,"key":"k"}`, longID, reqInvalid, "bad_json"},
 		{`{"id":"b6","commandType":2,"key":"k","lockToken":"` + lt32 + `","fencingToken":{"key":"other","value":1}}`, "b6", reqValid, "bad_json"},
 		{`{"id":"u1"}`, "u1", reqInvalid, "unknown_command"},
-		{`{"id":"u2","commandType":11}`, "u2", reqInvalid, "unknown_command"},
+		{`{"id":"u2","commandType":14}`, "u2", reqInvalid, "unknown_command"},
 		{`{"id":"m1","commandType":5}`, "m1", reqInvalid, "missing_field"},
 		{`{"id":"m2","commandType":2,"key":"k","fencingToken":{"key":"k","value":1}}`, "m2", reqInvalid, "missing_field"},
 		{`{"id":"m3","commandType":3,"key":"k","lockToken":"` + lt32 + `"}`, "m3", reqInvalid, "missing_field"},
