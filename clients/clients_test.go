@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -184,6 +185,9 @@ type scenario struct {
 	Name   string `json:"name"`
 	TTLMs  int    `json:"ttlMs"`
 	WaitMs int    `json:"waitMs"`
+	// Leases is how many leases a scenario holds at once
+	// (session-many-leases).
+	Leases int `json:"leases"`
 }
 
 type scenarioSet struct {
@@ -321,6 +325,12 @@ func newHarness(t *testing.T, rl *testenv.Raftlock) *harness {
 		body, err := h.restoreLocked(r.Context())
 		reply(w, body, err)
 	})
+	mux.HandleFunc("GET /ops", func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		ops, err := h.opsLocked(r.Context())
+		reply(w, opsBody{Ops: ops}, err)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -336,6 +346,60 @@ func reply(w http.ResponseWriter, body any, err error) {
 		body = map[string]string{"error": err.Error()}
 	}
 	json.NewEncoder(w).Encode(body)
+}
+
+// opsBody is the answer of GET /ops: the lock operations the running nodes
+// committed as leaders, by op (lockgate_raftlock_ops_total's op label:
+// "renew" for a lease's own renewal, "session-renew" for a session's
+// keep-alive, …), summed over the nodes. The session scenarios read it
+// before and after a hold to count keep-alives on the server's side.
+type opsBody struct {
+	Ops map[string]float64 `json:"ops"`
+}
+
+// opsMetric is the Prometheus series GET /ops sums.
+const opsMetric = "lockgate_raftlock_ops_total"
+
+// opsLocked scrapes every running node's /metrics and sums opsMetric by op.
+func (h *harness) opsLocked(ctx context.Context) (map[string]float64, error) {
+	ops := map[string]float64{}
+	for _, nd := range h.running() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+nd.APIAddr+"/metrics", nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := peersClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", nd.ID, err)
+		}
+		err = sumOps(resp.Body, ops)
+		resp.Body.Close()
+		if err != nil {
+			return nil, fmt.Errorf("node %s /metrics: %w", nd.ID, err)
+		}
+	}
+	return ops, nil
+}
+
+// opsLine is one sample of opsMetric in the Prometheus text format.
+var opsLine = regexp.MustCompile(`^` + opsMetric + `\{(?:[^}]*,)?op="([^"]*)"[^}]*\} ([0-9.eE+-]+)`)
+
+// sumOps adds the samples of opsMetric in a /metrics page to ops.
+func sumOps(r io.Reader, ops map[string]float64) error {
+	sc := bufio.NewScanner(io.LimitReader(r, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := opsLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			return fmt.Errorf("%q: %w", sc.Text(), err)
+		}
+		ops[m[1]] += v
+	}
+	return sc.Err()
 }
 
 // env is the environment of a runner.

@@ -11,6 +11,7 @@ import {
   LockgateError,
   NotHeldError,
   PermitsMismatchError,
+  SessionExpiredError,
   TimeoutError,
   CancelledError,
   election,
@@ -24,6 +25,7 @@ export interface Scenario {
   name: string;
   ttlMs?: number;
   waitMs?: number;
+  leases?: number;
 }
 
 /** Env is what a run needs from the harness. */
@@ -60,6 +62,12 @@ export class Run {
     const body = await res.text();
     if (!res.ok) throw new Error(`control ${method} ${path}: ${res.status}: ${body}`);
     return JSON.parse(body) as T;
+  }
+
+  /** The harness's GET /ops: the lock operations the nodes committed as leaders, by op. */
+  async ops(): Promise<Record<string, number>> {
+    const { ops } = await this.control<{ ops: Record<string, number> }>("GET", "/ops");
+    return ops;
   }
 
   async close(): Promise<void> {
@@ -358,7 +366,7 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
   async "shared-readers"(r) {
     const a = r.client("A"), b = r.client("B"), c = r.client("C");
     const feats = await a.features();
-    const all = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay"];
+    const all = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay", "sessions"];
     if (fmt(feats) !== fmt(all)) throw new Error(`features ${fmt(feats)}, want ${fmt(all)}`);
     const la = await a.acquire(r.key, { ttlMs: r.ttlMs, mode: "shared" });
     const lb = await b.tryAcquire(r.key, { ttlMs: r.ttlMs, mode: "shared" });
@@ -516,5 +524,97 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
       ctl.abort();
       await leaders.return(undefined);
     }
+  },
+  // Issue 23's scenarios (clients/scenarios_sessions_go_test.go has their meaning).
+
+  async "session-many-leases"(r) {
+    const ttl = r.ttlMs;
+    const a = r.client("A", r.env.endpoints, { sessionTtlMs: ttl });
+    const before = await r.ops();
+    const keys = Array.from({ length: r.s.leases ?? 20 }, (_, i) => `${r.key}/${i}`);
+    const leases: Lease[] = [];
+    for (const k of keys) leases.push(await a.acquire(k));
+    const s = a.session;
+    if (!s || s.ttlMs !== ttl) throw new Error(`A's own session ${s?.id} ttl ${s?.ttlMs}: want one with TTL ${ttl}`);
+    for (const l of leases) if (l.session !== s) throw new Error(`the lease of ${l.key} is not in A's session`);
+    if (s.leases !== keys.length) throw new Error(`the session holds ${s.leases} leases, want ${keys.length}`);
+    const lost = await Promise.race([...leases.map((l) => l.lost.then((why) => `${l.key}: ${why}`)), sleep(4 * ttl).then(() => undefined)]);
+    if (lost !== undefined) throw new Error(`a lease was lost while held: ${lost}`);
+    for (const l of leases) {
+      if (!l.held) throw new Error(`the lease of ${l.key} reports ${l.reason ?? "its deadline passed"}`);
+      await holds(a, l);
+    }
+    const after = await r.ops();
+    const keepAlives = (after["session-renew"] ?? 0) - (before["session-renew"] ?? 0);
+    const renewals = (after["renew"] ?? 0) - (before["renew"] ?? 0);
+    console.log(`# session-many-leases: ${keys.length} leases held ${4 * ttl} ms: ${keepAlives} session keep-alives, ${renewals} lease renewals on the server (${s.renewals} here)`);
+    if (keepAlives < 3 || renewals >= keys.length) {
+      throw new Error(`the server committed ${keepAlives} session keep-alives and ${renewals} lease renewals while ${keys.length} leases were held: want ≥ 3 keep-alives and fewer renewals than leases`);
+    }
+    for (const l of leases) await l.release();
+  },
+
+  async "session-close-releases"(r) {
+    const a = r.client("A"), b = r.client("B");
+    const keys = [0, 1].map((i) => `${r.key}/${i}`);
+    const s = await a.openSession({ ttlMs: r.ttlMs });
+    const las: Lease[] = [];
+    for (const k of keys) las.push(await a.acquire(k, { session: s }));
+    const bp = track(b.acquire(keys[0]!, { ttlMs: r.ttlMs }));
+    await waiters(a, keys[0]!, 1);
+    if (bp.done) throw new Error("B's acquire answered while A's session holds the key");
+    await a.closeSession(s);
+    const lb = await within(bp.p, 10_000, "B's acquire after A closed its session");
+    if (lb.fencingToken <= las[0]!.fencingToken) throw new Error(`B's token ${lb.fencingToken} is not larger than A's ${las[0]!.fencingToken}`);
+    for (const l of las) {
+      if (l.reason !== "released" || !l.signal.aborted) throw new Error(`A's lease of ${l.key} ended ${l.reason}, want released`);
+    }
+    await free(a, keys[1]!);
+    await expectError(a.renewSession(s), SessionExpiredError, "A's keep-alive of the closed session");
+    await lb.release();
+  },
+
+  async "session-expiry"(r) {
+    const a = r.client("A"), b = r.client("B");
+    const keys = [0, 1, 2].map((i) => `${r.key}/${i}`);
+    const s = await a.openSession({ ttlMs: r.ttlMs, keepAlive: false });
+    const las: Lease[] = [];
+    for (const k of keys) las.push(await a.acquire(k, { session: s }));
+    const bp = track(b.acquire(keys[0]!, { ttlMs: 10_000 }));
+    for (const l of las) {
+      const why = await within(l.lost, r.ttlMs + 5_000, `A's lease of ${l.key} to end`);
+      if (why !== "expired") throw new Error(`A's lease of ${l.key} ended ${why}, want expired`);
+    }
+    const lb = await within(bp.p, 10_000, "B's acquire after A's session expired");
+    if (bp.at < las[0]!.deadline) throw new Error(`B granted ${Math.round(las[0]!.deadline - bp.at)} ms before A's deadline`);
+    if (lb.fencingToken <= las[0]!.fencingToken) throw new Error(`B's token ${lb.fencingToken} is not larger than A's ${las[0]!.fencingToken}`);
+    for (const k of keys.slice(1)) {
+      await pollUntil(`${k} to be free`, 10_000, async () => ((await b.inspect(k)) === null ? true : "still held"));
+    }
+    await expectError(a.renewSession(s), SessionExpiredError, "A's keep-alive of the expired session");
+    await lb.release();
+  },
+
+  async "session-leader-killed"(r) {
+    const ttl = r.ttlMs;
+    const a = r.client("A", r.env.endpoints, { sessionTtlMs: ttl });
+    const las: Lease[] = [];
+    for (const k of [0, 1, 2].map((i) => `${r.key}/${i}`)) las.push(await a.acquire(k));
+    const s = las[0]!.session;
+    if (!s) throw new Error("A's lease is in no session");
+    const { killed } = await r.control<{ killed: string }>("POST", "/kill-leader");
+    const killedAt = performance.now();
+    await pollUntil("a keep-alive after the kill", 15_000, async () => {
+      const gone = las.find((l) => l.reason);
+      if (gone) throw new Error(`the lease of ${gone.key} was lost: ${gone.reason}`);
+      return s.deadline > killedAt + ttl - (ttl * 0.01 + 2) ? true : `session deadline ${Math.round(s.deadline - killedAt)} ms after the kill`;
+    });
+    const ep = await r.control<EndpointsBody>("GET", "/endpoints");
+    if (ep.leader === killed || ep.endpoints.includes(killed)) throw new Error(`the killed leader ${killed} still runs: ${fmt(ep)}`);
+    for (const l of las) {
+      if (l.reason || l.deadline !== s.deadline) throw new Error(`the lease of ${l.key}: ${l.reason ?? "deadline " + l.deadline + ", its session's " + s.deadline}`);
+      await holds(a, l);
+    }
+    for (const l of las) await l.release();
   },
 };

@@ -65,6 +65,10 @@ class Run:
                 return json.loads(resp.read() or b"{}")
         return await asyncio.to_thread(call)
 
+    async def ops(self) -> Dict[str, float]:
+        """The harness's GET /ops: the lock operations the nodes committed as leaders, by op."""
+        return (await self.control("GET", "/ops")).get("ops") or {}
+
 
 async def eventually(what: str, pred: Callable[[], Awaitable[bool]], timeout: float = STEP) -> None:
     """Wait until pred() holds (polled: the server's state has no event to await)."""
@@ -344,7 +348,7 @@ async def holds(c: Client, lease: lockgate.Lease) -> None:
 async def shared_readers(r: Run) -> None:
     a, b, c = r.client(name="a"), r.client(name="b"), r.client(name="c")
     feats = await a.features()
-    want = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay"]
+    want = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay", "sessions"]
     check(feats == want, f"features {feats}, want {want}")
     la = await a.acquire(r.key, ttl=r.ttl, mode="shared")
     lb = await b.try_acquire(r.key, ttl=r.ttl, mode="shared")
@@ -515,6 +519,120 @@ async def election_scenario(r: Run) -> None:
         await leaders.aclose()
 
 
+# -- issue 23's scenarios (clients/scenarios_sessions_go_test.go has their meaning) ------
+
+async def still_held(leases: List[lockgate.Lease], hold: float) -> None:
+    """Hold for ``hold`` seconds (the scenario's own duration), failing as soon as a lease ends."""
+    ended = [asyncio.ensure_future(lease.lost.wait()) for lease in leases]
+    try:
+        done, _ = await asyncio.wait(ended, timeout=hold, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in ended:
+            t.cancel()
+    for lease in leases:
+        check(not lease.lost.is_set(), f"the lease of {lease.key!r} was lost while held ({lease.lost_reason})")
+
+
+async def session_many_leases(r: Run) -> None:
+    assert r.ttl is not None
+    a = r.client(name="a", session_ttl=r.ttl)
+    before = await r.ops()
+    keys = [f"{r.key}/{i}" for i in range(r.scenario.get("leases") or 20)]
+    leases = [await a.acquire(k) for k in keys]
+    s = a.session
+    check(s is not None and abs(s.ttl - r.ttl) < 1e-6, f"A's own session {s}: want one with TTL {r.ttl} s")
+    assert s is not None
+    check(all(lease.session is s for lease in leases), "not every lease is in A's session")
+    check(s.leases == len(keys), f"the session holds {s.leases} leases, want {len(keys)}")
+    await still_held(leases, 4 * r.ttl)
+    for lease in leases:
+        check(lease.held, f"the lease of {lease.key!r} is past its deadline")
+        await holds(a, lease)
+    after = await r.ops()
+    keep_alives = after.get("session-renew", 0) - before.get("session-renew", 0)
+    renewals = after.get("renew", 0) - before.get("renew", 0)
+    print(f"# session-many-leases: {len(keys)} leases held {4 * r.ttl:g} s: {keep_alives:g} session keep-alives, "
+          f"{renewals:g} lease renewals on the server ({s.renewals} here)", flush=True)
+    check(keep_alives >= 3 and renewals < len(keys),
+          f"the server committed {keep_alives:g} session keep-alives and {renewals:g} lease renewals while "
+          f"{len(keys)} leases were held: want ≥ 3 keep-alives and fewer renewals than leases")
+    for lease in leases:
+        await lease.release()
+
+
+async def session_close_releases(r: Run) -> None:
+    a, b = r.client(name="a"), r.client(name="b")
+    keys = [f"{r.key}/{i}" for i in range(2)]
+    s = await a.open_session(r.ttl)
+    las = [await a.acquire(k, session=s) for k in keys]
+    tb = asyncio.ensure_future(b.acquire(keys[0], ttl=r.ttl))
+    await waiters_are(a, keys[0], 1)
+    check(not tb.done(), "B's acquire answered while A's session holds the key")
+    await a.close_session(s)
+    lb = await granted(tb, "B's acquire after A closed its session")
+    check(lb.fencing_token > las[0].fencing_token, f"B's token {lb.fencing_token} is not above A's {las[0].fencing_token}")
+    for lease in las:
+        check(lease.lost_reason == "released", f"A's lease of {lease.key!r} ended {lease.lost_reason!r}, want released")
+    await expect_not_found(a, keys[1])
+    await expect_raises(a.renew_session(s), lockgate.SessionExpiredError, "A's keep-alive of the closed session")
+    await lb.release()
+
+
+async def session_expiry(r: Run) -> None:
+    assert r.ttl is not None
+    a, b = r.client(name="a"), r.client(name="b")
+    keys = [f"{r.key}/{i}" for i in range(3)]
+    s = await a.open_session(r.ttl, keep_alive=False)
+    las = [await a.acquire(k, session=s) for k in keys]
+    tb = asyncio.ensure_future(b.acquire(keys[0], ttl=10))
+    answered: List[float] = []
+    tb.add_done_callback(lambda _t: answered.append(time.monotonic()))
+    for lease in las:
+        await asyncio.wait_for(lease.lost.wait(), r.ttl + 5)
+        check(lease.lost_reason == "expired", f"A's lease of {lease.key!r} ended {lease.lost_reason!r}, want expired")
+    lb = await granted(tb, "B's acquire after A's session expired")
+    check(answered[0] >= las[0].deadline, f"B was granted {(las[0].deadline - answered[0]) * 1000:.0f} ms before A's deadline")
+    check(lb.fencing_token > las[0].fencing_token, f"B's token {lb.fencing_token} is not above A's {las[0].fencing_token}")
+    for k in keys[1:]:
+        async def gone(k: str = k) -> bool:
+            try:
+                await b.inspect(k)
+            except lockgate.NotFoundError:
+                return True
+            return False
+        await eventually(f"{k!r} to be free", gone)
+    await expect_raises(a.renew_session(s), lockgate.SessionExpiredError, "A's keep-alive of the expired session")
+    await lb.release()
+
+
+async def session_leader_killed(r: Run) -> None:
+    assert r.ttl is not None
+    try:
+        a = r.client(name="a", session_ttl=r.ttl)
+        las = [await a.acquire(f"{r.key}/{i}") for i in range(3)]
+        s = las[0].session
+        check(s is not None, "A's lease is in no session")
+        assert s is not None
+        killed = await r.control("POST", "/kill-leader")
+        t_kill = time.monotonic()
+
+        async def kept_alive_after_the_kill() -> bool:
+            for lease in las:
+                if lease.lost.is_set():
+                    raise ScenarioFailure(f"the lease of {lease.key!r} was lost ({lease.lost_reason}) after the leader {killed} died")
+            return s.sent > t_kill
+        await eventually("a keep-alive of A's session after the kill", kept_alive_after_the_kill, FAILOVER)
+        ep = await r.control("GET", "/endpoints")
+        check(killed.get("killed") not in ep.get("endpoints", []), f"the killed leader {killed} still runs: {ep}")
+        for lease in las:
+            check(lease.held and lease.deadline == s.deadline, f"the lease of {lease.key!r}: {lease}, session deadline {s.deadline}")
+            await holds(a, lease)
+        for lease in las:
+            await lease.release()
+    finally:
+        await r.control("POST", "/restore")
+
+
 SCENARIOS: Dict[str, Callable[[Run], Awaitable[None]]] = {
     "contention-pushed-grant": contention_pushed_grant,
     "fifo-three": fifo_three,
@@ -535,6 +653,10 @@ SCENARIOS: Dict[str, Callable[[Run], Awaitable[None]]] = {
     "watch": watch,
     "lock-delay": lock_delay,
     "election": election_scenario,
+    "session-many-leases": session_many_leases,
+    "session-close-releases": session_close_releases,
+    "session-expiry": session_expiry,
+    "session-leader-killed": session_leader_killed,
 }
 
 
