@@ -7,7 +7,9 @@
 // TestClients (clients_test.go) builds the lockgate binary, starts the
 // cluster on free loopback ports, serves the control API that lets a
 // runner kill the leader and restore the cluster (GET /endpoints, POST
-// /kill-leader, POST /restore), and runs each runner as a subtest: the Go
+// /kill-leader, POST /restore) and read the lock operations the nodes
+// committed (GET /ops: session keep-alives vs lease renewals), and runs
+// each runner as a subtest: the Go
 // scenarios in-process (scenarios_go_test.go), `npm test` in clients/js
 // and `python3 -m unittest` in clients/python with the environment
 // LOCKGATE_ENDPOINTS, LOCKGATE_CONTROL and LOCKGATE_SCENARIOS. A runner
