@@ -98,8 +98,15 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	g.metrics.connections.Inc()
 	c.ping = time.AfterFunc(g.opts.PingInterval, c.sendPing)
-	c.reader()
-	c.finish()
+	// The reader runs on a goroutine of its own and the handler returns:
+	// net/http's connection goroutine (its stack, grown by the request's
+	// handling, and the request's buffers it keeps while the handler runs)
+	// ends with the upgrade instead of living as long as the connection.
+	// An idle connection then costs a small stack, not the handler's.
+	go func() {
+		c.reader()
+		c.finish()
+	}()
 }
 
 // newConn makes the state of one connection; ws is nil for the fuzz
