@@ -55,6 +55,21 @@
 // the client renews it at once and uses the renewal's send time, so Acquire
 // never hands out a lease that is about to end.
 //
+// # Sessions
+//
+// When the gateway offers "sessions" (raftlock's do), the leases the
+// client would renew one by one — acquired with the zero
+// AcquireOptions.TTL — go into one session of the client's instead,
+// opened at the first such acquire and kept alive at SessionTTL/3 by one
+// keep-alive (one Raft entry per interval, whatever the number of leases).
+// The session is the cluster's: its keep-alive is re-sent across
+// reconnects and to a new leader like any request. When the server
+// refuses it, the session ends and so does every lease in it (Done
+// closes, Err matches lock.ErrSessionExpired and lock.ErrNotHeld); the
+// next acquire opens a new one. Options.NoSession turns this off; leases
+// with an explicit TTL keep their own renewals. The Client is also a
+// lock.SessionLocker for callers that manage their own sessions.
+//
 // # Limits
 //
 // On backends that ignore client-chosen lock tokens (the in-memory
@@ -301,7 +316,8 @@ func (c *Client) Endpoint() string {
 
 // Close implements lock.Locker: waiting Acquire calls cancel their waits on
 // the gateway (releasing a grant that raced in) and return lock.ErrClosed,
-// auto-renewals stop, later calls return lock.ErrClosed, and the connection
+// auto-renewals and the session's keep-alive stop (the session is not
+// closed: its leases run out like the others), later calls return lock.ErrClosed, and the connection
 // closes. Held leases stay held on the server until their TTL unless
 // released first. Close is idempotent.
 func (c *Client) Close() error {
