@@ -56,6 +56,9 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := c.ownSessionFor(ctx)
+		if errors.Is(err, lock.ErrUnsupported) {
+			return acquire(opts) // a gateway without sessions after all: renew one by one
+		}
 		if err != nil {
 			var zero T
 			return zero, err
