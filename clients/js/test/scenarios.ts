@@ -547,7 +547,7 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
     const after = await r.ops();
     const keepAlives = (after["session-renew"] ?? 0) - (before["session-renew"] ?? 0);
     const renewals = (after["renew"] ?? 0) - (before["renew"] ?? 0);
-    console.log(`# session-many-leases: ${keys.length} leases held ${4 * ttl} ms: ${keepAlives} session keep-alives, ${renewals} lease renewals on the server (${s.renewals} here)`);
+    console.log(`session-many-leases: ${keys.length} leases held ${4 * ttl} ms: ${keepAlives} session keep-alives, ${renewals} lease renewals on the server (${s.renewals} here)`);
     if (keepAlives < 3 || renewals >= keys.length) {
       throw new Error(`the server committed ${keepAlives} session keep-alives and ${renewals} lease renewals while ${keys.length} leases were held: want ≥ 3 keep-alives and fewer renewals than leases`);
     }
