@@ -205,6 +205,26 @@ func (s *Session) Extend(sent time.Time) bool {
 	return true
 }
 
+// Renewed records a successful keep-alive sent at sent for which the
+// backend reported the session's TTL: when ttl differs from the one the
+// Session was built with (a gateway that adopted a session by its id
+// alone, and guessed), the Session takes the backend's ttl and its
+// deadline becomes DeadlineFor(sent, ttl) even if that is earlier. It
+// reports false when the session has already ended.
+func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return false
+	}
+	if ttl > 0 && ttl != s.ttl {
+		s.ttl = ttl
+		s.deadline = DeadlineFor(sent, ttl, s.driftFactor)
+	}
+	s.mu.Unlock()
+	return s.Extend(sent)
+}
+
 // End ends the session with cause (ErrReleased when it was closed) and
 // every lease in it with the same cause. Only the first call has an effect.
 func (s *Session) End(cause error) {

@@ -73,7 +73,14 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 	if res.Results[0].Status != fsm.StatusOK {
 		return sess.Refused(nil)
 	}
-	if !sess.Extend(sent) {
+	// The state machine's TTL is the session's: a Session rebuilt from
+	// its id alone (a gateway adopting it after a leader change) learns
+	// it here.
+	ttl := sess.TTL()
+	if si, ok := s.n.fsm.Session(sess.ID); ok {
+		ttl = si.TTL
+	}
+	if !sess.Renewed(sent, ttl) {
 		return fmt.Errorf("%w: %w", lock.ErrSessionExpired, sess.Err())
 	}
 	return nil
