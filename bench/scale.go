@@ -90,6 +90,8 @@ func (c *ScaleConfig) fill() error {
 		return fmt.Errorf("scale: leases %d: want at least 1", c.Leases)
 	case c.Sessions < 1 || c.Sessions > c.Leases:
 		return fmt.Errorf("scale: sessions %d: want 1 to the leases (%d)", c.Sessions, c.Leases)
+	case (c.Leases+c.Sessions-1)/c.Sessions > scaleLeasesPerConn:
+		return fmt.Errorf("scale: %d leases in %d sessions: a session holds at most %d (one connection's)", c.Leases, c.Sessions, scaleLeasesPerConn)
 	case c.Waiters < 0 || c.Waiters > c.Leases:
 		return fmt.Errorf("scale: waiters %d: want 0 to the leases (%d): each waits on a held key of its own", c.Waiters, c.Leases)
 	case c.TTL < 2*time.Second || c.TTL > lock.MaxTTL:
@@ -298,7 +300,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 
 	if cfg.Waiters > 0 {
-		r.enter(PhaseWaiters)
+		if cfg.Backend == Raft {
+			r.enter(PhaseWaiters)
+		}
 		if err := r.t.waiters(ctx, r); err != nil {
 			stopAll()
 			return nil, err

@@ -95,7 +95,7 @@ func (t *raftScale) background(ctx context.Context, n int) ([]lock.Locker, error
 // connection within the gateway's sessions and leases per connection.
 func connections(perSession []int) int {
 	n := max(1, (len(perSession)+scaleSessionsPerConn-1)/scaleSessionsPerConn)
-	for ; ; n++ {
+	for ; n < len(perSession); n++ { // a connection per session fits: fill checks every session fits on one
 		load := make([]int, n)
 		ok := true
 		for j, k := range perSession {
@@ -109,6 +109,7 @@ func connections(perSession []int) int {
 			return n
 		}
 	}
+	return n
 }
 
 func (t *raftScale) load(ctx context.Context, r *scaleRun) error {
@@ -410,13 +411,7 @@ judged:
 	w.ReleaseSeconds = time.Since(t1).Seconds()
 	omu.Lock()
 	w.Granted = len(order)
-	w.InOrder = true
-	for i, j := range order {
-		if i != j {
-			w.InOrder, w.FirstOutOfOrder = false, i
-			break
-		}
-	}
+	w.InOrder, w.FirstOutOfOrder = fifoJudge(order)
 	omu.Unlock()
 	cancel()
 	wg.Wait()
@@ -429,6 +424,18 @@ judged:
 }
 
 const mWaitersMetric = "lockgate_raftlock_waiters"
+
+// fifoJudge reports whether the waiters were granted in arrival order —
+// order lists their arrival numbers in the order of their grants — and
+// else the position of the first grant out of it (-1 when in order).
+func fifoJudge(order []int) (bool, int) {
+	for i, j := range order {
+		if i != j {
+			return false, i
+		}
+	}
+	return true, -1
+}
 
 // leaderValue is metric name on the leader now (0 when absent).
 func (r *scaleRun) leaderValue(ctx context.Context, name string) float64 {
