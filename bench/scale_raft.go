@@ -285,14 +285,16 @@ func (t *raftScale) waiters(ctx context.Context, r *scaleRun) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var clients []*client.Client
-	defer func() {
+	closeAll := func() {
 		var wg sync.WaitGroup
 		for _, c := range clients {
 			wg.Add(1)
 			go func() { defer wg.Done(); c.Close() }()
 		}
 		wg.Wait()
-	}()
+		clients = nil
+	}
+	defer closeAll()
 	newClient := func(name string) (*client.Client, error) {
 		c, err := client.New(t.addrs, client.Options{ClientID: name})
 		if err == nil {
@@ -389,10 +391,6 @@ func (t *raftScale) waiters(ctx context.Context, r *scaleRun) error {
 	}
 	w.QueueSeconds = time.Since(t0).Seconds()
 	w.HeapAfterBytes = r.heapLive(ctx)
-	if w.HeapBeforeBytes > 0 && w.HeapAfterBytes > 0 {
-		w.BytesPerConn = (w.HeapAfterBytes - w.HeapBeforeBytes) / float64(w.Connections)
-	}
-	r.progress("%d + %d waiting connections: %.0f B each on the leader", cfg.Waiters, cfg.Waiters, w.BytesPerConn)
 	t1 := time.Now()
 	if err := holder.Release(ctx, hl); err != nil {
 		return fmt.Errorf("scale: releasing the FIFO key: %w", err)
@@ -415,6 +413,15 @@ judged:
 	omu.Unlock()
 	cancel()
 	wg.Wait()
+	closeAll()
+	// The connections' cost: the heap with them queued over the heap once
+	// they left (closer in time, so less of other growth, than the heap
+	// before they came, which is reported beside it).
+	w.HeapLeftBytes = r.heapLive(ctx)
+	if w.HeapLeftBytes > 0 && w.HeapAfterBytes > 0 {
+		w.BytesPerConn = (w.HeapAfterBytes - w.HeapLeftBytes) / float64(w.Connections)
+	}
+	r.progress("%d + %d waiting connections: %.0f B each on the leader", cfg.Waiters, cfg.Waiters, w.BytesPerConn)
 	w.Unexpected = int(unexpected.Load())
 	if n := waitErrs.Load(); n > 0 {
 		r.note("%d waits failed before they were cancelled", n)

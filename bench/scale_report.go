@@ -92,9 +92,11 @@ type ScalePhase struct {
 type ScaleWaiters struct {
 	// Connections is every waiting connection (own keys and the one key).
 	Connections int `json:"connections"`
-	// BytesPerConn is the leader's heap growth per waiting connection.
+	// The leader's live heap before the waiters came, with all queued, and
+	// once they left; BytesPerConn is (queued − left) per connection.
 	HeapBeforeBytes float64 `json:"heap_before_bytes"`
 	HeapAfterBytes  float64 `json:"heap_after_bytes"`
+	HeapLeftBytes   float64 `json:"heap_left_bytes"`
 	BytesPerConn    float64 `json:"bytes_per_conn"`
 	QueueSeconds    float64 `json:"queue_s"`
 	// Granted one-key waiters, in the order of their grants; InOrder:
@@ -214,7 +216,7 @@ func (rep *ScaleReport) goals() {
 	if w := rep.WaitersR; w != nil {
 		add("one-key waiters granted in arrival order", "all", fmt.Sprintf("%d granted, in order: %s", w.Granted, yesNo(w.InOrder)), status(w.InOrder && w.Granted == rep.Waiters), true)
 		add("held keys granted to waiters", "0", fmt.Sprint(w.Unexpected), status(w.Unexpected == 0), true)
-		add("gateway bytes per waiting connection", "≤ 32 KiB", fmt.Sprintf("%.0f B", w.BytesPerConn), status(w.BytesPerConn <= 32<<10), false)
+		add("gateway bytes per waiting connection", "≤ 32 KiB", fmt.Sprintf("%.0f B", w.BytesPerConn), status(w.BytesPerConn > 0 && w.BytesPerConn <= 32<<10), false)
 	} else if rep.Waiters > 0 {
 		add("waiting connections, FIFO", "—", "does not apply to "+rep.Backend, "n/a", false)
 	}
