@@ -82,7 +82,10 @@ type Lease struct {
 	// Mode and Permits are how the lease holds its key: ModeExclusive, or
 	// ModeShared as a reader (Permits 0) or one of Permits semaphore
 	// holders. Informational: (Key, Token, Handle) identify the lease.
-	Mode    Mode
+	Mode Mode
+	// wanted (MarkWanted was called while the lease lived) sits beside
+	// Mode, in the same word: a Lease fits the 240-byte size class.
+	wanted  bool
 	Permits int
 
 	driftFactor float64
@@ -96,7 +99,6 @@ type Lease struct {
 	err      error
 	afterEnd []func()
 
-	wanted      bool          // MarkWanted was called while the lease lived
 	wantedCh    chan struct{} // made by the first Wanted call; closed once wanted
 	afterWanted []func()
 }

@@ -419,7 +419,7 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 		if r.owner == r.sess.owner {
 			r.owner = r.sess.owner // one copy of the owner for all its leases
 		}
-		r.link(o.Key)
+		r.link(lk[len(lockPrefix):]) // shares the table key's bytes: the op's copy can go
 	}
 	if o.Mode == ModeExclusive {
 		f.kv[lk] = r
