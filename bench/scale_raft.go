@@ -488,19 +488,9 @@ func (t *raftScale) snapshot(ctx context.Context, r *scaleRun) error {
 	if addr == "" {
 		return errors.New("snapshot: no leader known")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/cluster/snapshot", nil)
+	d, err := postSnapshot(ctx, addr)
 	if err != nil {
 		return err
-	}
-	t0 := time.Now()
-	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
-	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	resp.Body.Close()
-	d := time.Since(t0)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("snapshot: POST /v1/cluster/snapshot answered %s: not measured (the node has no snapshot endpoint yet)", resp.Status)
 	}
 	s := &ScaleSnapshot{RequestMs: ms(d), ServerSeconds: -1}
 	if sm, err := scrape(ctx, addr); err == nil {
@@ -511,6 +501,25 @@ func (t *raftScale) snapshot(ctx context.Context, r *scaleRun) error {
 	r.rep.Snapshot = s
 	r.progress("snapshot: %.0f ms", s.RequestMs)
 	return nil
+}
+
+// postSnapshot asks the node at addr for a snapshot now (POST
+// /v1/cluster/snapshot) and returns how long the request took.
+func postSnapshot(ctx context.Context, addr string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/cluster/snapshot", nil)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot of %s: %w", addr, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return 0, fmt.Errorf("snapshot of %s: POST /v1/cluster/snapshot answered %s", addr, resp.Status)
+	}
+	return time.Since(t0), nil
 }
 
 func (t *raftScale) restartFollower(ctx context.Context, r *scaleRun) error {
@@ -527,6 +536,12 @@ func (t *raftScale) restartFollower(ctx context.Context, r *scaleRun) error {
 	}
 	if ld == nil || f == nil {
 		return errors.New("follower restart: no leader and follower found")
+	}
+	// The follower snapshots the whole table first, so that its restart
+	// restores it from the snapshot (what a node restarted in production
+	// does), rather than replaying the log since its last snapshot.
+	if _, err := postSnapshot(ctx, f.APIAddr); err != nil {
+		r.progress("follower restart: %v (restarting without a fresh snapshot)", err)
 	}
 	f.Stop()
 	target := float64(0)
