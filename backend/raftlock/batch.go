@@ -46,6 +46,21 @@ type submission struct {
 	done    chan applied // buffered 1
 }
 
+// urgent reports whether every op of ops keeps something alive (a lease
+// renewal, a session keep-alive): such a submission joins the next entry
+// ahead of queued acquires and releases. A burst of acquires — a client
+// loading a million keys — must not hold back keep-alives until leases
+// expire. No order is lost: ops of different submissions come from
+// callers that have not waited for each other.
+func urgent(ops []fsm.Op) bool {
+	for i := range ops {
+		if t := ops[i].Type; t != fsm.OpRenew && t != fsm.OpSessionRenew {
+			return false
+		}
+	}
+	return len(ops) > 0
+}
+
 // The lock package's client-facing limits are within the state machine's,
 // so that an op built from a request that passed lock validation always
 // passes fsm.Op.Validate. (Each constant below is negative, and so does
@@ -62,6 +77,7 @@ type batcher struct {
 
 	mu       sync.Mutex
 	pending  []*submission
+	urgent   []*submission // keep-alives, taken before pending (see urgent)
 	inflight int
 	// check validates one op before it joins a batch: fsm.Op.Validate.
 	// Tests replace it to let through an op the state machine rejects.
@@ -85,7 +101,11 @@ func (b *batcher) submit(ops []fsm.Op, timeout time.Duration) (*fsm.ApplyResult,
 	}
 	s := &submission{ops: ops, timeout: timeout, done: make(chan applied, 1)}
 	b.mu.Lock()
-	b.pending = append(b.pending, s)
+	if urgent(ops) {
+		b.urgent = append(b.urgent, s)
+	} else {
+		b.pending = append(b.pending, s)
+	}
 	if b.inflight < maxInflight {
 		b.inflight++
 		batch := b.takeLocked()
@@ -104,7 +124,7 @@ func (b *batcher) submit(ops []fsm.Op, timeout time.Duration) (*fsm.ApplyResult,
 func (b *batcher) next() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.pending) == 0 {
+	if len(b.pending) == 0 && len(b.urgent) == 0 {
 		b.inflight--
 		return
 	}
@@ -115,17 +135,22 @@ func (b *batcher) next() {
 	}()
 }
 
-// takeLocked removes up to maxBatchOps ops' worth of queued submissions.
+// takeLocked removes up to maxBatchOps ops' worth of queued submissions,
+// the urgent ones first.
 func (b *batcher) takeLocked() []*submission {
-	n, ops := 0, 0
-	for n < len(b.pending) && (n == 0 || ops+len(b.pending[n].ops) <= maxBatchOps) {
-		ops += len(b.pending[n].ops)
-		n++
-	}
-	batch := b.pending[:n:n]
-	b.pending = b.pending[n:]
-	if len(b.pending) == 0 {
-		b.pending = nil
+	var batch []*submission
+	ops := 0
+	for _, q := range []*[]*submission{&b.urgent, &b.pending} {
+		n := 0
+		for n < len(*q) && (len(batch)+n == 0 || ops+len((*q)[n].ops) <= maxBatchOps) {
+			ops += len((*q)[n].ops)
+			n++
+		}
+		batch = append(batch, (*q)[:n]...)
+		*q = (*q)[n:]
+		if len(*q) == 0 {
+			*q = nil
+		}
 	}
 	return batch
 }
