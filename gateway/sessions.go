@@ -158,10 +158,10 @@ func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Durati
 
 // session returns the live session of id: the table's, or one adopted
 // by a keep-alive when the gateway does not know it (opened through
-// another gateway, or before a leader change). An adopted session's TTL
-// is ttl when the request named one, else lock.DefaultSessionTTL until the
-// client's next keep-alive through us (the backend keeps the real TTL;
-// lock.Session has no way to learn it).
+// another gateway, or before a leader change). An adopted session starts
+// with ttl when the request named one, else lock.DefaultSessionTTL; a
+// backend that knows the session's TTL corrects it with the adopting
+// keep-alive's answer (lock.Session.Renewed: raftlock does).
 func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*lock.Session, error) {
 	if s := g.sessions.get(id); s != nil {
 		return s, nil
