@@ -242,8 +242,10 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	if err := raiseNoFile(); err != nil {
-		fmt.Fprintf(cfg.Progress, "raising the open-files limit: %v\n", err)
+	// Each waiter is a connection in the bench and one in the leader;
+	// then the holders' connections, the nodes' own, and slack.
+	if err := raiseNoFile(uint64(2*cfg.Waiters) + uint64(cfg.Leases/10000) + 4096); err != nil {
+		return nil, fmt.Errorf("scale: %w", err)
 	}
 	rep := &ScaleReport{Machine: ReadMachine(), Command: cfg.Command, Backend: cfg.Backend, Leases: cfg.Leases,
 		Sessions: cfg.Sessions, Waiters: cfg.Waiters, TTLMs: ms(cfg.TTL), DurationS: cfg.Duration.Seconds(),
