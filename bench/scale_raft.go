@@ -279,7 +279,24 @@ func (t *raftScale) load(ctx context.Context, r *scaleRun) error {
 // arrival order; then every waiter leaves.
 func (t *raftScale) waiters(ctx context.Context, r *scaleRun) error {
 	cfg := t.cfg
-	w := &ScaleWaiters{Connections: 2 * cfg.Waiters, FirstOutOfOrder: -1}
+	// Every waiting connection is a descriptor in the bench and in the
+	// leader: the own-key waiters have one each; the one-key waiters
+	// share what is left of the open-files limit (beyond a reserve for
+	// the holders, the background clients, Raft and files) when it
+	// cannot give them one each — each is still its own waiter in the
+	// key's FIFO queue, at most gateway.DefaultMaxWaitersPerConn per
+	// connection.
+	qconns := cfg.Waiters
+	if r.fds > 0 {
+		const reserve = 1500
+		budget := int(r.fds) - reserve - cfg.Waiters - len(t.holders)
+		if budget < qconns {
+			qconns = max(budget, (cfg.Waiters+1023)/1024, 1)
+			r.note("the open-files limit is %d per process (the hard limit here; raising it needs CAP_SYS_RESOURCE): "+
+				"the %d one-key waiters share %d connections, %d own-key waiters have one each", r.fds, cfg.Waiters, qconns, cfg.Waiters)
+		}
+	}
+	w := &ScaleWaiters{Connections: cfg.Waiters + qconns, FirstOutOfOrder: -1}
 	r.rep.WaitersR = w
 	w.HeapBeforeBytes = r.heapLive(ctx)
 	wctx, cancel := context.WithCancel(ctx)
@@ -351,11 +368,16 @@ func (t *raftScale) waiters(ctx context.Context, r *scaleRun) error {
 	var omu sync.Mutex
 	var order []int
 	granted := make(chan struct{}, cfg.Waiters)
+	qcs := make([]*client.Client, 0, qconns)
 	for j := range cfg.Waiters {
-		c, err := newClient(fmt.Sprintf("scale-q-%d", j))
-		if err != nil {
-			return err
+		if j < qconns {
+			c, err := newClient(fmt.Sprintf("scale-q-%d", j))
+			if err != nil {
+				return err
+			}
+			qcs = append(qcs, c)
 		}
+		c := qcs[j%qconns]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
