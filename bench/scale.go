@@ -172,12 +172,14 @@ type scaleMetricNames struct {
 
 // scaleRun is one run in progress.
 type scaleRun struct {
-	cfg    ScaleConfig
-	rep    *ScaleReport
-	fds    uint64 // the open-files limit of the bench and of the nodes it starts
-	t      scaleTarget
-	prefix string
-	start  time.Time
+	cfg ScaleConfig
+	rep *ScaleReport
+	fds uint64 // the open-files limit of the bench and of the nodes it starts
+	// leaderAddr is the address of the leader's last scrape.
+	leaderAddr atomic.Pointer[string]
+	t          scaleTarget
+	prefix     string
+	start      time.Time
 
 	phase  atomic.Pointer[phaseRec]
 	phases map[string]*phaseRec
@@ -517,6 +519,9 @@ func (r *scaleRun) scrapeLeader(ctx context.Context, periodic bool) *promSample 
 			lead, leader = s, names[i]
 		}
 	}
+	if lead != nil {
+		r.leaderAddr.Store(&leader)
+	}
 	if lead == nil || !periodic {
 		return lead
 	}
@@ -577,6 +582,13 @@ func (r *scaleRun) heapLive(ctx context.Context) float64 {
 	s := r.leaderSample(ctx)
 	if s == nil {
 		return 0
+	}
+	// A node that offers it collects on request (POST /v1/debug/gc): its
+	// live heap then, exactly.
+	if addr := r.leaderAddr.Load(); addr != nil && r.cfg.Backend == Raft {
+		if v, err := postGC(ctx, *addr); err == nil {
+			return v
+		}
 	}
 	if _, ok := s.get(mNextGC); !ok {
 		return 0

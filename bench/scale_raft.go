@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -542,6 +543,30 @@ func postSnapshot(ctx context.Context, addr string) (time.Duration, error) {
 		return 0, fmt.Errorf("snapshot of %s: POST /v1/cluster/snapshot answered %s", addr, resp.Status)
 	}
 	return time.Since(t0), nil
+}
+
+// postGC asks the node at addr to collect its garbage now (POST
+// /v1/debug/gc) and returns its live heap then.
+func postGC(ctx context.Context, addr string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/debug/gc", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return 0, fmt.Errorf("POST /v1/debug/gc on %s answered %s", addr, resp.Status)
+	}
+	var g struct {
+		HeapAllocBytes float64 `json:"heap_alloc_bytes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil {
+		return 0, err
+	}
+	return g.HeapAllocBytes, nil
 }
 
 func (t *raftScale) restartFollower(ctx context.Context, r *scaleRun) error {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,11 @@ const (
 	// as join and remove): operators before a backup or an upgrade, and
 	// `lockgate bench scale` to time one.
 	PathSnapshot = "/v1/cluster/snapshot"
-	hopsHeader   = "X-Lockgate-Hops"
+	// PathGC runs a garbage collection and answers the live heap (admin
+	// credential): to measure what the lock table costs in memory
+	// (`lockgate bench scale`), without waiting for the collector.
+	PathGC     = "/v1/debug/gc"
+	hopsHeader = "X-Lockgate-Hops"
 )
 
 // JoinArgs asks the cluster to add a server (seed: JoinClusterArgs).
@@ -110,6 +115,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathJoin, n.handleJoin)
 	mux.HandleFunc("POST "+PathRemove, n.handleRemove)
 	mux.HandleFunc("POST "+PathSnapshot, n.handleSnapshot)
+	mux.HandleFunc("POST "+PathGC, n.handleGC)
 	return mux
 }
 
@@ -267,6 +273,25 @@ func (n *Node) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		rc.Close()
 	}
 	writeJSON(w, http.StatusOK, SnapshotReply{Index: idx, Seconds: time.Duration(n.snapshotNanos.Load()).Seconds()})
+}
+
+// GCReply answers POST /v1/debug/gc: the heap right after a collection.
+type GCReply struct {
+	HeapAllocBytes uint64  `json:"heap_alloc_bytes"` // live heap
+	HeapInuseBytes uint64  `json:"heap_inuse_bytes"`
+	Seconds        float64 `json:"seconds"` // the collection's wall time
+}
+
+func (n *Node) handleGC(w http.ResponseWriter, r *http.Request) {
+	if !n.authorized(w, r) {
+		return
+	}
+	start := time.Now()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	n.log.Info("garbage collection on request", "heap_alloc_bytes", m.HeapAlloc, "took", time.Since(start))
+	writeJSON(w, http.StatusOK, GCReply{HeapAllocBytes: m.HeapAlloc, HeapInuseBytes: m.HeapInuse, Seconds: time.Since(start).Seconds()})
 }
 
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {

@@ -65,7 +65,21 @@ func TestMembershipNeedsAdmin(t *testing.T) {
 				t.Fatalf("remove: %d %+v, %v; want %d", code, rep, err, tc.code)
 			}
 			requireNotMember(t, l, "9")
+			// The other admin endpoints: a snapshot, a collection.
+			for _, path := range []string{PathSnapshot, PathGC} {
+				code, err = (&MembershipClient{Token: tc.token}).postJSON(ctx, l.APIAddr(), path, 0, struct{}{}, &rep)
+				if err != nil || code != tc.code {
+					t.Fatalf("%s: %d, %v; want %d", path, code, err, tc.code)
+				}
+			}
 		})
+	}
+	for _, path := range []string{PathSnapshot, PathGC} {
+		var rep map[string]any
+		code, err := (&MembershipClient{Token: adminToken}).postJSON(ctx, l.APIAddr(), path, 0, struct{}{}, &rep)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("%s with the admin token: %d %v, %v", path, code, rep, err)
+		}
 	}
 
 	cfg := DefaultConfig("2")
