@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -240,12 +239,7 @@ func (t *etcdScale) stopKeepAlive(ctx context.Context, r *scaleRun) (time.Time, 
 func (t *etcdScale) renewalsSent() int64 { return -1 }
 
 func (t *etcdScale) close() {
-	var wg sync.WaitGroup
-	for _, c := range t.clients {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.Close() }()
-	}
-	wg.Wait()
+	closeAll(t.clients)
 	if t.prober != nil {
 		t.prober.Close()
 	}

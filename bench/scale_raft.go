@@ -303,16 +303,11 @@ func (t *raftScale) waiters(ctx context.Context, r *scaleRun) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var clients []*client.Client
-	closeAll := func() {
-		var wg sync.WaitGroup
-		for _, c := range clients {
-			wg.Add(1)
-			go func() { defer wg.Done(); c.Close() }()
-		}
-		wg.Wait()
+	leave := func() {
+		closeAll(clients)
 		clients = nil
 	}
-	defer closeAll()
+	defer leave()
 	newClient := func(name string) (*client.Client, error) {
 		c, err := client.New(t.addrs, client.Options{ClientID: name})
 		if err == nil {
@@ -436,7 +431,7 @@ judged:
 	omu.Unlock()
 	cancel()
 	wg.Wait()
-	closeAll()
+	leave()
 	// The connections' cost: the heap with them queued over the heap once
 	// they left (closer in time, so less of other growth, than the heap
 	// before they came, which is reported beside it).
@@ -719,18 +714,23 @@ func (t *raftScale) close() {
 	for _, f := range t.closeFns {
 		f()
 	}
-	var wg sync.WaitGroup
-	for _, c := range t.holders {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.Close() }()
-	}
-	wg.Wait()
+	closeAll(t.holders)
 	if t.prober != nil {
 		t.prober.Close()
 	}
 	if t.procs != nil {
 		t.procs.Close()
 	}
+}
+
+// closeAll closes every client at once (each may wait on its server).
+func closeAll[C interface{ Close() error }](cs []C) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Close() }()
+	}
+	wg.Wait()
 }
 
 // sessionKeeper keeps sessions alive: every TTL/3 one burst renews them

@@ -328,58 +328,54 @@ func (c *conn) openSessionWS(req wire.Request) {
 
 // renewSessionWS serves command 12: {sessionId}.
 func (c *conn) renewSessionWS(req wire.Request) {
-	if _, aerr := c.g.sessionLocker(); aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	if aerr := checkSessionID(req.SessionID); aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	if !c.takeSlot() {
-		return
-	}
-	c.g.workers.Go(func() {
-		defer c.giveSlot()
-		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		defer cancel()
+	c.sessionCall(req, func(ctx context.Context) (wire.Reply, error) {
 		s, err := c.g.renewSession(ctx, req.SessionID, positiveTTL(req.TTL))
 		if err != nil {
-			c.fail(req.ID, toAPIError(err))
-			return
+			return wire.Reply{}, err
 		}
-		c.send(wire.Reply{ID: req.ID, Type: wire.TypeSessionRenewed, Success: true, SessionID: s.ID, TTL: durationMS(s.TTL())})
+		return wire.Reply{ID: req.ID, Type: wire.TypeSessionRenewed, Success: true, SessionID: s.ID, TTL: durationMS(s.TTL())}, nil
 	})
 }
 
 // closeSessionWS serves command 13: {sessionId}.
 func (c *conn) closeSessionWS(req wire.Request) {
-	if _, aerr := c.g.sessionLocker(); aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	if aerr := checkSessionID(req.SessionID); aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	if !c.takeSlot() {
-		return
-	}
-	c.g.workers.Go(func() {
-		defer c.giveSlot()
-		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		defer cancel()
+	c.sessionCall(req, func(ctx context.Context) (wire.Reply, error) {
 		err := c.g.closeSession(ctx, req.SessionID)
 		c.mu.Lock()
 		if c.sessions != nil {
 			delete(c.sessions, req.SessionID)
 		}
 		c.mu.Unlock()
+		return wire.Reply{ID: req.ID, Type: wire.TypeSessionClosed, Success: true, SessionID: req.SessionID}, err
+	})
+}
+
+// sessionCall serves a command on an existing session (12, 13): the
+// backend must offer sessions and the id be well-formed (both checked
+// before the backend sees it); call runs on a worker, in a slot, bounded
+// by opTimeout, and its reply or error is sent.
+func (c *conn) sessionCall(req wire.Request, call func(context.Context) (wire.Reply, error)) {
+	if _, aerr := c.g.sessionLocker(); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	if aerr := checkSessionID(req.SessionID); aerr != nil {
+		c.fail(req.ID, aerr)
+		return
+	}
+	if !c.takeSlot() {
+		return
+	}
+	c.g.workers.Go(func() {
+		defer c.giveSlot()
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		defer cancel()
+		rep, err := call(ctx)
 		if err != nil {
 			c.fail(req.ID, toAPIError(err))
 			return
 		}
-		c.send(wire.Reply{ID: req.ID, Type: wire.TypeSessionClosed, Success: true, SessionID: req.SessionID})
+		c.send(rep)
 	})
 }
 

@@ -175,15 +175,7 @@ func TestSessionSurvivesFailover(t *testing.T) {
 		leases = append(leases, le)
 	}
 	old := leader(t, c)
-	for _, s := range c.Servers {
-		if s.Node == old {
-			s.Shutdown()
-		}
-	}
-	next, err := WaitLeader(ctx, followers(c, old)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := replaceLeader(ctx, t, c, old)
 	// Past two TTLs on the new leader, kept alive by the clusterLocker.
 	deadline := time.Now().Add(7 * time.Second)
 	for time.Now().Before(deadline) {
@@ -247,15 +239,7 @@ func TestTakeoverWithManySessionLeases(t *testing.T) {
 	for _, k := range probe {
 		want[k] = tokenOf(old, k)
 	}
-	for _, s := range c.Servers {
-		if s.Node == old {
-			s.Shutdown()
-		}
-	}
-	next, err := WaitLeader(ctx, followers(c, old)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := replaceLeader(ctx, t, c, old)
 	if got := next.fsm.NumLocks(); got != sessions*perSession+plain {
 		t.Fatalf("%d locks on the new leader, want %d", got, sessions*perSession+plain)
 	}
@@ -281,4 +265,19 @@ func TestTakeoverWithManySessionLeases(t *testing.T) {
 	if err != nil || uint64(le.Token) <= want["plain/1999"] {
 		t.Fatalf("grant on the new leader: %v (token %v)", err, le)
 	}
+}
+
+// replaceLeader shuts old down and returns the next ready leader.
+func replaceLeader(ctx context.Context, t *testing.T, c *LocalCluster, old *Node) *Node {
+	t.Helper()
+	for _, s := range c.Servers {
+		if s.Node == old {
+			s.Shutdown()
+		}
+	}
+	next, err := WaitLeader(ctx, followers(c, old)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return next
 }
