@@ -24,7 +24,11 @@ func TestScaleSmoke(t *testing.T) {
 	defer cancel()
 	bin := testenv.BuildLockgate(t)
 	rep, err := RunScale(ctx, ScaleConfig{Lockgate: bin, Leases: 20000, Sessions: 50, Waiters: 200,
-		TTL: 4 * time.Second, Duration: 4 * time.Second, Idle: 2 * time.Second, Progress: testWriter{t}})
+		// The sessions' TTL must outlast the leader kill with room to spare:
+		// an election (~2 s on these nodes) and the SDK's reconnect, on a
+		// machine that may run a second test suite beside this one (4 s lost
+		// a session's every lease there: its keep-alive came too late).
+		TTL: 10 * time.Second, Duration: 4 * time.Second, Idle: 2 * time.Second, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
