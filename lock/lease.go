@@ -122,7 +122,6 @@ func NewLease(g Grant) *Lease {
 		session:     g.Session,
 	}
 	if s := g.Session; s != nil {
-		l.ttl, l.deadline = s.TTL(), s.Deadline()
 		if !s.add(l) {
 			l.err = s.Err()
 		}
@@ -177,6 +176,9 @@ func (l *Lease) armLocked() (after []func()) {
 
 // TTL is the lease's current TTL (the last one granted or renewed).
 func (l *Lease) TTL() time.Duration {
+	if l.session != nil {
+		return l.session.TTL()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
@@ -185,6 +187,9 @@ func (l *Lease) TTL() time.Duration {
 // Deadline is the latest instant at which the holder may still act as the
 // lock's holder (see DeadlineFor). Past it the holder must stop.
 func (l *Lease) Deadline() time.Time {
+	if l.session != nil {
+		return l.session.Deadline() // a session lease's deadline is its session's
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline

@@ -194,14 +194,7 @@ func (s *Session) Extend(sent time.Time) bool {
 	}
 	s.deadline = d
 	s.armLocked()
-	leases := make([]*Lease, 0, len(s.leases))
-	for l := range s.leases {
-		leases = append(leases, l)
-	}
 	s.mu.Unlock()
-	for _, l := range leases {
-		l.follow(d)
-	}
 	return true
 }
 
