@@ -178,21 +178,8 @@ func (t *etcdScale) killLeader(ctx context.Context, r *scaleRun) error {
 	f := &ScaleFailover{Killed: ld.ClientURL}
 	r.rep.Failover = f
 	ld.Kill()
-	t0 := time.Now()
-	for i := 0; time.Since(t0) < 60*time.Second; i++ {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		l, err := t.prober.Acquire(actx, fmt.Sprintf("%s/probe/%d", r.prefix, i), lock.AcquireOptions{TTL: 5 * time.Second})
-		cancel()
-		if err == nil {
-			f.GrantMs, f.Granted = ms(time.Since(t0)), true
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			t.prober.Release(rctx, l)
-			cancel()
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	if err := firstGrant(ctx, r, t.prober, f); err != nil {
+		return err
 	}
 	r.progress("etcd leader %s killed: first grant after %.0f ms", ld.Name, f.GrantMs)
 	if err := ld.Restart(); err != nil {

@@ -630,26 +630,37 @@ func (t *raftScale) killLeader(ctx context.Context, r *scaleRun) error {
 	f := &ScaleFailover{Killed: ld.APIAddr}
 	r.rep.Failover = f
 	ld.Kill()
-	t0 := time.Now()
-	for i := 0; time.Since(t0) < 60*time.Second; i++ {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		l, err := t.prober.Acquire(actx, fmt.Sprintf("%s/probe/%d", r.prefix, i), lock.AcquireOptions{TTL: 5 * time.Second})
-		cancel()
-		if err == nil {
-			f.GrantMs, f.Granted = ms(time.Since(t0)), true
-			f.NewLeader = t.prober.Endpoint()
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			t.prober.Release(rctx, l)
-			cancel()
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	if err := firstGrant(ctx, r, t.prober, f); err != nil {
+		return err
+	}
+	if f.Granted {
+		f.NewLeader = t.prober.Endpoint()
 	}
 	r.progress("leader %s killed: first grant after %.0f ms on %s", f.Killed, f.GrantMs, f.NewLeader)
 	if err := ld.Restart(); err != nil {
 		return fmt.Errorf("failover: restarting the killed leader: %w", err)
+	}
+	return nil
+}
+
+// firstGrant times, from now (just after the leader was killed), the
+// first grant of a new key to prober: f.GrantMs, within 60 s.
+func firstGrant(ctx context.Context, r *scaleRun, prober lock.Locker, f *ScaleFailover) error {
+	t0 := time.Now()
+	for i := 0; time.Since(t0) < 60*time.Second; i++ {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		l, err := prober.Acquire(actx, fmt.Sprintf("%s/probe/%d", r.prefix, i), lock.AcquireOptions{TTL: 5 * time.Second})
+		cancel()
+		if err == nil {
+			f.GrantMs, f.Granted = ms(time.Since(t0)), true
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			prober.Release(rctx, l)
+			cancel()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ issue 22: the lease TTL plus one commit, the commit being the p50 of an
 uncontended acquire on the same endpoints measured in the same run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			self, err := os.Executable()
+			self, logw, closeLog, err := benchSetup(serverLog)
 			if err != nil {
 				return err
 			}
@@ -55,10 +55,6 @@ uncontended acquire on the same endpoints measured in the same run.`,
 			ctx, stop := signalContext()
 			defer stop()
 			errw := cmd.ErrOrStderr()
-			logw, closeLog, err := openLog(serverLog)
-			if err != nil {
-				return err
-			}
 			defer closeLog()
 			cfg.Log, cfg.Progress = logw, errw
 			cfg.Endpoints = endpoints
@@ -198,11 +194,7 @@ and sets each of ours beside its peers as ratios.
 			if err := bench.CheckBackends(backends); err != nil {
 				return err
 			}
-			self, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("finding the lockgate binary for the raftlock nodes: %w", err)
-			}
-			logw, closeLog, err := openLog(serverLog)
+			self, logw, closeLog, err := benchSetup(serverLog)
 			if err != nil {
 				return err
 			}
@@ -326,15 +318,11 @@ check FILE' runs the checkers on it again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Faults = faults
-			self, err := os.Executable()
+			self, logw, closeLog, err := benchSetup(serverLog)
 			if err != nil {
 				return err
 			}
 			cfg.Lockgate = self
-			logw, closeLog, err := openLog(serverLog)
-			if err != nil {
-				return err
-			}
 			defer closeLog()
 			cfg.Log = logw
 			cfg.Progress = cmd.ErrOrStderr()
@@ -424,17 +412,20 @@ type report interface {
 	WriteHTML(io.Writer) error
 }
 
-// openLog opens --server-log's file (nil and a no-op close for "": the
-// output is discarded).
-func openLog(path string) (io.Writer, func() error, error) {
+// benchSetup finds this binary (the bench runs it as `lockgate node`
+// processes) and opens --server-log (path "" discards the servers' output).
+func benchSetup(path string) (self string, log io.Writer, closeLog func() error, err error) {
+	if self, err = os.Executable(); err != nil {
+		return "", nil, nil, fmt.Errorf("finding the lockgate binary for the raftlock nodes: %w", err)
+	}
 	if path == "" {
-		return nil, func() error { return nil }, nil
+		return self, nil, func() error { return nil }, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, nil, err
+		return "", nil, nil, err
 	}
-	return f, f.Close, nil
+	return self, f, f.Close, nil
 }
 
 // writeReport prints rep's table to w, then writes its JSON and HTML to

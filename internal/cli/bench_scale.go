@@ -55,15 +55,11 @@ The exit status is 0 when the run completed, whatever goals were missed,
 unless a lease was lost or the FIFO order broke (safety): then 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			self, err := os.Executable()
+			self, logw, closeLog, err := benchSetup(serverLog)
 			if err != nil {
 				return err
 			}
 			cfg.Lockgate = self
-			logw, closeLog, err := openLog(serverLog)
-			if err != nil {
-				return err
-			}
 			defer closeLog()
 			cfg.Log, cfg.Progress = logw, cmd.ErrOrStderr()
 			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
