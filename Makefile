@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/lockgate/lockgate/internal/cli.Version=$(VERSION) \
 # The whole suite must stay well under 15 minutes on 2 cores.
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all deps build fmt-check vet test test-short fuzz-smoke clean
+.PHONY: all deps build fmt-check vet test test-short fuzz-smoke clean console
 
 all: build
 
@@ -58,3 +58,13 @@ test-short:
 
 clean:
 	rm -rf bin
+
+## console: build the web console (console/web → console/assets, embedded in
+## the binary) with clients/js's TypeScript; the TypeScript client is
+## compiled from its sources in the same run (console/assets/js/clients/js/src)
+console:
+	@test -d clients/js/node_modules || (cd clients/js && npm ci --no-audit --no-fund)
+	rm -rf console/assets/js
+	mkdir -p console/assets
+	clients/js/node_modules/.bin/tsc -p console/web/tsconfig.json
+	cp console/web/index.html console/web/style.css console/assets/

@@ -1,0 +1,226 @@
+/**
+ * Sessions (issue 23): many leases kept alive by one keep-alive. A
+ * session's leases share its TTL and its deadline; one renewSession
+ * (command 12) renews them all on the server, whatever their number. A
+ * session that ends — its keep-alive refused (session_expired), its
+ * deadline passed, or closed — ends every lease in it.
+ *
+ * Deadline rule (the lease's, applied to the session): a session lease's
+ * deadline is the session's, sent + ttl − (ttl·0.01 + 2 ms), sent being
+ * the send time of the last openSession or renewSession that succeeded.
+ * Acquiring a lease in a session does not move the session's deadline.
+ */
+import { LockgateError, SessionExpiredError } from "./errors.js";
+import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
+/** SessionLostError is the reason of a session's `signal` once it ends. */
+export class SessionLostError extends LockgateError {
+    name = "SessionLostError";
+    reason;
+    constructor(id, reason) {
+        super("not_held", `lockgate: session ${id.slice(0, 8)}… ended: ${reason}`);
+        this.reason = reason;
+    }
+}
+function unref(t) {
+    t.unref?.();
+}
+/**
+ * Session is a group of leases kept alive together: acquire with
+ * `{ session }` puts a lease in it. Its `signal` aborts when it ends, and
+ * every lease of it ends with the same reason: "expired" (the deadline
+ * passed without a successful keep-alive), "not_held" (the server refused
+ * a keep-alive: the session was gone) or "released" (closed).
+ */
+export class Session {
+    /** The server's secret id of the session: whoever knows it can renew and close it. */
+    id;
+    /** The client id the session was opened for. */
+    owner;
+    /** The session's TTL (and every lease's in it), ms. */
+    ttlMs;
+    /** Aborted once the session ends (reason: a SessionLostError). */
+    signal;
+    /** Resolves with the reason once the session ends (it never rejects). */
+    ended;
+    #ops;
+    #sent;
+    #deadline;
+    #reason;
+    #leases = new Set();
+    #abort = new AbortController();
+    #resolveEnded;
+    #keepAlive;
+    #deadlineTimer;
+    #renewTimer;
+    #renewing;
+    #renewals = 0;
+    /** @internal */
+    constructor(ops, init) {
+        this.#ops = ops;
+        this.id = init.id;
+        this.owner = init.owner;
+        this.ttlMs = init.ttlMs;
+        this.#sent = init.sent;
+        this.#deadline = deadlineOf(init.sent, init.ttlMs);
+        this.#keepAlive = init.keepAlive;
+        this.signal = this.#abort.signal;
+        this.ended = new Promise((res) => (this.#resolveEnded = res));
+        this.#armDeadline();
+        this.#scheduleRenew();
+    }
+    /** When the request that started the current TTL was sent (performance.now() ms). */
+    get sent() {
+        return this.#sent;
+    }
+    /** The last instant (performance.now() ms) a holder of a lease in the session may act. */
+    get deadline() {
+        return this.#deadline;
+    }
+    /** Why the session ended; undefined while it lives. */
+    get reason() {
+        return this.#reason;
+    }
+    /** Whether the session lives by this client's clock. */
+    get alive() {
+        return this.#reason === undefined && now() < this.#deadline;
+    }
+    /** How many live leases the session holds. */
+    get leases() {
+        return this.#leases.size;
+    }
+    /** Keep-alives that succeeded (automatic and explicit). */
+    get renewals() {
+        return this.#renewals;
+    }
+    /** Whether the session renews itself every ttl/3. */
+    get keepAlive() {
+        return this.#keepAlive;
+    }
+    /** One keep-alive now: the session and every lease in it live ttl from this request. SessionExpiredError ends them. */
+    async renew() {
+        if (this.#reason !== undefined)
+            throw new SessionExpiredError(`lockgate: renew session: it ended (${this.#reason})`);
+        const sent = await this.#ops.renew(this, this.signal);
+        this._extend(sent);
+    }
+    /** close ends the session on the server: every lease in it is released (reason "released"). */
+    close() {
+        return this.#ops.close(this);
+    }
+    /** Stops the keep-alive: the session and its leases then end at its deadline unless renewed. */
+    stopKeepAlive() {
+        this.#keepAlive = false;
+        if (this.#renewTimer)
+            clearTimeout(this.#renewTimer);
+        this.#renewTimer = undefined;
+        this.#renewing?.abort();
+    }
+    /** @internal Puts a lease in the session; false when the session has ended. */
+    _add(lease) {
+        if (this.#reason !== undefined)
+            return false;
+        this.#leases.add(lease);
+        return true;
+    }
+    /** @internal An ended lease leaves the session. */
+    _remove(lease) {
+        this.#leases.delete(lease);
+    }
+    /** @internal A keep-alive sent at `sent` succeeded: the session and its leases live ttl from it. */
+    _extend(sent) {
+        if (this.#reason !== undefined)
+            return false;
+        this.#renewals++;
+        // An answer for an older copy never moves the deadline back.
+        if (deadlineOf(sent, this.ttlMs) > this.#deadline) {
+            this.#sent = sent;
+            this.#deadline = deadlineOf(sent, this.ttlMs);
+        }
+        for (const l of this.#leases)
+            l._renewed(this.#sent, this.ttlMs);
+        this.#armDeadline();
+        this.#scheduleRenew();
+        return true;
+    }
+    /** @internal Ends the session and every lease in it (once). */
+    _end(reason) {
+        if (this.#reason !== undefined)
+            return;
+        this.#reason = reason;
+        this.stopKeepAlive();
+        if (this.#deadlineTimer)
+            clearTimeout(this.#deadlineTimer);
+        const leases = [...this.#leases];
+        this.#leases.clear();
+        for (const l of leases)
+            l._end(reason);
+        this.#ops.forget(this);
+        this.#abort.abort(new SessionLostError(this.id, reason));
+        this.#resolveEnded(reason);
+    }
+    #armDeadline() {
+        if (this.#deadlineTimer)
+            clearTimeout(this.#deadlineTimer);
+        const fire = () => {
+            const left = this.#deadline - now();
+            if (left > 0) {
+                this.#deadlineTimer = setTimeout(fire, left + 1);
+                unref(this.#deadlineTimer);
+                return;
+            }
+            this._end("expired");
+        };
+        this.#deadlineTimer = setTimeout(fire, Math.max(0, this.#deadline - now()));
+        unref(this.#deadlineTimer);
+    }
+    #scheduleRenew() {
+        if (!this.#keepAlive || this.#reason !== undefined)
+            return;
+        if (this.#renewTimer)
+            clearTimeout(this.#renewTimer);
+        const at = this.#sent + renewDelayMs(this.ttlMs);
+        this.#renewTimer = setTimeout(() => void this.#keepAliveOnce(), Math.max(0, at - now()));
+        unref(this.#renewTimer);
+    }
+    /**
+     * One round of the keep-alive: renew until it succeeds, the server
+     * refuses it (the session and its leases end "not_held"), or the
+     * deadline passes (they end "expired"). Retries back off up to ttl/10, so
+     * that a new leader is found in time; each attempt is bounded by the
+     * deadline.
+     */
+    async #keepAliveOnce() {
+        this.#renewTimer = undefined;
+        for (let attempt = 1; this.#keepAlive && this.#reason === undefined; attempt++) {
+            const left = this.#deadline - now();
+            if (left <= 0)
+                return; // the deadline timer ends it
+            const ctl = new AbortController();
+            this.#renewing = ctl;
+            const t = setTimeout(() => ctl.abort(new LockgateError("timeout", "keep-alive outlived the session's deadline")), left);
+            unref(t);
+            try {
+                const sent = await this.#ops.renew(this, ctl.signal);
+                this._extend(sent);
+                return;
+            }
+            catch (e) {
+                if (e instanceof SessionExpiredError || (e instanceof LockgateError && e.code === "not_held")) {
+                    this._end("not_held");
+                    return;
+                }
+                if (e instanceof LockgateError && e.code === "closed")
+                    return;
+            }
+            finally {
+                clearTimeout(t);
+                if (this.#renewing === ctl)
+                    this.#renewing = undefined;
+            }
+            await new Promise((res) => {
+                const p = setTimeout(res, backoffMs(attempt, 50, Math.max(50, this.ttlMs / 10)));
+                unref(p);
+            });
+        }
+    }
+}
