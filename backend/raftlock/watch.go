@@ -3,6 +3,7 @@ package raftlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
@@ -24,6 +25,14 @@ import (
 // first holders): the hub never blocks and starts no goroutine per event.
 // A watch whose reader falls that far behind gets EventError with
 // lock.ErrWatchOverflow (a slot is kept for it) and is closed.
+//
+// A prefix watch (lock.PrefixWatcher) sees every key starting with its
+// prefix. Prefix watches are few (a console's), so they are kept in one
+// set that dispatch scans for every event, beside the per-key map; they
+// count toward Config.MaxWatchers and follow the same buffer and overflow
+// rules. One starts at the applied index read under the hub's lock (its
+// EventSynced's Revision), with no holders: later entries' changes reach
+// it, earlier ones' are skipped, as for a key watch.
 
 // revisionShift: an event's Revision is its entry's raft index shifted
 // left by revisionShift, plus its position among the entry's events (one
@@ -36,14 +45,17 @@ type watchHub struct {
 	mu     sync.Mutex
 	closed bool
 	byKey  map[string]map[*watch]struct{}
-	count  int
+	// prefixes are the prefix watches, scanned by dispatch per event.
+	prefixes map[*watch]struct{}
+	count    int
 	// index and seq number the events of the entry being told.
 	index uint64
 	seq   uint64
 }
 
 type watch struct {
-	key     string
+	key     string // the key, or a prefix watch's prefix
+	prefix  bool
 	ch      chan lock.Event
 	from    uint64 // the raft index of the holders it started with
 	stop    func() bool
@@ -51,7 +63,7 @@ type watch struct {
 }
 
 func newWatchHub(n *Node) *watchHub {
-	return &watchHub{n: n, byKey: make(map[string]map[*watch]struct{})}
+	return &watchHub{n: n, byKey: make(map[string]map[*watch]struct{}), prefixes: make(map[*watch]struct{})}
 }
 
 // watch opens a watch of key for session s, ended by ctx.
@@ -87,6 +99,29 @@ func (h *watchHub) watch(ctx context.Context, s *Session, key string) (<-chan lo
 	return w.ch, nil
 }
 
+// watchPrefix opens a watch of every key starting with prefix for session
+// s, ended by ctx.
+func (h *watchHub) watchPrefix(ctx context.Context, s *Session, prefix string) (<-chan lock.Event, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, lock.ErrClosed
+	}
+	if h.count >= h.n.cfg.MaxWatchers {
+		return nil, fmt.Errorf("raftlock: %d watches already open on node %s (Config.MaxWatchers): %w", h.count, h.n.cfg.ID, lock.ErrUnavailable)
+	}
+	index := h.n.fsm.AppliedIndex()
+	w := &watch{key: prefix, prefix: true, ch: make(chan lock.Event, h.n.cfg.WatchBuffer+2), from: index, session: s}
+	if !s.addWatch(w) {
+		return nil, lock.ErrClosed
+	}
+	w.ch <- lock.Event{Type: lock.EventSynced, Key: prefix, Revision: index<<revisionShift | (1<<revisionShift - 1)}
+	h.prefixes[w] = struct{}{}
+	h.count++
+	w.stop = context.AfterFunc(ctx, func() { h.end(w, nil) })
+	return w.ch, nil
+}
+
 func event(t lock.EventType, key string, l fsm.Lock) lock.Event {
 	ev := lock.Event{Type: t, Key: key, Owner: l.Owner, Token: lock.Token(l.Token), Value: l.Value,
 		Mode: lock.Mode(l.Mode), Permits: int(l.Permits)}
@@ -115,17 +150,28 @@ func (h *watchHub) dispatch(index uint64, ev fsm.Event) {
 	rev := index<<revisionShift + min(h.seq, 1<<revisionShift-2)
 	h.seq++
 	for w := range h.byKey[ev.Key] {
-		if index <= w.from {
-			continue // in the holders it started with
-		}
-		if len(w.ch) >= cap(w.ch)-1 {
-			h.endLocked(w, lock.ErrWatchOverflow)
-			continue
-		}
-		e := event(t, ev.Key, ev.Lock)
-		e.Revision = rev
-		w.ch <- e
+		h.sendLocked(w, index, rev, t, ev)
 	}
+	for w := range h.prefixes {
+		if strings.HasPrefix(ev.Key, w.key) {
+			h.sendLocked(w, index, rev, t, ev)
+		}
+	}
+}
+
+// sendLocked gives w the event, unless it started after index; a watch
+// that has no room left for it ends with lock.ErrWatchOverflow.
+func (h *watchHub) sendLocked(w *watch, index, rev uint64, t lock.EventType, ev fsm.Event) {
+	if index <= w.from {
+		return // in the state it started with
+	}
+	if len(w.ch) >= cap(w.ch)-1 {
+		h.endLocked(w, lock.ErrWatchOverflow)
+		return
+	}
+	e := event(t, ev.Key, ev.Lock)
+	e.Revision = rev
+	w.ch <- e
 }
 
 // end ends w: with an EventError for err, if not nil, then closing its
@@ -137,13 +183,20 @@ func (h *watchHub) end(w *watch, err error) {
 }
 
 func (h *watchHub) endLocked(w *watch, err error) {
-	m := h.byKey[w.key]
-	if _, ok := m[w]; !ok {
-		return
-	}
-	delete(m, w)
-	if len(m) == 0 {
-		delete(h.byKey, w.key)
+	if w.prefix {
+		if _, ok := h.prefixes[w]; !ok {
+			return
+		}
+		delete(h.prefixes, w)
+	} else {
+		m := h.byKey[w.key]
+		if _, ok := m[w]; !ok {
+			return
+		}
+		delete(m, w)
+		if len(m) == 0 {
+			delete(h.byKey, w.key)
+		}
 	}
 	h.count--
 	if w.stop != nil {
@@ -166,6 +219,9 @@ func (h *watchHub) shutdown(err error) {
 			h.endLocked(w, err)
 		}
 	}
+	for w := range h.prefixes {
+		h.endLocked(w, err)
+	}
 }
 
 // open returns how many watches are open.
@@ -173,4 +229,61 @@ func (h *watchHub) open() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.count
+}
+
+var (
+	_ lock.PrefixWatcher = (*Session)(nil)
+	_ lock.PrefixWatcher = (*Node)(nil)
+	_ lock.PrefixWatcher = (*clusterLocker)(nil)
+)
+
+// WatchPrefix implements lock.PrefixWatcher: it streams the changes of
+// every key starting with prefix ("" for all) from this node's applied
+// state, opened as Watch opens a key's watch (on the leader only, after
+// confirming with a quorum that it leads; a follower answers with a
+// *lock.NotLeaderError) and ended by the same things. It starts with
+// EventSynced, without holders. It counts toward Config.MaxWatchers and
+// ends with lock.ErrWatchOverflow when it falls Config.WatchBuffer events
+// behind.
+func (s *Session) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.Event, error) {
+	if s.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	if err := lock.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.n.verifyLeader(); err != nil {
+		return nil, err
+	}
+	return s.n.watches.watchPrefix(ctx, s, prefix)
+}
+
+// WatchPrefix implements lock.PrefixWatcher (Session.WatchPrefix).
+func (n *Node) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.Event, error) {
+	return n.session.WatchPrefix(ctx, prefix)
+}
+
+// WatchPrefix implements lock.PrefixWatcher on the current leader's
+// applied state, as Watch does.
+func (cl *clusterLocker) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.Event, error) {
+	if cl.ctx.Err() != nil {
+		return nil, lock.ErrClosed
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(cl.ctx, cancel)
+	var ch <-chan lock.Event
+	err := cl.retry(ctx, func(_ context.Context, n *Node) error {
+		var err error
+		ch, err = n.WatchPrefix(wctx, prefix)
+		return err
+	})
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	return ch, nil
 }
