@@ -316,7 +316,7 @@ async function refreshCluster(gen: number): Promise<void> {
   renderCluster(c);
   const leaderId = c.leaderId || "";
   if (prevLeader && (prevLeader.id !== leaderId || prevLeader.term !== c.term)) {
-    pushEvent({ type: "leader", text: `leader ${leaderId || "none"} (term ${c.term})`, at: new Date() });
+    pushEvent({ type: "leader", text: `${leaderId || "none"} (term ${c.term})`, at: new Date() });
   }
   prevLeader = { id: leaderId, term: c.term };
 }
@@ -709,7 +709,8 @@ function showEvent(e: ConsoleEvent): void {
   const list = $("#events");
   const li = el("li", "event");
   li.dataset.type = e.type;
-  li.append(el("time", "at mono", clockText(e.at)), el("span", "kind", e.type), el("span", "what", e.text));
+  // Spaces between the parts, so that the item's text reads "12:00:01.234 granted orders/42 — owner …".
+  li.append(el("time", "at mono", clockText(e.at)), " ", el("span", "kind", e.type), " ", el("span", "what", e.text));
   list.prepend(li);
   while (list.childElementCount > MaxEvents) list.lastElementChild!.remove();
 }
@@ -739,7 +740,7 @@ function togglePause(): void {
 }
 
 function eventText(ev: WatchEvent): string {
-  const parts = [`${ev.type} ${ev.key}`];
+  const parts = [ev.key];
   const who: string[] = [];
   if (ev.owner) who.push(`owner ${ev.owner}`);
   if (ev.fencingToken !== undefined) who.push(`token ${ev.fencingToken.toString()}`);

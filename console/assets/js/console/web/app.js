@@ -310,7 +310,7 @@ async function refreshCluster(gen) {
     renderCluster(c);
     const leaderId = c.leaderId || "";
     if (prevLeader && (prevLeader.id !== leaderId || prevLeader.term !== c.term)) {
-        pushEvent({ type: "leader", text: `leader ${leaderId || "none"} (term ${c.term})`, at: new Date() });
+        pushEvent({ type: "leader", text: `${leaderId || "none"} (term ${c.term})`, at: new Date() });
     }
     prevLeader = { id: leaderId, term: c.term };
 }
@@ -710,7 +710,8 @@ function showEvent(e) {
     const list = $("#events");
     const li = el("li", "event");
     li.dataset.type = e.type;
-    li.append(el("time", "at mono", clockText(e.at)), el("span", "kind", e.type), el("span", "what", e.text));
+    // Spaces between the parts, so that the item's text reads "12:00:01.234 granted orders/42 — owner …".
+    li.append(el("time", "at mono", clockText(e.at)), " ", el("span", "kind", e.type), " ", el("span", "what", e.text));
     list.prepend(li);
     while (list.childElementCount > MaxEvents)
         list.lastElementChild.remove();
@@ -740,7 +741,7 @@ function togglePause() {
     renderPause();
 }
 function eventText(ev) {
-    const parts = [`${ev.type} ${ev.key}`];
+    const parts = [ev.key];
     const who = [];
     if (ev.owner)
         who.push(`owner ${ev.owner}`);
