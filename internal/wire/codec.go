@@ -64,6 +64,9 @@ func (r *Request) AppendJSON(b []byte) []byte {
 		b = append(b, ']')
 	}
 	b = appendStringField(b, `,"sessionId":`, r.SessionID)
+	if r.Prefix {
+		b = append(b, `,"prefix":true`...)
+	}
 	return append(b, '}')
 }
 
@@ -499,6 +502,9 @@ func fastRequest(data []byte, r *Request) bool {
 		case "sessionId":
 			r.SessionID, ok = s.text()
 			return 16, ok
+		case "prefix":
+			r.Prefix, ok = s.bool()
+			return 17, ok
 		}
 		return 0, false
 	})

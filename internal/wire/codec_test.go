@@ -30,6 +30,8 @@ var requestSeeds = []string{
 	`{"id":"14","commandType":7,"keys":["a","b"],"ttl":1000}`, `{"keys":[]}`, `{"keys":[ "a" , "b" ]}`,
 	`{"keys":["a",]}`, `{"keys":["a"}`, `{"keys":null}`, `{"keys":[1]}`, `{"keys":["\u00e9"]}`, `{"permits":-3}`,
 	`{"id":"15","commandType":9,"key":"k"}`, `{"id":"16","commandType":10,"target":"15"}`,
+	`{"id":"17","commandType":9,"key":"","prefix":true}`, `{"id":"18","commandType":9,"key":"a/","prefix":false}`,
+	`{"prefix":"true"}`, `{"prefix":null}`, `{"prefix":1}`, `{"prefix":true,"prefix":false}`, `{"Prefix":true}`,
 }
 
 var replySeeds = []string{
@@ -97,7 +99,7 @@ func FuzzAppendJSON(f *testing.F) {
 		reqs := []Request{
 			{ID: id, CommandType: cmd, Key: key, ClientID: client, TTL: ttl, Value: &value, LockToken: handle,
 				FencingToken: &FencingToken{Key: key, Value: token}, Ack: ack, ReleaseOnDisconnect: rod, Target: target},
-			{ID: id, CommandType: cmd, Key: key, TTL: ttl, LockToken: handle},
+			{ID: id, CommandType: cmd, Key: key, TTL: ttl, LockToken: handle, Prefix: rod},
 		}
 		for _, r := range reqs {
 			want, _ := json.Marshal(&r)
@@ -137,6 +139,7 @@ func TestFastPathTaken(t *testing.T) {
 	for _, r := range []Request{
 		{ID: "1z", CommandType: CmdAcquire, Key: "orders/42", ClientID: "sdk-0123456789ab", TTL: 30000, LockToken: "0123456789abcdef0123456789abcdef", Value: &v},
 		{ID: "2", CommandType: CmdRelease, Key: "orders/42", LockToken: "0123456789abcdef0123456789abcdef", FencingToken: &FencingToken{Key: "orders/42", Value: 123}, Ack: true},
+		{ID: "w", CommandType: CmdWatch, Prefix: true}, // the console's watch of every key
 	} {
 		var got Request
 		if !fastRequest(r.AppendJSON(nil), &got) || !reflect.DeepEqual(got, r) {

@@ -20,7 +20,7 @@ const (
 	// Issue 22's primitives (need the backend's feature, else unsupported).
 	CmdAcquireAll    = 7  // wait for every key of keys, all at once (multikey)
 	CmdTryAcquireAll = 8  // one attempt at every key of keys (multikey)
-	CmdWatch         = 9  // stream a key's holder changes as "event" messages with the request's id (watch)
+	CmdWatch         = 9  // stream a key's holder changes as "event" messages with the request's id (watch; prefix: every key under key, watchprefix)
 	CmdUnwatch       = 10 // end the watch whose id is target
 	// Issue 23's sessions (need the backend's sessions feature, else
 	// unsupported): many leases kept alive by one keep-alive.
@@ -84,10 +84,16 @@ const (
 // lists what the gateway's backend offers beyond the protocol's core, comma
 // separated: FeatureWanted when holders get "wanted" pushes, and the names
 // of lock.Features.Names ("shared", "semaphore", "multikey", "watch",
-// "lockdelay") for issue 22's primitives, "sessions" for issue 23's. REST answers carry it too.
+// "lockdelay") for issue 22's primitives, "sessions" for issue 23's, and
+// FeatureWatchPrefix when a watch (9) may set prefix. REST answers carry
+// it too.
 const (
 	FeaturesHeader = "Lockgate-Features"
 	FeatureWanted  = "wanted"
+	// FeatureWatchPrefix: the backend is a lock.PrefixWatcher, so a watch
+	// with prefix true streams every key under a prefix (the web console's
+	// watch of every key).
+	FeatureWatchPrefix = "watchprefix"
 )
 
 // MaxIDLen bounds a request id.
@@ -173,6 +179,10 @@ type Request struct {
 	// SessionID names a session: the one to renew or close (12, 13), or
 	// the one an acquire's leases belong to (1, 5, 7, 8).
 	SessionID string `json:"sessionId,omitempty"`
+	// Prefix, on a watch (9), watches every key starting with key ("" for
+	// every key) instead of key alone: no holder events first, and each
+	// event carries its own key (the gateway's FeatureWatchPrefix).
+	Prefix bool `json:"prefix,omitempty"`
 }
 
 // Reply is one server message: a reply to a request (same id) or a push.
