@@ -88,6 +88,11 @@ type Options struct {
 	// (Authorization: Bearer <token>; for WebSocket, on the upgrade
 	// request), except /healthz and /readyz. /metrics needs one too.
 	Tokens *Tokens
+	// AlsoAuthorized, when not nil, admits a request that carries no
+	// token of Tokens but another credential the server accepts: raftgw
+	// admits a node's admin tokens and client certificates verified
+	// against the cluster CA (the web console's users, docs/console.md).
+	AlsoAuthorized func(*http.Request) bool
 	// AllowedOrigins are the Origins whose browser pages may open a
 	// WebSocket ("*": any). A request without Origin (a program, not a
 	// page) and a same-origin page always may. Empty: cross-origin pages
@@ -209,7 +214,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response gets it from upgradeHeader: the upgrader writes its own).
 		w.Header().Set(wire.FeaturesHeader, g.featuresValue)
 	}
-	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) {
+	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) &&
+		(g.opts.AlsoAuthorized == nil || !g.opts.AlsoAuthorized(r)) {
 		g.metrics.errors.WithLabelValues(wire.CodeUnauthorized).Inc()
 		g.log.Debug("unauthorized request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		writeUnauthorized(w)

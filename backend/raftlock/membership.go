@@ -116,6 +116,7 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathRemove, n.handleRemove)
 	mux.HandleFunc("POST "+PathSnapshot, n.handleSnapshot)
 	mux.HandleFunc("POST "+PathGC, n.handleGC)
+	mux.HandleFunc("GET "+PathStatus, n.handleStatus)
 	return mux
 }
 

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,6 +48,12 @@ type Node struct {
 	// members sends this node's membership RPCs (its join, forwarded
 	// requests) with its TLS and token.
 	members *MembershipClient
+	// scanMu lets one console scan of the lock table run at a time (each
+	// holds the state machine's read lock for the whole table); the API
+	// transport is the console's to reach the other members (console.go).
+	scanMu           sync.Mutex
+	apiTransportOnce sync.Once
+	apiTransport     http.RoundTripper
 
 	session *Session // the Locker methods of Node itself
 

@@ -81,6 +81,7 @@ type waiter struct {
 	gone     bool        // the caller gave up; a grant that lands is released
 	resend   bool        // re-sent acquire of its live grant: answered outside the queue
 	inflight bool        // its granting entry is being committed
+	since    time.Time   // when it was queued (the console shows how long it waits)
 }
 
 // allKeys returns the keys w waits for.

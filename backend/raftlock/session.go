@@ -128,7 +128,7 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 	if handle == "" {
 		handle = lock.NewHandle()
 	}
-	w := &waiter{key: key, opts: opts, handle: handle, try: try, res: make(chan result, 1)}
+	w := &waiter{key: key, opts: opts, handle: handle, try: try, res: make(chan result, 1), since: time.Now()}
 	leases, err := s.wait(ctx, w)
 	if err != nil {
 		return nil, err
@@ -166,7 +166,7 @@ func (s *Session) acquireAll(ctx context.Context, keys []string, opts lock.Acqui
 	if handle == "" {
 		handle = lock.NewHandle()
 	}
-	w := &waiter{key: keys[0], keys: slices.Clone(keys), opts: opts, handle: handle, try: try, res: make(chan result, 1)}
+	w := &waiter{key: keys[0], keys: slices.Clone(keys), opts: opts, handle: handle, try: try, res: make(chan result, 1), since: time.Now()}
 	if len(keys) == 1 {
 		w.keys = nil
 	}

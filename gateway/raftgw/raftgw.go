@@ -12,7 +12,10 @@ package raftgw
 import (
 	"errors"
 
+	"net/http"
+
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/console"
 	"github.com/lockgate/lockgate/gateway"
 )
 
@@ -27,7 +30,10 @@ var ErrNoLeader = errors.New("no raftlock leader known")
 // every lock call answers with a redirect to the leader. /readyz is ready
 // when the node leads or knows the leader to redirect to, unless
 // opts.Ready says otherwise. /metrics adds the node's Raft metrics
-// (raftlock.Node.Collector) to the gateway's.
+// (raftlock.Node.Collector) to the gateway's. The web console is served
+// beside it, at /ui (package console, docs/console.md); the gateway admits
+// the console's credentials too: the node's admin tokens and client
+// certificates verified against the cluster CA, besides its client tokens.
 func Serve(s *raftlock.Server, opts gateway.Options) *gateway.Gateway {
 	if opts.Ready == nil {
 		opts.Ready = func() error {
@@ -40,8 +46,15 @@ func Serve(s *raftlock.Server, opts gateway.Options) *gateway.Gateway {
 			return ErrNoLeader
 		}
 	}
+	if opts.AlsoAuthorized == nil {
+		opts.AlsoAuthorized = func(r *http.Request) bool {
+			c, ok := s.Credential(r)
+			return ok && c.Kind != "open"
+		}
+	}
 	g := gateway.New(s.Node, opts)
 	g.Registry().MustRegister(s.Node.Collector()) // Raft's and the lock table's metrics, next to the gateway's
 	s.Mux.Handle("/", g)
+	console.Mount(s, console.Options{Logger: opts.Logger})
 	return g
 }

@@ -35,6 +35,7 @@ const (
 	CodeUnavailable          = "unavailable"
 	CodeClosed               = "closed"
 	CodeUnauthorized         = "unauthorized"
+	CodeForbidden            = "forbidden"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeTooLarge             = "too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
@@ -153,6 +154,10 @@ var Codes = []Code{
 	{Name: CodeTooManyLocks, Status: http.StatusTooManyRequests},
 	{Name: CodeTooManyTickets, Status: http.StatusTooManyRequests},
 	{Name: CodeUnauthorized, Status: http.StatusUnauthorized},
+	// A valid credential that does not authorize the request (a client
+	// token asking for an admin action of the web console), or a
+	// state-changing console request from another origin.
+	{Name: CodeForbidden, Status: http.StatusForbidden},
 	{Name: CodeMethodNotAllowed, Status: http.StatusMethodNotAllowed},
 	{Name: CodeTooLarge, Status: http.StatusRequestEntityTooLarge},
 	{Name: CodeUnsupportedMediaType, Status: http.StatusUnsupportedMediaType},

@@ -1,0 +1,248 @@
+package raftlock
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/lockgate/lockgate/lock"
+)
+
+// What the web console (package console, docs/console.md) reads of a node:
+// its own Raft status, the credential a request carries, pages of the lock
+// table and one key's queue. The HTTP endpoints live in package console;
+// GET /v1/cluster/status, which the console asks of every member, is
+// served here beside the membership API.
+
+// PathStatus is one node's own Raft status (a client credential).
+const PathStatus = "/v1/cluster/status"
+
+// NodeStatus is one node's Raft view of itself.
+type NodeStatus struct {
+	ID           string `json:"id"`
+	APIAddr      string `json:"apiAddr"`
+	RaftAddr     string `json:"raftAddr"`
+	State        string `json:"state"` // leader, follower, candidate, shutdown
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commitIndex"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	LastLogIndex uint64 `json:"lastLogIndex"`
+	// LastContactMs: since this follower last heard from the leader (0 on
+	// the leader, -1 if never).
+	LastContactMs int64  `json:"lastContactMs"`
+	LeaderID      string `json:"leaderId"`
+}
+
+// Status returns this node's Raft view of itself.
+func (n *Node) Status() NodeStatus {
+	st := n.raft.State()
+	lid, _ := n.Leader()
+	s := NodeStatus{ID: n.cfg.ID, APIAddr: n.cfg.APIAddr, RaftAddr: n.RaftAddr(), State: stateName(st), Term: n.term(),
+		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastLogIndex: n.raft.LastIndex(),
+		LastContactMs: -1, LeaderID: lid}
+	switch {
+	case st == raft.Leader:
+		s.LastContactMs = 0
+	case !n.raft.LastContact().IsZero():
+		s.LastContactMs = time.Since(n.raft.LastContact()).Milliseconds()
+	}
+	return s
+}
+
+func stateName(st raft.RaftState) string {
+	switch st {
+	case raft.Leader:
+		return "leader"
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	}
+	return "shutdown"
+}
+
+func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
+	if _, ok := n.Credential(r); !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+		writeJSON(w, http.StatusUnauthorized, Reply{Error: "a client credential is required: a bearer token, an admin token or a client certificate from the cluster CA"})
+		return
+	}
+	writeJSON(w, http.StatusOK, n.Status())
+}
+
+// Credential is what a request presented, as the console judges it.
+type Credential struct {
+	// Kind is "token" (a client token), "admin-token", "certificate" (a
+	// client certificate verified against the cluster CA) or "open" (no
+	// credential needed: the node checks no client tokens).
+	Kind string
+	// Admin: the credential authorizes admin actions (force-release), by
+	// the rules of membership changes.
+	Admin bool
+	// Who names the credential in an audit log line without revealing it:
+	// a token by the first 8 bytes of its SHA-256, a certificate by its
+	// subject.
+	Who string
+}
+
+// Credential reports the credential r carries and whether it may read the
+// lock table: any credential that the lock API accepts (a client token;
+// or none when the node checks no client tokens), an admin token, or a
+// client certificate verified against the cluster CA.
+func (n *Node) Credential(r *http.Request) (Credential, bool) {
+	p := n.membershipPolicy()
+	admin := func() bool { code, _ := p.decide(r); return code == 0 }
+	if p.peerAuth && peerVerified(r) {
+		return Credential{Kind: "certificate", Admin: true, Who: "certificate " + r.TLS.VerifiedChains[0][0].Subject.String()}, true
+	}
+	if tok, ok := bearerToken(r); ok {
+		who := func(kind string) string {
+			d := sha256.Sum256([]byte(tok))
+			return kind + " sha256:" + hex.EncodeToString(d[:8])
+		}
+		if p.admin != nil && p.admin.Valid(tok) {
+			return Credential{Kind: "admin-token", Admin: true, Who: who("admin-token")}, true
+		}
+		if p.client != nil && p.client.Valid(tok) {
+			return Credential{Kind: "token", Who: who("token")}, true
+		}
+	}
+	if p.client == nil {
+		return Credential{Kind: "open", Admin: admin(), Who: "open"}, true
+	}
+	return Credential{}, false
+}
+
+// ConsoleHolder is one holder of a key as the console shows it.
+type ConsoleHolder struct {
+	Owner     string
+	Token     lock.Token
+	ExpiresIn time.Duration // on this node's clock; <= 0: expired, not yet freed
+	Value     []byte
+}
+
+// ConsoleLock is one key of the lock table as the console shows it.
+type ConsoleLock struct {
+	Key     string
+	Mode    lock.Mode
+	Permits int
+	Holders []ConsoleHolder // oldest grant first
+	Waiters int             // queued acquires still waiting (known on the leader only)
+	Delay   time.Duration   // lock-delay left, 0 for none
+}
+
+// ConsoleWaiter is one queued acquire, in queue order.
+type ConsoleWaiter struct {
+	Owner   string
+	Mode    lock.Mode
+	Permits int
+	Keys    []string // every key a multi-key waiter waits for; the one key otherwise
+	Waiting time.Duration
+}
+
+// LockPage is a page of the lock table (ScanLocks).
+type LockPage struct {
+	Locks   []ConsoleLock
+	Total   int    // keys held
+	Matched int    // keys containing the search string
+	Next    string // the cursor of the next page, "" on the last
+	// WaitersKnown: this node leads, so Waiters are counted; a follower
+	// does not see the queues.
+	WaitersKnown bool
+}
+
+// ScanLocks returns the held keys containing q after the key after, in key
+// order, at most limit (1..fsm.MaxScanLimit) of them. One scan runs at a
+// time on a node; it visits the whole table (fsm.ScanLocks has its cost).
+func (n *Node) ScanLocks(q, after string, limit int) LockPage {
+	n.scanMu.Lock()
+	res := n.fsm.ScanLocks(after, q, limit)
+	n.scanMu.Unlock()
+	page := LockPage{Total: res.Total, Matched: res.Matched, WaitersKnown: n.IsLeader()}
+	for _, k := range res.Keys {
+		page.Locks = append(page.Locks, n.consoleLock(k))
+	}
+	if res.More && len(res.Keys) > 0 {
+		page.Next = res.Keys[len(res.Keys)-1]
+	}
+	return page
+}
+
+// consoleLock reads key's holders and its waiter count.
+func (n *Node) consoleLock(key string) ConsoleLock {
+	now := n.cfg.Clock.Now()
+	ls, _ := n.fsm.Holders(key)
+	c := ConsoleLock{Key: key}
+	for i, l := range ls {
+		if i == 0 {
+			c.Mode, c.Permits = lock.Mode(l.Mode), int(l.Permits)
+		}
+		c.Holders = append(c.Holders, ConsoleHolder{Owner: l.Owner, Token: lock.Token(l.Token),
+			ExpiresIn: time.Duration(l.Expires - now), Value: l.Value})
+	}
+	if until := n.fsm.Delay(key); until > now {
+		c.Delay = time.Duration(until - now)
+	}
+	sc := n.sched
+	sc.mu.Lock()
+	if q := sc.queues[key]; q != nil {
+		c.Waiters = liveWaiters(q)
+	}
+	sc.mu.Unlock()
+	return c
+}
+
+// LockDetail returns key as ScanLocks shows it, with its queue: at most
+// maxQueue waiters, in queue order (the leader's; a follower has none).
+func (n *Node) LockDetail(key string, maxQueue int) (ConsoleLock, []ConsoleWaiter, error) {
+	if err := lock.ValidateKey(key); err != nil {
+		return ConsoleLock{}, nil, err
+	}
+	c := n.consoleLock(key)
+	now := time.Now()
+	var queue []ConsoleWaiter
+	sc := n.sched
+	sc.mu.Lock()
+	if q := sc.queues[key]; q != nil {
+		for _, w := range q.waiters {
+			if w.gone || w.try || w.inflight {
+				continue
+			}
+			if len(queue) == maxQueue {
+				break
+			}
+			queue = append(queue, ConsoleWaiter{Owner: w.opts.Owner, Mode: w.opts.Mode, Permits: w.opts.Permits,
+				Keys: slices.Clone(w.allKeys()), Waiting: now.Sub(w.since)})
+		}
+	}
+	sc.mu.Unlock()
+	return c, queue, nil
+}
+
+// APIScheme and APIClient are how this node talks to its peers' API
+// addresses (the console's fan-out and forwarding): HTTPS with the node's
+// client certificate when it runs TLS.
+func (n *Node) APIScheme() string {
+	if n.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// APITransport is an http.RoundTripper to the peers' API addresses, with
+// the node's TLS client configuration.
+func (n *Node) APITransport() http.RoundTripper {
+	n.apiTransportOnce.Do(func() {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if n.cfg.TLS != nil {
+			tr.TLSClientConfig = n.cfg.TLS.ClientConfig()
+		}
+		tr.MaxIdleConnsPerHost = 4
+		n.apiTransport = tr
+	})
+	return n.apiTransport
+}

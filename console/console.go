@@ -1,0 +1,518 @@
+// Package console is the web console of a raftlock node: the page at /ui
+// (TypeScript compiled to ES modules, embedded from assets/) and the JSON
+// endpoints under /v1/console/ that it reads. docs/console.md is its
+// reference: endpoints, security and limits.
+//
+// The page's sources are in web/; `make console` compiles them (and the
+// TypeScript client they import) into assets/, which is committed so that
+// `go build` needs no Node.js; the clients harness (go test ./clients)
+// checks that assets/ is what the sources compile to.
+package console
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/lock"
+)
+
+//go:embed all:assets
+var assets embed.FS
+
+// Limits of the endpoints (docs/console.md "Limits").
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500 // fsm.MaxScanLimit
+	MaxSearchBytes  = 256
+	MaxQueueListed  = 1000
+	// FanOutTimeout bounds the wait for one member's status.
+	FanOutTimeout = time.Second
+	// LagEntries and LagContact make a member "lagging".
+	LagEntries = 1000
+	LagContact = 2 * time.Second
+	// maxBody bounds a force-release request body.
+	maxBody = 4 << 10
+	// forwardedHeader marks a request a follower forwarded to the leader,
+	// so that the leader answers it itself (no forwarding loops).
+	forwardedHeader = "X-Lockgate-Console-Forwarded"
+)
+
+// Path prefixes served.
+const (
+	PathUI   = "/ui/"
+	PathData = "/v1/console/"
+)
+
+// csp is the page's Content-Security-Policy: its scripts and styles come
+// from the node only, it connects to the node and (WebSocket redirects) to
+// the other members, and nothing frames it.
+const csp = "default-src 'self'; connect-src 'self' ws: wss: http: https:; style-src 'self'; script-src 'self'; " +
+	"img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+
+// Options configures Mount.
+type Options struct {
+	Logger *slog.Logger // default slog.Default()
+}
+
+// Console serves one node's console.
+type Console struct {
+	n      *raftlock.Node
+	log    *slog.Logger
+	static http.Handler
+	hc     *http.Client
+	mux    *http.ServeMux
+}
+
+// Mount serves the console on s's API address: the page at /ui and its
+// data under /v1/console/.
+func Mount(s *raftlock.Server, opts Options) *Console {
+	c := New(s.Node, opts)
+	s.Mux.Handle("/ui", c)
+	s.Mux.Handle(PathUI, c)
+	s.Mux.Handle(PathData, c)
+	return c
+}
+
+// New returns the console of n as an http.Handler of /ui, /ui/ and
+// /v1/console/.
+func New(n *raftlock.Node, opts Options) *Console {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	c := &Console{n: n, log: opts.Logger.With("component", "console"),
+		static: http.StripPrefix(PathUI, http.FileServerFS(sub)),
+		hc:     &http.Client{Transport: n.APITransport(), Timeout: FanOutTimeout}}
+	m := http.NewServeMux()
+	m.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, PathUI, http.StatusMovedPermanently)
+	})
+	m.HandleFunc("GET "+PathUI, c.serveStatic)
+	m.HandleFunc("GET "+PathData+"whoami", c.whoami)
+	m.HandleFunc("GET "+PathData+"cluster", c.cluster)
+	m.HandleFunc("GET "+PathData+"locks", c.locks)
+	m.HandleFunc("GET "+PathData+"lock", c.lock)
+	m.HandleFunc("POST "+PathData+"force-release", c.forceRelease)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such console endpoint: "+r.Method+" "+r.URL.Path+" (see docs/console.md)")
+	})
+	c.mux = m
+	return c
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
+	// The page holds no data: anyone may load it, and it asks for a
+	// credential before it shows anything.
+	c.static.ServeHTTP(w, r)
+}
+
+// authorize answers 401 and reports false when r carries no credential
+// that may read the lock table.
+func (c *Console) authorize(w http.ResponseWriter, r *http.Request) (raftlock.Credential, bool) {
+	cred, ok := c.n.Credential(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+		writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized,
+			"a credential is required: a bearer token (Authorization: Bearer), an admin token, or a client certificate from the cluster CA")
+	}
+	return cred, ok
+}
+
+type whoamiReply struct {
+	Node       string `json:"node"`
+	Admin      bool   `json:"admin"`
+	Credential string `json:"credential"`
+}
+
+func (c *Console) whoami(w http.ResponseWriter, r *http.Request) {
+	cred, ok := c.authorize(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, whoamiReply{Node: c.n.ID(), Admin: cred.Admin, Credential: cred.Kind})
+}
+
+// memberView is one member in the cluster view.
+type memberView struct {
+	raftlock.NodeStatus
+	Voter      bool   `json:"voter"`
+	LagEntries int64  `json:"lagEntries"`
+	Lagging    bool   `json:"lagging"`
+	Error      string `json:"error"`
+}
+
+type clusterReply struct {
+	Node       string       `json:"node"`
+	LeaderID   string       `json:"leaderId"`
+	LeaderAddr string       `json:"leaderAddr"`
+	Term       uint64       `json:"term"`
+	Nodes      []memberView `json:"nodes"`
+}
+
+func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
+	if _, ok := c.authorize(w, r); !ok {
+		return
+	}
+	pl, err := c.n.Peers()
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error())
+		return
+	}
+	self := c.n.Status()
+	rep := clusterReply{Node: c.n.ID(), LeaderID: pl.LeaderID, LeaderAddr: pl.LeaderAddr, Term: pl.Term}
+	ids := make([]string, 0, len(pl.PeerAddress))
+	for id := range pl.PeerAddress {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	rep.Nodes = make([]memberView, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		m := &rep.Nodes[i]
+		m.ID, m.RaftAddr, m.APIAddr = id, pl.PeerAddress[id], pl.APIAddress[id]
+		m.Voter = slices.Contains(pl.Voters, id)
+		if id == self.ID {
+			m.NodeStatus = self
+			continue
+		}
+		wg.Go(func() {
+			st, err := c.memberStatus(r, m.APIAddr)
+			if err != nil {
+				m.State, m.Error = "unreachable", err.Error()
+				return
+			}
+			st.RaftAddr = m.RaftAddr
+			m.NodeStatus = st
+		})
+	}
+	wg.Wait()
+	var leaderCommit uint64
+	for _, m := range rep.Nodes {
+		if m.ID == rep.LeaderID && m.Error == "" {
+			leaderCommit = m.CommitIndex
+		}
+	}
+	for i := range rep.Nodes {
+		m := &rep.Nodes[i]
+		if m.Error != "" {
+			m.Lagging = true
+			continue
+		}
+		if leaderCommit > 0 {
+			m.LagEntries = int64(leaderCommit) - int64(m.AppliedIndex)
+		}
+		m.Lagging = m.LagEntries > LagEntries ||
+			(m.State != "leader" && (m.LastContactMs < 0 || time.Duration(m.LastContactMs)*time.Millisecond > LagContact))
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// memberStatus asks the member at apiAddr for its own status, with the
+// caller's credential (a member checks it as this node does).
+func (c *Console) memberStatus(r *http.Request, apiAddr string) (raftlock.NodeStatus, error) {
+	var st raftlock.NodeStatus
+	if apiAddr == "" {
+		return st, errors.New("no API address known")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), FanOutTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+raftlock.PathStatus, nil)
+	if err != nil {
+		return st, err
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return st, fmt.Errorf("%s answered %s", apiAddr, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&st); err != nil {
+		return st, fmt.Errorf("%s: %w", apiAddr, err)
+	}
+	return st, nil
+}
+
+// holderJSON and lockJSON are the JSON of raftlock's console views.
+type holderJSON struct {
+	Owner       string `json:"owner"`
+	Token       string `json:"token"`
+	ExpiresInMs int64  `json:"expiresInMs"`
+	Value       string `json:"value"`
+}
+
+type lockJSON struct {
+	Key     string       `json:"key"`
+	Mode    string       `json:"mode"`
+	Permits int          `json:"permits"`
+	Waiters int          `json:"waiters"`
+	DelayMs int64        `json:"delayMs"`
+	Holders []holderJSON `json:"holders"`
+}
+
+// lockDetailJSON is one key with its queue.
+type lockDetailJSON struct {
+	lockJSON
+	Queue []waiterJSON `json:"queue"`
+}
+
+type waiterJSON struct {
+	Owner     string   `json:"owner"`
+	Mode      string   `json:"mode"`
+	Permits   int      `json:"permits"`
+	Keys      []string `json:"keys"`
+	WaitingMs int64    `json:"waitingMs"`
+}
+
+type locksReply struct {
+	Total        int        `json:"total"`
+	Matched      int        `json:"matched"`
+	Next         string     `json:"next"`
+	WaitersKnown bool       `json:"waitersKnown"`
+	Node         string     `json:"node"`
+	Locks        []lockJSON `json:"locks"`
+}
+
+func modeName(m lock.Mode) string {
+	if m == lock.ModeShared {
+		return wire.ModeShared
+	}
+	return wire.ModeExclusive
+}
+
+func lockOf(l raftlock.ConsoleLock) lockJSON {
+	j := lockJSON{Key: l.Key, Mode: modeName(l.Mode), Permits: l.Permits, Waiters: l.Waiters,
+		DelayMs: l.Delay.Milliseconds(), Holders: make([]holderJSON, 0, len(l.Holders))}
+	for _, h := range l.Holders {
+		j.Holders = append(j.Holders, holderJSON{Owner: h.Owner, Token: strconv.FormatUint(uint64(h.Token), 10),
+			ExpiresInMs: max(h.ExpiresIn.Milliseconds(), 0), Value: strings.ToValidUTF8(string(h.Value), string(utf8.RuneError))})
+	}
+	return j
+}
+
+func (c *Console) locks(w http.ResponseWriter, r *http.Request) {
+	if _, ok := c.authorize(w, r); !ok {
+		return
+	}
+	q := r.URL.Query()
+	search, after := q.Get("q"), q.Get("after")
+	if len(search) > MaxSearchBytes {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, fmt.Sprintf("q is %d bytes, the most is %d", len(search), MaxSearchBytes))
+		return
+	}
+	if len(after) > lock.MaxKeyLen {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, fmt.Sprintf("after is %d bytes, longer than any key (%d)", len(after), lock.MaxKeyLen))
+		return
+	}
+	limit := DefaultPageSize
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxPageSize {
+			writeError(w, http.StatusBadRequest, wire.CodeInvalidValue, fmt.Sprintf("limit %q: want 1 to %d", s, MaxPageSize))
+			return
+		}
+		limit = n
+	}
+	if c.forward(w, r) {
+		return
+	}
+	page := c.n.ScanLocks(search, after, limit)
+	rep := locksReply{Total: page.Total, Matched: page.Matched, Next: page.Next, WaitersKnown: page.WaitersKnown,
+		Node: c.n.ID(), Locks: make([]lockJSON, 0, len(page.Locks))}
+	for _, l := range page.Locks {
+		rep.Locks = append(rep.Locks, lockOf(l))
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (c *Console) lock(w http.ResponseWriter, r *http.Request) {
+	if _, ok := c.authorize(w, r); !ok {
+		return
+	}
+	key := r.URL.Query().Get("key")
+	if err := lock.ValidateKey(key); err != nil {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
+		return
+	}
+	if c.forward(w, r) {
+		return
+	}
+	l, queue, err := c.n.LockDetail(key, MaxQueueListed)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
+		return
+	}
+	j := lockDetailJSON{lockJSON: lockOf(l)}
+	j.Queue = make([]waiterJSON, 0, len(queue))
+	for _, q := range queue {
+		j.Queue = append(j.Queue, waiterJSON{Owner: q.Owner, Mode: modeName(q.Mode), Permits: q.Permits, Keys: q.Keys,
+			WaitingMs: q.Waiting.Milliseconds()})
+	}
+	writeJSON(w, http.StatusOK, j)
+}
+
+// forward sends a read that needs the leader's queues to the leader, when
+// this node is a follower that knows it, and reports whether it did. A
+// forwarded request is answered where it lands.
+func (c *Console) forward(w http.ResponseWriter, r *http.Request) bool {
+	if c.n.IsLeader() || r.Header.Get(forwardedHeader) != "" {
+		return false
+	}
+	_, addr := c.n.Leader()
+	if addr == "" {
+		return false
+	}
+	target := &url.URL{Scheme: c.n.APIScheme(), Host: addr}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(forwardedHeader, c.n.ID())
+		},
+		Transport: c.n.APITransport(),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "the leader at "+addr+" did not answer: "+err.Error())
+		},
+	}
+	p.ServeHTTP(w, r)
+	return true
+}
+
+type forceBody struct {
+	Key string `json:"key"`
+}
+
+type forceReply struct {
+	Key      string `json:"key"`
+	Released int    `json:"released"`
+}
+
+func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
+	cred, ok := c.authorize(w, r)
+	if !ok {
+		return
+	}
+	if !sameOrigin(r) {
+		c.log.Warn("console: cross-origin force-release refused", "origin", r.Header.Get("Origin"), "host", r.Host, "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, wire.CodeForbidden, "a force-release must come from the node's own page (Origin "+r.Header.Get("Origin")+" is not this node)")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "send the body as Content-Type: application/json")
+		return
+	}
+	if !cred.Admin {
+		c.log.Warn("console: force-release refused: not an admin credential", "credential", cred.Who, "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, wire.CodeForbidden,
+			"force-release needs an admin credential (an admin token or a client certificate from the cluster CA); "+cred.Kind+" is not one")
+		return
+	}
+	var b forceBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
+			return
+		}
+		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: want {\"key\": \"...\"}: "+err.Error())
+		return
+	}
+	if err := lock.ValidateKey(b.Key); err != nil {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
+		return
+	}
+	if !c.n.IsLeader() {
+		// The leader frees the key; the admin credential travels with
+		// the request (a certificate does not: the node presents its own,
+		// from the same CA).
+		if c.forward(w, r) {
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "no leader known: try again")
+		return
+	}
+	before, _, _ := c.n.LockDetail(b.Key, 0)
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	err := c.n.ForceRelease(ctx, b.Key)
+	holders := make([]string, 0, len(before.Holders))
+	for _, h := range before.Holders {
+		holders = append(holders, fmt.Sprintf("%s/%d", h.Owner, h.Token))
+	}
+	if err != nil {
+		c.log.Warn("console: force-release failed", "key", b.Key, "credential", cred.Who, "remote", r.RemoteAddr, "err", err)
+		code := wire.CodeOf(err)
+		writeError(w, wire.Status(code), code, err.Error())
+		return
+	}
+	// The audit line: who freed what.
+	c.log.Warn("console: force-release", "key", b.Key, "holders", holders, "credential", cred.Who,
+		"remote", r.RemoteAddr, "forwardedBy", r.Header.Get(forwardedHeader))
+	writeJSON(w, http.StatusOK, forceReply{Key: b.Key, Released: len(before.Holders)})
+}
+
+// sameOrigin reports whether a browser request came from the node's own
+// page: no Origin (not a browser's cross-origin request, or a forwarded
+// one) or an Origin naming this host.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	if r.Header.Get(forwardedHeader) != "" {
+		return true // the follower that forwarded it checked its Origin
+	}
+	return strings.EqualFold(u.Host, r.Host)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"error": map[string]any{"code": code, "message": msg}})
+}
