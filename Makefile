@@ -61,10 +61,12 @@ clean:
 
 ## console: build the web console (console/web → console/assets, embedded in
 ## the binary) with clients/js's TypeScript; the TypeScript client is
-## compiled from its sources in the same run (console/assets/js/clients/js/src)
+## compiled from its sources in the same run (console/assets/js/clients/js/src).
+## The output is deterministic; CONSOLE_OUT=DIR builds into DIR instead (to
+## compare with the committed console/assets)
 console:
 	@test -d clients/js/node_modules || (cd clients/js && npm ci --no-audit --no-fund)
-	rm -rf console/assets/js
-	mkdir -p console/assets
-	clients/js/node_modules/.bin/tsc -p console/web/tsconfig.json
-	cp console/web/index.html console/web/style.css console/assets/
+	rm -rf $(or $(CONSOLE_OUT),console/assets)/js
+	mkdir -p $(or $(CONSOLE_OUT),console/assets)
+	clients/js/node_modules/.bin/tsc -p console/web/tsconfig.json --outDir $(or $(CONSOLE_OUT),console/assets)/js
+	cp console/web/index.html console/web/style.css $(or $(CONSOLE_OUT),console/assets)/

@@ -431,7 +431,8 @@ function lockRow(l: LockRow, now: number, waitersKnown: boolean): HTMLTableRowEl
   key.title = l.key;
   const owner = el("td", "owner", first ? first.owner + more : "—");
   if (holders.length > 1) owner.title = holders.map((h) => h.owner).join(", ");
-  const token = el("td", "token mono", first ? first.token + (holders.length > 1 ? " …" : "") : "—");
+  const token = el("td", "token mono", first ? first.token + more : "—");
+  if (holders.length > 1) token.title = holders.map((h) => h.token).join(", ");
   const ttl = el("td", "ttl num mono");
   if (first) setDeadline(ttl, now + first.expiresInMs, "");
   else if (l.delayMs > 0) setDeadline(ttl, now + l.delayMs, "delay ");
