@@ -20,7 +20,8 @@ import (
 // Locker sees it.
 
 // featuresOf is what l offers through the gateway: lock.FeaturesOf, less
-// multikey and watch where l lacks the interface they are called through.
+// multikey and watch where l lacks the interface they are called through,
+// and watchprefix exactly where l is a lock.PrefixWatcher offering watch.
 func featuresOf(l lock.Locker) lock.Features {
 	f := lock.FeaturesOf(l)
 	if _, ok := l.(lock.MultiLocker); !ok {
@@ -28,6 +29,13 @@ func featuresOf(l lock.Locker) lock.Features {
 	}
 	if _, ok := l.(lock.Watcher); !ok {
 		f &^= lock.FeatureWatch
+	}
+	// A prefix watch is offered by a PrefixWatcher that offers watch (the
+	// interface is the declaration: lock.FeatureWatchPrefix).
+	if _, ok := l.(lock.PrefixWatcher); ok && f.Has(lock.FeatureWatch) {
+		f |= lock.FeatureWatchPrefix
+	} else {
+		f &^= lock.FeatureWatchPrefix
 	}
 	if _, ok := l.(lock.SessionLocker); !ok {
 		f &^= lock.FeatureSessions
@@ -112,6 +120,8 @@ func misplacedFields(req wire.Request) *apiError {
 		return newError(wire.CodeBadJSON, "keys is a field of acquireAll (7) and tryAcquireAll (8) only; use key")
 	case multi && req.Key != "":
 		return newError(wire.CodeBadJSON, "acquireAll and tryAcquireAll take keys, not key")
+	case req.Prefix && req.CommandType != wire.CmdWatch:
+		return newError(wire.CodeBadJSON, "prefix is a field of watch (9) only")
 	}
 	return nil
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Watches (commands 9 and 10). Each watch has a pump that reads the
+// Watches (commands 9 and 10), of a key or, with prefix, of every key
+// under a prefix (lock.PrefixWatcher). Each watch has a pump that reads the
 // backend's event channel at once, whatever the client does, into the
 // watch's queue of at most Options.WatchBuffer messages; a flush on a
 // worker writes the queue to the connection. A backend is never held up
@@ -23,7 +24,8 @@ import (
 type watch struct {
 	c      *conn
 	id     string
-	key    string
+	key    string // the key, or the prefix of a prefix watch
+	prefix bool
 	ctx    context.Context // ends with the watch (unwatch) or the connection
 	cancel context.CancelFunc
 
@@ -35,26 +37,32 @@ type watch struct {
 	doneOnce sync.Once
 }
 
-// watch serves command 9: {id, key}.
+// watch serves command 9: {id, key, prefix}. With prefix it watches
+// every key starting with key ("" for all; lock.PrefixWatcher), and each
+// event carries its own key.
 func (c *conn) watch(req wire.Request) {
 	switch {
 	case req.ID == "":
 		c.fail("", newError(wire.CodeMissingField, "id is required for a watch: its events carry it, and unwatch names it"))
 		return
-	case req.Key == "":
+	case req.Key == "" && !req.Prefix:
 		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
-	if err := lock.ValidateKey(req.Key); err != nil {
+	validate, need := lock.ValidateKey, lock.FeatureWatch
+	if req.Prefix {
+		validate, need = lock.ValidatePrefix, lock.FeatureWatch|lock.FeatureWatchPrefix
+	}
+	if err := validate(req.Key); err != nil {
 		c.fail(req.ID, toAPIError(err))
 		return
 	}
-	if aerr := c.g.unsupported(lock.FeatureWatch); aerr != nil {
+	if aerr := c.g.unsupported(need); aerr != nil {
 		c.fail(req.ID, aerr)
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	w := &watch{c: c, id: req.ID, key: req.Key, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	w := &watch{c: c, id: req.ID, key: req.Key, prefix: req.Prefix, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	c.mu.Lock()
 	switch {
 	case c.watches == nil: // the connection ended
@@ -79,10 +87,13 @@ func (c *conn) watch(req wire.Request) {
 		cancel()
 		return
 	}
-	wt := c.g.l.(lock.Watcher) // featuresOf checked the interface
+	open := c.g.l.(lock.Watcher).Watch // featuresOf checked the interfaces
+	if req.Prefix {
+		open = c.g.l.(lock.PrefixWatcher).WatchPrefix
+	}
 	c.g.workers.Go(func() {
 		defer c.giveSlot()
-		ch, err := wt.Watch(ctx, req.Key)
+		ch, err := open(ctx, req.Key)
 		if err != nil {
 			// An unwatch that came first answers for the watch.
 			if c.dropWatch(w) && w.claimEnd() {
@@ -158,11 +169,17 @@ func (w *watch) pump(ch <-chan lock.Event) {
 	}
 }
 
+// eventReply is ev's "event" message. Its key is the event's own: a
+// prefix watch's events are of many keys (its synced names the prefix).
 func (w *watch) eventReply(ev lock.Event) wire.Reply {
-	r := wire.Reply{ID: w.id, Type: wire.TypeEvent, Success: true, Key: w.key, Event: ev.Type.String(),
+	key := w.key
+	if w.prefix && ev.Type != lock.EventSynced {
+		key = ev.Key
+	}
+	r := wire.Reply{ID: w.id, Type: wire.TypeEvent, Success: true, Key: key, Event: ev.Type.String(),
 		Owner: ev.Owner, Mode: modeName(ev.Mode), Permits: ev.Permits, Revision: ev.Revision, Value: wireValue(ev.Value)}
 	if ev.Token != 0 {
-		r.FencingToken = &wire.FencingToken{Key: w.key, Value: uint64(ev.Token)}
+		r.FencingToken = &wire.FencingToken{Key: key, Value: uint64(ev.Token)}
 	}
 	return r
 }

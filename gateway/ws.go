@@ -173,7 +173,7 @@ func (c *conn) handle(data []byte) bool {
 		c.fail(req.ID, newError(wire.CodeBadJSON, fmt.Sprintf("id is %d bytes, the maximum is %d", len(req.ID), wire.MaxIDLen)))
 		return true
 	}
-	needsKey := req.CommandType >= wire.CmdAcquire && req.CommandType <= wire.CmdTryAcquire || req.CommandType == wire.CmdWatch
+	needsKey := req.CommandType >= wire.CmdAcquire && req.CommandType <= wire.CmdTryAcquire || req.CommandType == wire.CmdWatch && !req.Prefix
 	if req.Key == "" && needsKey && !hasKey(data) {
 		c.fail(req.ID, newError(wire.CodeMissingField, "key is required"))
 		return true

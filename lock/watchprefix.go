@@ -5,6 +5,20 @@ import (
 	"fmt"
 )
 
+// FeatureWatchPrefix: the Locker is a PrefixWatcher. The interface is the
+// declaration: WatchPrefix and a gateway (its Lockgate-Features) take a
+// PrefixWatcher that offers FeatureWatch to offer it, so a backend need
+// not report it; a client of a gateway reports it when the gateway
+// announced it.
+const FeatureWatchPrefix Features = FeatureSessions << 1
+
+func init() {
+	featureNames = append(featureNames, struct {
+		f    Features
+		name string
+	}{FeatureWatchPrefix, "watchprefix"})
+}
+
 // PrefixWatcher is implemented by a Locker that streams the holder changes
 // of every key starting with a prefix (a console's view of all keys).
 type PrefixWatcher interface {
@@ -27,11 +41,11 @@ type PrefixWatcher interface {
 
 // WatchPrefix watches every key starting with prefix through l if it is a
 // PrefixWatcher that offers FeatureWatch, else fails with an
-// *UnsupportedError (matching ErrUnsupported).
+// *UnsupportedError of FeatureWatchPrefix (matching ErrUnsupported).
 func WatchPrefix(ctx context.Context, l Locker, prefix string) (<-chan Event, error) {
 	w, ok := l.(PrefixWatcher)
 	if !ok || !FeaturesOf(l).Has(FeatureWatch) {
-		return nil, &UnsupportedError{Backend: fmt.Sprintf("%T", l), Feature: FeatureWatch, Reason: "no prefix watch"}
+		return nil, &UnsupportedError{Backend: fmt.Sprintf("%T", l), Feature: FeatureWatchPrefix}
 	}
 	return w.WatchPrefix(ctx, prefix)
 }

@@ -32,10 +32,10 @@ func TestWatchPrefixHelper(t *testing.T) {
 	// A Locker that is no PrefixWatcher (a MemStore watches single keys only).
 	ch, err := lock.WatchPrefix(ctx, locktest.NewMemStore().NewLocker(), "")
 	var ue *lock.UnsupportedError
-	if ch != nil || !errors.Is(err, lock.ErrUnsupported) || !errors.As(err, &ue) || ue.Feature != lock.FeatureWatch {
-		t.Fatalf("WatchPrefix on a MemStore: %v, %v; want an *UnsupportedError of watch", ch, err)
+	if ch != nil || !errors.Is(err, lock.ErrUnsupported) || !errors.As(err, &ue) || ue.Feature != lock.FeatureWatchPrefix {
+		t.Fatalf("WatchPrefix on a MemStore: %v, %v; want an *UnsupportedError of watchprefix", ch, err)
 	}
-	if !strings.Contains(err.Error(), "prefix") {
+	if !strings.Contains(err.Error(), "does not offer watchprefix") {
 		t.Errorf("error %q does not say it is the prefix watch that is missing", err)
 	}
 	// A PrefixWatcher that does not report FeatureWatch is not called.
@@ -53,6 +53,18 @@ func TestWatchPrefixHelper(t *testing.T) {
 	}
 	if ev := <-ch; ev.Type != lock.EventSynced || ev.Revision != 7 {
 		t.Errorf("first event %+v, want the implementation's synced", ev)
+	}
+}
+
+func TestFeatureWatchPrefixName(t *testing.T) {
+	if lock.FeatureWatchPrefix.String() != "watchprefix" {
+		t.Errorf("FeatureWatchPrefix.String() = %q", lock.FeatureWatchPrefix.String())
+	}
+	if f, unknown := lock.ParseFeatures([]string{"watch", "sessions", "watchprefix"}); f != lock.FeatureWatch|lock.FeatureSessions|lock.FeatureWatchPrefix || unknown != nil {
+		t.Errorf("ParseFeatures: %v, unknown %v", f, unknown)
+	}
+	if lock.AllFeatures.Has(lock.FeatureWatchPrefix) || lock.FeatureWatchPrefix&(lock.AllFeatures|lock.FeatureSessions) != 0 {
+		t.Error("FeatureWatchPrefix overlaps another feature or is in AllFeatures")
 	}
 }
 

@@ -85,15 +85,11 @@ const (
 // separated: FeatureWanted when holders get "wanted" pushes, and the names
 // of lock.Features.Names ("shared", "semaphore", "multikey", "watch",
 // "lockdelay") for issue 22's primitives, "sessions" for issue 23's, and
-// FeatureWatchPrefix when a watch (9) may set prefix. REST answers carry
-// it too.
+// "watchprefix" when a watch (9) may set prefix (lock.FeatureWatchPrefix).
+// REST answers carry it too.
 const (
 	FeaturesHeader = "Lockgate-Features"
 	FeatureWanted  = "wanted"
-	// FeatureWatchPrefix: the backend is a lock.PrefixWatcher, so a watch
-	// with prefix true streams every key under a prefix (the web console's
-	// watch of every key).
-	FeatureWatchPrefix = "watchprefix"
 )
 
 // MaxIDLen bounds a request id.
@@ -181,7 +177,7 @@ type Request struct {
 	SessionID string `json:"sessionId,omitempty"`
 	// Prefix, on a watch (9), watches every key starting with key ("" for
 	// every key) instead of key alone: no holder events first, and each
-	// event carries its own key (the gateway's FeatureWatchPrefix).
+	// event carries its own key (feature "watchprefix").
 	Prefix bool `json:"prefix,omitempty"`
 }
 
