@@ -132,6 +132,51 @@ func testPrimitivesWS(t *testing.T, s *spec, n *node, base string) {
 	} else {
 		unsupported(b, "W", `{"id":"W","commandType":9,"key":"p/w"}`)
 	}
+	// Prefix watches: synced, then the events of the keys under the prefix
+	// only, each with its own key; the prefix "" (every key); unwatch.
+	if f.Has(lock.FeatureWatchPrefix) {
+		b.send(`{"id":"P","commandType":9,"key":"p/pw/","prefix":true}`, reqValid)
+		if m := b.reply("P", "event", ""); m["event"] != "synced" || m["key"] != "p/pw/" {
+			t.Errorf("first event of a prefix watch %v, want synced of the prefix", m)
+		}
+		b.send(`{"id":"PA","commandType":9,"prefix":true}`, reqValid)
+		if m := b.reply("PA", "event", ""); m["event"] != "synced" || m["key"] != nil {
+			t.Errorf("first event of the watch of every key %v, want synced without key", m)
+		}
+		a.send(`{"id":"pw1","commandType":5,"key":"p/pw/a","ttl":60000}`, reqValid)
+		lt, ft, _ := leaseOf(t, a.reply("pw1", "grant", ""))
+		a.send(`{"id":"pw2","commandType":5,"key":"p/pwx","ttl":60000}`, reqValid)
+		a.reply("pw2", "grant", "")
+		a.send(fmt.Sprintf(`{"id":"pw3","commandType":2,"key":"p/pw/a","lockToken":%q,"fencingToken":%s,"ack":true}`, lt, ft), reqValid)
+		a.reply("pw3", "released", "")
+		for _, want := range []string{"granted", "released"} { // not p/pwx's grant
+			m := b.reply("P", "event", "")
+			tok, _ := m["fencingToken"].(map[string]any)
+			if m["event"] != want || m["key"] != "p/pw/a" || tok["key"] != "p/pw/a" {
+				t.Errorf("prefix watch event %v, want %s of p/pw/a", m, want)
+			}
+		}
+		for _, want := range []string{"p/pw/a", "p/pwx", "p/pw/a"} {
+			if m := b.reply("PA", "event", ""); m["key"] != want {
+				t.Errorf("watch of every key: event %v, want one of %s", m, want)
+			}
+		}
+		b.send(`{"id":"P1","commandType":10,"target":"P"}`, reqValid)
+		if m := b.reply("P1", "unwatched", ""); m["key"] != "p/pw/" {
+			t.Errorf("unwatched %v, want the prefix as key", m)
+		}
+		b.send(`{"id":"P2","commandType":10,"target":"PA"}`, reqValid)
+		b.reply("P2", "unwatched", "")
+	} else {
+		b.send(`{"id":"P","commandType":9,"key":"","prefix":true}`, reqValid)
+		want := "watchprefix"
+		if !f.Has(lock.FeatureWatch) {
+			want = "watch"
+		}
+		if e, _ := b.reply("P", "error", "unsupported")["error"].(map[string]any); e["feature"] != want {
+			t.Errorf("unsupported prefix watch names feature %v, want %s", e["feature"], want)
+		}
+	}
 	if base == n.mem {
 		l, _ := dial(t, s, "PL", n.memLimited, nil)
 		l.send(`{"id":"L1","commandType":9,"key":"p/l"}`, reqValid)
@@ -157,6 +202,10 @@ func testPrimitivesWS(t *testing.T, s *spec, n *node, base string) {
 		{`{"commandType":9,"key":"p/e"}`, "", "missing_field"},
 		{`{"id":"y1","commandType":10}`, "y1", "missing_field"},
 		{`{"id":"y2","commandType":9}`, "y2", "missing_field"},
+		{`{"id":"y4","commandType":9,"key":"","prefix":false}`, "y4", "invalid_key"},
+		{`{"id":"y5","commandType":9,"key":"a\u0001","prefix":true}`, "y5", "invalid_key"},
+		{`{"id":"y6","commandType":4,"key":"p/e","prefix":true}`, "y6", "bad_json"},
+		{`{"id":"y7","commandType":9,"key":"p/e","prefix":1}`, "y7", "bad_json"},
 	} {
 		a.send(c.frame, reqInvalid)
 		a.reply(c.id, "error", c.code)
