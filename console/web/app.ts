@@ -867,7 +867,7 @@ function renderSparks(): void {
 
 function init(): void {
   api.onUnauthorized = () => {
-    if (me) showLogin("the node refused the token (401); sign in again.");
+    if (me) showLogin("the node refused the token (401): sign in again.");
   };
   $<HTMLFormElement>("#login").addEventListener("submit", (ev) => void onLogin(ev as SubmitEvent));
   $("#logout").addEventListener("click", () => showLogin());

@@ -880,7 +880,7 @@ function renderSparks() {
 function init() {
     api.onUnauthorized = () => {
         if (me)
-            showLogin("the node refused the token (401); sign in again.");
+            showLogin("the node refused the token (401): sign in again.");
     };
     $("#login").addEventListener("submit", (ev) => void onLogin(ev));
     $("#logout").addEventListener("click", () => showLogin());
