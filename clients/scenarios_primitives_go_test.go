@@ -26,7 +26,7 @@ func init() {
 // allFeatures are what a raftlock gateway announces besides "wanted" (the
 // TypeScript and Python runners see "wanted" too: the Go SDK's Features
 // are the lock's, lock.Features, which has no wanted).
-var allFeatures = []string{"shared", "semaphore", "multikey", "watch", "lockdelay", "sessions"}
+var allFeatures = []string{"shared", "semaphore", "multikey", "watch", "lockdelay", "sessions", "watchprefix"}
 
 // shared-readers: the gateway announces every feature; A and B hold the
 // key shared at once (inspect: mode shared, holders A then B); C's

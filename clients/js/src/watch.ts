@@ -20,6 +20,7 @@ export type WatchEventType = "holder" | "synced" | "granted" | "released" | "exp
 /** One change of a watched key. */
 export interface WatchEvent {
   type: WatchEventType;
+  /** The key that changed: the watched key, or for a prefix watch each event's own key ("synced" carries the prefix). */
   key: string;
   /** The holder's owner (holder, granted; released and expired where the gateway says). */
   owner: string;
@@ -37,16 +38,28 @@ export interface WatchEvent {
 export interface WatchOptions {
   /** Aborting it ends the watch (unwatch on the gateway); the iteration then ends without an error. */
   signal?: AbortSignal;
+  /**
+   * Watch every key starting with the key ("" for every key) instead of
+   * the key alone (needs the gateway's "watchprefix" feature): from the
+   * moment it opens, "synced" first (no "holder" events), then every
+   * grant, release and expiry under the prefix, each event with its own key.
+   */
+  prefix?: boolean;
 }
 
 const kinds = new Set<string>(["holder", "synced", "granted", "released", "expired"]);
 
-/** eventOf is the WatchEvent an "event" message reports; undefined for anything else. */
-export function eventOf(r: Reply, key: string): WatchEvent | undefined {
+/**
+ * eventOf is the WatchEvent an "event" message reports; undefined for
+ * anything else. key is the watched key; with prefix, the event's key is
+ * the message's own (the prefix where the message has none: the "synced"
+ * of the prefix "").
+ */
+export function eventOf(r: Reply, key: string, prefix = false): WatchEvent | undefined {
   if (r.type !== "event" || !r.event || !kinds.has(r.event)) return undefined;
   return {
     type: r.event as WatchEventType,
-    key,
+    key: prefix ? (r.key ?? key) : key,
     owner: r.owner ?? "",
     fencingToken: r.fencingToken === undefined ? undefined : parseToken(r.fencingToken),
     value: r.value,
@@ -69,7 +82,10 @@ export interface WatchOps {
  * AsyncDisposable (`await using w = await client.watch(k)`).
  */
 export class Watch implements AsyncIterable<WatchEvent>, AsyncDisposable {
+  /** The watched key, or the prefix of a prefix watch. */
   readonly key: string;
+  /** Whether this is a prefix watch (WatchOptions.prefix). */
+  readonly prefix: boolean;
   #first: Reply | undefined;
   #p: Pending;
   #ops: WatchOps;
@@ -80,8 +96,9 @@ export class Watch implements AsyncIterable<WatchEvent>, AsyncDisposable {
   #unlisten: () => void = () => {};
 
   /** @internal */
-  constructor(key: string, first: Reply, p: Pending, ops: WatchOps, stop: AbortSignal[]) {
+  constructor(key: string, first: Reply, p: Pending, ops: WatchOps, stop: AbortSignal[], prefix = false) {
     this.key = key;
+    this.prefix = prefix;
     this.#first = first;
     this.#p = p;
     this.#ops = ops;
@@ -143,7 +160,7 @@ export class Watch implements AsyncIterable<WatchEvent>, AsyncDisposable {
       this.#end(false);
       throw errorFromReply(r.error, `watch ${JSON.stringify(this.key)}`);
     }
-    const ev = eventOf(r, this.key);
+    const ev = eventOf(r, this.key, this.prefix);
     if (!ev) {
       this.#end(true);
       throw new LockgateError("unavailable", `lockgate: watch ${JSON.stringify(this.key)}: the gateway sent ${JSON.stringify(r.type)}/${JSON.stringify(r.event)}`);

@@ -45,6 +45,8 @@ export interface Request {
   keys?: string[];
   /** The session an acquire puts its lease in, or the session of renewSession / closeSession (11–13). */
   sessionId?: string;
+  /** watch (9): every key starting with key ("" for all). */
+  prefix?: boolean;
 }
 
 /**

@@ -366,7 +366,7 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
   async "shared-readers"(r) {
     const a = r.client("A"), b = r.client("B"), c = r.client("C");
     const feats = await a.features();
-    const all = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay", "sessions"];
+    const all = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay", "sessions", "watchprefix"];
     if (fmt(feats) !== fmt(all)) throw new Error(`features ${fmt(feats)}, want ${fmt(all)}`);
     const la = await a.acquire(r.key, { ttlMs: r.ttlMs, mode: "shared" });
     const lb = await b.tryAcquire(r.key, { ttlMs: r.ttlMs, mode: "shared" });

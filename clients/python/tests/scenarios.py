@@ -348,7 +348,7 @@ async def holds(c: Client, lease: lockgate.Lease) -> None:
 async def shared_readers(r: Run) -> None:
     a, b, c = r.client(name="a"), r.client(name="b"), r.client(name="c")
     feats = await a.features()
-    want = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay", "sessions"]
+    want = ["wanted", "shared", "semaphore", "multikey", "watch", "lockdelay", "sessions", "watchprefix"]
     check(feats == want, f"features {feats}, want {want}")
     la = await a.acquire(r.key, ttl=r.ttl, mode="shared")
     lb = await b.try_acquire(r.key, ttl=r.ttl, mode="shared")
