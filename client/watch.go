@@ -78,16 +78,32 @@ func (wc *wsConn) closeStream(id string) {
 // (unwatch) and the channel closes without an error; so it does when the
 // client closes.
 func (c *Client) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	return c.watch(ctx, key, false)
+}
+
+// WatchPrefix implements lock.PrefixWatcher over the gateway's watch with
+// prefix (feature "watchprefix"): EventSynced, then every grant, release
+// and expiry of a key starting with prefix ("" for every key), each Event
+// with its own Key. It ends as Watch does; a gateway without the feature
+// answers an error matching lock.ErrUnsupported.
+func (c *Client) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.Event, error) {
+	return c.watch(ctx, prefix, true)
+}
+
+func (c *Client) watch(ctx context.Context, key string, prefix bool) (<-chan lock.Event, error) {
 	if !c.enter() {
 		return nil, lock.ErrClosed
 	}
 	defer c.leave()
-	if err := lock.ValidateKey(key); err != nil {
+	validate, what := lock.ValidateKey, fmt.Sprintf("watch %q", key)
+	if prefix {
+		validate, what = lock.ValidatePrefix, fmt.Sprintf("watch prefix %q", key)
+	}
+	if err := validate(key); err != nil {
 		return nil, err
 	}
 	octx, cancel := c.opCtx(ctx)
 	defer cancel()
-	what := fmt.Sprintf("watch %q", key)
 	var (
 		last  error
 		hops  int
@@ -107,7 +123,7 @@ func (c *Client) Watch(ctx context.Context, key string) (<-chan lock.Event, erro
 			<-wc.done
 			continue
 		}
-		if err := wc.send(&wire.Request{ID: id, CommandType: wire.CmdWatch, Key: key}); err != nil {
+		if err := wc.send(&wire.Request{ID: id, CommandType: wire.CmdWatch, Key: key, Prefix: prefix}); err != nil {
 			wc.closeStream(id)
 			last = fmt.Errorf("%w: %v", errDropped, err)
 			continue
@@ -156,7 +172,7 @@ func (c *Client) Watch(ctx context.Context, key string) (<-chan lock.Event, erro
 		}
 		wc.good()
 		out := make(chan lock.Event)
-		go c.pumpWatch(ctx, wc, id, key, st, first, out)
+		go c.pumpWatch(ctx, wc, id, key, prefix, st, first, out)
 		return out, nil
 	}
 }
@@ -169,7 +185,7 @@ func (c *Client) unwatch(wc *wsConn, id string) {
 
 // pumpWatch turns the watch's messages into Events on out until the watch
 // ends.
-func (c *Client) pumpWatch(ctx context.Context, wc *wsConn, id, key string, st *stream, first *reply, out chan<- lock.Event) {
+func (c *Client) pumpWatch(ctx context.Context, wc *wsConn, id, key string, prefix bool, st *stream, first *reply, out chan<- lock.Event) {
 	defer close(out)
 	defer wc.closeStream(id)
 	emit := func(ev lock.Event) bool {
@@ -188,7 +204,7 @@ func (c *Client) pumpWatch(ctx context.Context, wc *wsConn, id, key string, st *
 			fail(replyError(r, key))
 			return false
 		}
-		ev, ok := eventOf(r, key)
+		ev, ok := eventOf(r, key, prefix)
 		if !ok {
 			fail(fmt.Errorf("lockgate client: %s: the gateway sent %q/%q: %w", fmt.Sprintf("watch %q", key), r.Type, r.Event, lock.ErrUnavailable))
 			c.unwatch(wc, id)
@@ -238,10 +254,14 @@ func (c *Client) pumpWatch(ctx context.Context, wc *wsConn, id, key string, st *
 	}
 }
 
-// eventOf is the Event an "event" message reports.
-func eventOf(r *reply, key string) (lock.Event, bool) {
+// eventOf is the Event an "event" message reports; a prefix watch's
+// events carry their own key (the prefix where the message has none).
+func eventOf(r *reply, key string, prefix bool) (lock.Event, bool) {
 	if r.Type != wire.TypeEvent {
 		return lock.Event{}, false
+	}
+	if prefix && r.Key != "" {
+		key = r.Key
 	}
 	ev := lock.Event{Key: key, Owner: r.Owner, Token: r.token(), Permits: r.Permits, Revision: r.Revision}
 	switch r.Event {
@@ -266,3 +286,5 @@ func eventOf(r *reply, key string) (lock.Event, bool) {
 	}
 	return ev, true
 }
+
+var _ lock.PrefixWatcher = (*Client)(nil)
