@@ -5,7 +5,7 @@
  * served from the binary at /ui/. The bearer token lives in `api` (memory
  * only); a 401 anywhere forgets it and shows the login form.
  */
-import { Client, type Watch, type WatchEvent, type WatchOptions } from "../../clients/js/src/index.js";
+import { Client, type Watch, type WatchEvent } from "../../clients/js/src/index.js";
 import { Api, ApiError, type ClusterView, type LockDetail, type LocksPage, type LockRow, type NodeView, type WhoAmI } from "./api.js";
 import { clockText, durationText, modeText, numberText, ttlText } from "./format.js";
 import { Series, parseMetrics, pointBetween, snapshotOf, type Snapshot } from "./metrics.js";
@@ -781,7 +781,7 @@ async function watchLoop(gen: number, client: Client, signal: AbortSignal): Prom
     let w: Watch;
     try {
       // `prefix` watches every key under the prefix ("": all of them); docs/console.md.
-      w = await client.watch("", { prefix: true, signal } as WatchOptions);
+      w = await client.watch("", { prefix: true, signal });
     } catch (e) {
       if (gen !== session || signal.aborted) return;
       failures++;

@@ -262,6 +262,10 @@ export class Client {
      * fell behind, a LockgateError "unavailable" when its connection was
      * lost (a watch lives on one connection: watch again, the new watch
      * starts with the current holders).
+     *
+     * With opts.prefix it watches every key starting with key ("" for every
+     * key; needs "watchprefix"): "synced" first, no holders, then each
+     * change under the prefix with the event's own key.
      */
     watch(key, opts = {}) {
         return this.#track(this.#watch(key, opts));
@@ -317,9 +321,11 @@ export class Client {
     async #watch(key, opts) {
         if (this.#closed)
             throw this.#closedError();
-        checkKey(key);
+        const prefix = opts.prefix === true;
+        if (!prefix || key !== "")
+            checkKey(key); // a prefix is a key, or "" for every key
         opts.signal?.throwIfAborted();
-        const what = `watch ${JSON.stringify(key)}`;
+        const what = `watch ${prefix ? "prefix " : ""}${JSON.stringify(key)}`;
         const ctl = new AbortController();
         const t = setTimeout(() => ctl.abort(new LockgateError("unavailable", `lockgate: ${what}: not established within ${this.#requestTimeoutMs} ms`)), this.#requestTimeoutMs);
         const stop = [this.#closing.signal, ...(opts.signal ? [opts.signal] : [])];
@@ -334,6 +340,9 @@ export class Client {
                 const conn = await abortable(this.#getConn(), ctl.signal);
                 if (conn.featuresKnown && !conn.features.includes("watch")) {
                     throw new UnsupportedError(`lockgate: ${what}: unsupported: the gateway ${conn.addr} does not offer "watch" (Lockgate-Features: ${conn.features.join(",") || "none"})`, "watch");
+                }
+                if (prefix && conn.featuresKnown && !conn.features.includes("watchprefix")) {
+                    throw new UnsupportedError(`lockgate: ${what}: unsupported: the gateway ${conn.addr} does not offer "watchprefix" (Lockgate-Features: ${conn.features.join(",") || "none"})`, "watchprefix");
                 }
                 const id = this.#newId();
                 const p = conn.register(id);
@@ -353,7 +362,7 @@ export class Client {
                     }
                 };
                 try {
-                    conn.send({ id, commandType: Cmd.watch, key });
+                    conn.send(prefix ? { id, commandType: Cmd.watch, key, prefix: true } : { id, commandType: Cmd.watch, key });
                 }
                 catch {
                     conn.unregister(id);
@@ -402,7 +411,7 @@ export class Client {
                     continue;
                 }
                 conn.good();
-                return new Watch(key, first, p, ops, stop);
+                return new Watch(key, first, p, ops, stop, prefix);
             }
         }
         finally {

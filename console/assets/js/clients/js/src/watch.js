@@ -7,13 +7,18 @@ import { parseToken } from "./wire.js";
 /** How many events of one watch the client holds for a caller that does not iterate; one more ends the watch with WatchOverflowError (as the Go SDK's client.WatchBuffer). */
 export const WatchBuffer = 1024;
 const kinds = new Set(["holder", "synced", "granted", "released", "expired"]);
-/** eventOf is the WatchEvent an "event" message reports; undefined for anything else. */
-export function eventOf(r, key) {
+/**
+ * eventOf is the WatchEvent an "event" message reports; undefined for
+ * anything else. key is the watched key; with prefix, the event's key is
+ * the message's own (the prefix where the message has none: the "synced"
+ * of the prefix "").
+ */
+export function eventOf(r, key, prefix = false) {
     if (r.type !== "event" || !r.event || !kinds.has(r.event))
         return undefined;
     return {
         type: r.event,
-        key,
+        key: prefix ? (r.key ?? key) : key,
         owner: r.owner ?? "",
         fencingToken: r.fencingToken === undefined ? undefined : parseToken(r.fencingToken),
         value: r.value,
@@ -27,7 +32,10 @@ export function eventOf(r, key) {
  * AsyncDisposable (`await using w = await client.watch(k)`).
  */
 export class Watch {
+    /** The watched key, or the prefix of a prefix watch. */
     key;
+    /** Whether this is a prefix watch (WatchOptions.prefix). */
+    prefix;
     #first;
     #p;
     #ops;
@@ -37,8 +45,9 @@ export class Watch {
     #resolveStop;
     #unlisten = () => { };
     /** @internal */
-    constructor(key, first, p, ops, stop) {
+    constructor(key, first, p, ops, stop, prefix = false) {
         this.key = key;
+        this.prefix = prefix;
         this.#first = first;
         this.#p = p;
         this.#ops = ops;
@@ -104,7 +113,7 @@ export class Watch {
             this.#end(false);
             throw errorFromReply(r.error, `watch ${JSON.stringify(this.key)}`);
         }
-        const ev = eventOf(r, this.key);
+        const ev = eventOf(r, this.key, this.prefix);
         if (!ev) {
             this.#end(true);
             throw new LockgateError("unavailable", `lockgate: watch ${JSON.stringify(this.key)}: the gateway sent ${JSON.stringify(r.type)}/${JSON.stringify(r.event)}`);
