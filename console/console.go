@@ -10,6 +10,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -403,6 +404,7 @@ func (c *Console) forward(w http.ResponseWriter, r *http.Request) bool {
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			pr.SetXForwarded() // the audit line names the browser's address
 			pr.Out.Header.Set(forwardedHeader, c.n.ID())
 		},
 		Transport: c.n.APITransport(),
@@ -443,15 +445,20 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 			"force-release needs an admin credential (an admin token or a client certificate from the cluster CA); "+cred.Kind+" is not one")
 		return
 	}
-	var b forceBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, http.StatusRequestEntityTooLarge, wire.CodeTooLarge, fmt.Sprintf("body over %d bytes", maxBody))
 			return
 		}
+		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: "+err.Error())
+		return
+	}
+	var b forceBody
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: want {\"key\": \"...\"}: "+err.Error())
 		return
 	}
@@ -463,6 +470,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		// The leader frees the key; the admin credential travels with
 		// the request (a certificate does not: the node presents its own,
 		// from the same CA).
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
 		if c.forward(w, r) {
 			return
 		}
@@ -472,7 +480,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	before, _, _ := c.n.LockDetail(b.Key, 0)
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err := c.n.ForceRelease(ctx, b.Key)
+	err = c.n.ForceRelease(ctx, b.Key)
 	holders := make([]string, 0, len(before.Holders))
 	for _, h := range before.Holders {
 		holders = append(holders, fmt.Sprintf("%s/%d", h.Owner, h.Token))
@@ -485,7 +493,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	// The audit line: who freed what.
 	c.log.Warn("console: force-release", "key", b.Key, "holders", holders, "credential", cred.Who,
-		"remote", r.RemoteAddr, "forwardedBy", r.Header.Get(forwardedHeader))
+		"remote", r.RemoteAddr, "forwardedBy", r.Header.Get(forwardedHeader), "forwardedFor", r.Header.Get("X-Forwarded-For"))
 	writeJSON(w, http.StatusOK, forceReply{Key: b.Key, Released: len(before.Holders)})
 }
 

@@ -127,6 +127,11 @@ func (t *Tokens) Valid(token string) bool {
 	return ok == 1 && token != ""
 }
 
+// BearerToken returns the bearer token r presents: its "Authorization:
+// Bearer <token>" header, or on a WebSocket upgrade the subprotocol that
+// carries one (BearerSubprotocolPrefix).
+func BearerToken(r *http.Request) (string, bool) { return bearer(r) }
+
 // bearer returns the token of an "Authorization: Bearer <token>" header.
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
