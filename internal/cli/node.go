@@ -140,7 +140,11 @@ loopback API without client tokens. See docs/security.md.`,
 			}
 			gw := raftgw.Serve(s, sec.gatewayOptions(toks))
 			defer gw.Close()
-			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s\n", id, s.RaftAddr(), s.APIAddr())
+			scheme := "http"
+			if nodeTLS != nil {
+				scheme = "https"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s, web console %s://%s/ui/\n", id, s.RaftAddr(), s.APIAddr(), scheme, s.APIAddr())
 			<-ctx.Done()
 			slog.Info("shutting down", "node", id)
 			return s.Shutdown()
@@ -206,7 +210,7 @@ restart the cluster from disk. Ctrl-C shuts every node down cleanly.`,
 			}
 			out := cmd.OutOrStdout()
 			for _, n := range c.Nodes() {
-				fmt.Fprintf(out, "node %s: raft %s, api %s\n", n.ID(), n.RaftAddr(), n.APIAddr())
+				fmt.Fprintf(out, "node %s: raft %s, api %s, web console http://%s/ui/\n", n.ID(), n.RaftAddr(), n.APIAddr(), n.APIAddr())
 			}
 			fmt.Fprintf(out, "leader: node %s (api %s)\n", l.ID(), l.APIAddr())
 			<-ctx.Done()

@@ -139,7 +139,10 @@ a CA made in memory at start. See docs/security.md.`,
 			if internal == nil {
 				for _, s := range c.Servers {
 					defer raftgw.Serve(s, gateway.Options{Logger: slog.Default()}).Close()
+					fmt.Fprintf(cmd.OutOrStdout(), "web console of embedded node %s: http://%s/ui/\n", s.ID(), s.APIAddr())
 				}
+			} else {
+				slog.Info("no web console: the embedded nodes of a secured serve serve no API of their own; run `lockgate node` for one (docs/console.md)")
 			}
 			return serveGateway(ctx, cmd, listen, &sec, c.Locker(), fmt.Sprintf("backend raft, %d nodes in %s", nodes, dataDir))
 		},

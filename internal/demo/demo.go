@@ -36,6 +36,9 @@ type Config struct {
 	Clients  int           // contending SDK clients (default 6)
 	Keys     []string      // contended keys (default orders, invoices)
 	Logger   *slog.Logger  // default: discard
+	// Started, if not nil, is called with the web console's URL once the
+	// cluster serves it, before the clients start.
+	Started func(consoleURL string)
 }
 
 // Summary is what the demo measured.
@@ -51,6 +54,7 @@ type Summary struct {
 	NewLeader       string
 	ClientErrors    int
 	LateWriteStatus string
+	ConsoleURL      string // the web console of a node the failover does not stop
 }
 
 func (c *Config) fill() {
@@ -95,6 +99,22 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	for _, s := range cluster.Servers {
 		defer raftgw.Serve(s, gateway.Options{Logger: cfg.Logger}).Close()
 		endpoints = append(endpoints, s.APIAddr())
+	}
+	// The console of a follower: the failover stops the leader, and the
+	// page stays up to show it.
+	l, err := cluster.Leader(startCtx)
+	if err != nil {
+		return sum, err
+	}
+	for _, s := range cluster.Servers {
+		if s.Node != l {
+			sum.ConsoleURL = "http://" + s.APIAddr() + "/ui/"
+			break
+		}
+	}
+	fmt.Fprintf(out, "web console: %s (node %s, a follower: it stays up through the failover; --duration 2m to watch longer)\n", sum.ConsoleURL, nodeOf(cluster, sum.ConsoleURL))
+	if cfg.Started != nil {
+		cfg.Started(sum.ConsoleURL)
 	}
 	store, storeURL, stopStore, err := startStore(filepath.Join(dir, "store.log"), cfg.Logger)
 	if err != nil {
@@ -143,6 +163,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	sum.StaleRejected = st.Rejected
 	sum.ClientErrors = int(r.errors.Load())
 	return sum, nil
+}
+
+// nodeOf names the node whose console is at url.
+func nodeOf(c *raftlock.LocalCluster, url string) string {
+	for _, s := range c.Servers {
+		if "http://"+s.APIAddr()+"/ui/" == url {
+			return s.ID()
+		}
+	}
+	return "?"
 }
 
 // startStore serves a fenced store on a free loopback port.
