@@ -57,6 +57,7 @@ func TestClients(t *testing.T) {
 		h.restoreT(t)
 		runGo(t, h, set)
 	})
+	jsRoot, work := t.TempDir(), ""
 	t.Run("typescript", func(t *testing.T) {
 		dir := filepath.Join("js")
 		if !exists(filepath.Join(dir, "package.json")) {
@@ -66,8 +67,10 @@ func TestClients(t *testing.T) {
 		npm := testenv.RequireBinary(t, "npm", "npm")
 		// npm ci replaces node_modules and the build writes dist/: do both
 		// in a copy, so that the harness leaves the working tree alone and
-		// two runs of it cannot trample each other.
-		work := filepath.Join(t.TempDir(), "js")
+		// two runs of it cannot trample each other. The copy keeps the
+		// tree's layout (clients/js beside console/web), for the console's
+		// check below, which compiles with this node_modules.
+		work = filepath.Join(jsRoot, "clients", "js")
 		if err := copySource(dir, work, "node_modules", "dist"); err != nil {
 			t.Fatal(err)
 		}
@@ -83,6 +86,12 @@ func TestClients(t *testing.T) {
 			}
 		}
 		checkReported(t, set, out)
+	})
+	t.Run("console", func(t *testing.T) {
+		if work == "" || !exists(filepath.Join(work, "node_modules", ".bin", "tsc")) {
+			skipOrFail(t, "the typescript run did not install clients/js's TypeScript")
+		}
+		checkConsole(t, jsRoot, work)
 	})
 	t.Run("python", func(t *testing.T) {
 		dir := filepath.Join("python")
