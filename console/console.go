@@ -308,6 +308,7 @@ type locksReply struct {
 	Next         string     `json:"next"`
 	WaitersKnown bool       `json:"waitersKnown"`
 	Node         string     `json:"node"`
+	ScanMs       float64    `json:"scanMs"`
 	Locks        []lockJSON `json:"locks"`
 }
 
@@ -356,7 +357,7 @@ func (c *Console) locks(w http.ResponseWriter, r *http.Request) {
 	}
 	page := c.n.ScanLocks(search, after, limit)
 	rep := locksReply{Total: page.Total, Matched: page.Matched, Next: page.Next, WaitersKnown: page.WaitersKnown,
-		Node: c.n.ID(), Locks: make([]lockJSON, 0, len(page.Locks))}
+		Node: c.n.ID(), ScanMs: float64(page.Scan.Microseconds()) / 1000, Locks: make([]lockJSON, 0, len(page.Locks))}
 	for _, l := range page.Locks {
 		rep.Locks = append(rep.Locks, lockOf(l))
 	}

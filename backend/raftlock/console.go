@@ -153,6 +153,9 @@ type LockPage struct {
 	// WaitersKnown: this node leads, so Waiters are counted; a follower
 	// does not see the queues.
 	WaitersKnown bool
+	// Scan is how long the table scan took: the console paces its
+	// refreshes by it (a million keys take a tenth of a second).
+	Scan time.Duration
 }
 
 // ScanLocks returns the held keys containing q after the key after, in key
@@ -160,9 +163,11 @@ type LockPage struct {
 // time on a node; it visits the whole table (fsm.ScanLocks has its cost).
 func (n *Node) ScanLocks(q, after string, limit int) LockPage {
 	n.scanMu.Lock()
+	start := time.Now()
 	res := n.fsm.ScanLocks(after, q, limit)
+	took := time.Since(start)
 	n.scanMu.Unlock()
-	page := LockPage{Total: res.Total, Matched: res.Matched, WaitersKnown: n.IsLeader()}
+	page := LockPage{Total: res.Total, Matched: res.Matched, WaitersKnown: n.IsLeader(), Scan: took}
 	for _, k := range res.Keys {
 		page.Locks = append(page.Locks, n.consoleLock(k))
 	}

@@ -73,6 +73,8 @@ export interface LocksPage {
   next: string;
   waitersKnown: boolean;
   node: string;
+  /** How long the node's table scan took (ms): the page paces its refreshes by it. */
+  scanMs?: number;
   locks: LockRow[];
 }
 

@@ -16,6 +16,8 @@ const PollMs = 1_000;
 const TickMs = 250;
 const SearchDebounceMs = 300;
 const EventRefreshGapMs = 250; // an event refreshes the lock table at most 4 times a second
+/** The lock table refreshes at most every ScanPaceFactor times the node's last scan time (docs/console.md). */
+const ScanPaceFactor = 20;
 const MaxQueryBytes = 256;
 const SparkPoints = 60;
 // ---------------------------------------------------------------- helpers
@@ -102,6 +104,11 @@ class Loop {
         window.clearTimeout(this.#timer);
         const wait = Math.max(0, this.#lastStart + this.#minGapMs - performance.now());
         this.#timer = window.setTimeout(() => void this.#run(), wait);
+    }
+    /** pace sets the period and the least gap between runs (kicks included). */
+    pace(ms, minGapMs) {
+        this.#ms = ms;
+        this.#minGapMs = minGapMs;
     }
     stop() {
         this.#stopped = true;
@@ -394,6 +401,11 @@ async function refreshLocks(gen) {
     if (gen !== session || q !== locks.q || after !== locks.afters[locks.afters.length - 1])
         return;
     setProblem("locks");
+    // A scan visits the whole table (0.1 s at a million keys): refresh at
+    // most every ScanPaceFactor scans' time, so that an open page costs the
+    // node a few percent of a core whatever the table's size.
+    const scan = Math.max(0, page.scanMs ?? 0) * ScanPaceFactor;
+    locksLoop?.pace(Math.max(PollMs, scan), Math.max(EventRefreshGapMs, scan));
     renderLocks(page);
 }
 function renderLocks(page) {
