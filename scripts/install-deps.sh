@@ -3,7 +3,8 @@
 # internal/testenv: redis-server, etcd (Debian package etcd-server) and the
 # PostgreSQL server binaries (package postgresql, under
 # /usr/lib/postgresql/*/bin), and Chromium, in which the bench tests render
-# their HTML report headless, libfaketime (package faketime), which
+# their HTML report headless and the console's tests drive the web console
+# (chromedp), libfaketime (package faketime), which
 # shifts PostgreSQL's clock in the tests and the chaos bench, and ZooKeeper
 # (package zookeeper, 3.8: jars under /usr/share/java, run with the Java
 # runtime it depends on), which the tests and the bench start as ensembles
