@@ -233,18 +233,21 @@ type locksPage struct {
 	Next           string
 	WaitersKnown   bool
 	Node           string
-	Locks          []struct {
-		Key, Mode string
-		Waiters   int
-		Holders   []struct {
-			Owner, Token, Value string
-			ExpiresInMs         int64
-		}
-		Queue []struct {
-			Owner     string
-			Keys      []string
-			WaitingMs int64
-		}
+	Locks          []lockRow
+}
+
+// lockRow is one key in a page, or one key's detail (with its queue).
+type lockRow struct {
+	Key, Mode string
+	Waiters   int
+	Holders   []struct {
+		Owner, Token, Value string
+		ExpiresInMs         int64
+	}
+	Queue []struct {
+		Owner     string
+		Keys      []string
+		WaitingMs int64
 	}
 }
 
@@ -319,40 +322,27 @@ func TestLockQueue(t *testing.T) {
 	if _, err := l.TryAcquire(ctx, key, lock.AcquireOptions{TTL: time.Minute, Owner: "holder"}); err != nil {
 		t.Fatal(err)
 	}
-	detail := func() locksPage {
+	detail := func() lockRow {
 		a := call(t, "GET", api(f, "/v1/console/lock?key="+url.QueryEscape(key)), clientToken, "")
 		if a.status != 200 {
 			t.Fatalf("lock: %d %s", a.status, a.raw)
 		}
-		var p locksPage
-		p.Locks = make([]struct {
-			Key, Mode string
-			Waiters   int
-			Holders   []struct {
-				Owner, Token, Value string
-				ExpiresInMs         int64
-			}
-			Queue []struct {
-				Owner     string
-				Keys      []string
-				WaitingMs int64
-			}
-		}, 1)
-		json.Unmarshal([]byte(a.raw), &p.Locks[0])
-		return p
+		var r lockRow
+		json.Unmarshal([]byte(a.raw), &r)
+		return r
 	}
 	for i, owner := range []string{"first", "second", "third"} {
 		go l.Acquire(ctx, key, lock.AcquireOptions{TTL: time.Minute, Owner: owner})
 		// The next waiter queues only once this one is queued: the order
 		// is then known.
-		for d := detail(); d.Locks[0].Waiters != i+1; d = detail() {
+		for d := detail(); d.Waiters != i+1; d = detail() {
 			if ctx.Err() != nil {
-				t.Fatalf("waiter %s not queued: %+v", owner, d.Locks[0])
+				t.Fatalf("waiter %s not queued: %+v", owner, d)
 			}
 			time.Sleep(10 * time.Millisecond) // polling another process's state over HTTP: no event to await
 		}
 	}
-	d := detail().Locks[0]
+	d := detail()
 	var owners []string
 	for _, w := range d.Queue {
 		owners = append(owners, w.Owner)
