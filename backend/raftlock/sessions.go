@@ -23,8 +23,9 @@ var (
 	_ lock.SessionLocker = (*clusterLocker)(nil)
 )
 
-// features is what raftlock offers: every primitive, and sessions.
-const features = lock.AllFeatures | lock.FeatureSessions
+// features is what raftlock offers: every primitive, sessions, and watches
+// of a prefix (the web console's event stream).
+const features = lock.AllFeatures | lock.FeatureSessions | lock.FeatureWatchPrefix
 
 // ErrTooManySessions is returned by OpenSession when the cluster holds
 // Config.MaxSessions sessions. It matches lock.ErrTooManySessions.
