@@ -4,7 +4,8 @@
 # PostgreSQL server binaries (package postgresql, under
 # /usr/lib/postgresql/*/bin), and Chromium, in which the bench tests render
 # their HTML report headless and the console's tests drive the web console
-# (chromedp), libfaketime (package faketime), which
+# (chromedp), and Firefox (package firefox-esr), in which they check the
+# console works too (WebDriver BiDi), libfaketime (package faketime), which
 # shifts PostgreSQL's clock in the tests and the chaos bench, and ZooKeeper
 # (package zookeeper, 3.8: jars under /usr/share/java, run with the Java
 # runtime it depends on), which the tests and the bench start as ensembles
@@ -25,6 +26,7 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 pg_ok() { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 pg_ok || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v firefox-esr >/dev/null 2>&1 || missing+=(firefox-esr)
 ft_ok() { compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null; }
 ft_ok || missing+=(faketime)
 zk_ok() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
@@ -35,7 +37,7 @@ ws_ok() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import websockets' >/d
 ws_ok || missing+=(python3-websockets)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, libfaketime, ZooKeeper, node, npm and python3-websockets present"
+  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, firefox-esr, libfaketime, ZooKeeper, node, npm and python3-websockets present"
   exit 0
 fi
 
@@ -67,6 +69,7 @@ command -v redis-server >/dev/null || { echo "deps: redis-server still missing" 
 command -v etcd >/dev/null || { echo "deps: etcd still missing (package etcd-server)" >&2; exit 1; }
 pg_ok || { echo "deps: PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin" >&2; exit 1; }
 command -v chromium >/dev/null || { echo "deps: chromium still missing" >&2; exit 1; }
+command -v firefox-esr >/dev/null || { echo "deps: firefox-esr still missing" >&2; exit 1; }
 ft_ok || { echo "deps: libfaketime still missing (package faketime)" >&2; exit 1; }
 zk_ok || { echo "deps: ZooKeeper still missing (package zookeeper: /usr/share/java/zookeeper.jar and java)" >&2; exit 1; }
 command -v node >/dev/null || { echo "deps: node still missing (package nodejs)" >&2; exit 1; }
