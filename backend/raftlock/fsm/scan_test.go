@@ -69,9 +69,8 @@ func TestScanLocks(t *testing.T) {
 	}
 }
 
-// BenchmarkScanLocks1M: one console page at a million held keys, the time
-// the scan holds the state machine's read lock (Apply waits for it).
-func BenchmarkScanLocks1M(b *testing.B) {
+// million returns an FSM holding a million keys.
+func million(b *testing.B) *FSM {
 	f := New()
 	const n = 1_000_000
 	const batch = 1000
@@ -82,12 +81,52 @@ func BenchmarkScanLocks1M(b *testing.B) {
 		}
 		apply(b, f, uint64(i/batch+1), Entry{Now: t0, Ops: ops})
 	}
+	return f
+}
+
+// BenchmarkScanLocks1M: one console page at a million held keys.
+func BenchmarkScanLocks1M(b *testing.B) {
+	f := million(b)
 	b.ResetTimer()
 	for b.Loop() {
 		if res := f.ScanLocks("tenant-5/", "", 50); len(res.Keys) != 50 {
 			b.Fatalf("%d keys", len(res.Keys))
 		}
 	}
+}
+
+// BenchmarkApplyBesideScan1M: entries applied while console scans run
+// back to back over a million keys; reports the longest an Apply took
+// (max-apply-ms): what a scan makes a commit wait.
+func BenchmarkApplyBesideScan1M(b *testing.B) {
+	f := million(b)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				f.ScanLocks("", "", 50)
+			}
+		}
+	}()
+	var worst time.Duration
+	index := uint64(1_000_000)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		index++
+		h := fmt.Sprintf("%032x", 2_000_000+i)
+		start := time.Now()
+		f.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: Encode(Entry{Now: t0, Ops: []Op{acq(fmt.Sprintf("x/%d", i), "o", h, time.Hour)}})})
+		worst = max(worst, time.Since(start))
+	}
+	b.StopTimer()
+	close(stop)
+	<-done
+	b.ReportMetric(float64(worst.Microseconds())/1000, "max-apply-ms")
 }
 
 // TestScanLocksBesideApply: a scan that spans many chunks while entries
