@@ -3,6 +3,7 @@ package console_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
+	"github.com/lockgate/lockgate/internal/certfile"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -55,7 +57,7 @@ type cluster struct {
 	log *syncBuffer
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T, configure ...func(*raftlock.Config)) *cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -65,6 +67,9 @@ func startCluster(t *testing.T) *cluster {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.ClientTokens = tokenSet{clientToken}
 		cfg.AdminTokens, cfg.MembershipToken = tokenSet{adminToken}, adminToken
+		for _, f := range configure {
+			f(cfg)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -417,5 +422,82 @@ func TestForceRelease(t *testing.T) {
 	}
 	if !audited || strings.Contains(log, adminToken) {
 		t.Errorf("audit log: want one line naming the key and the admin token's digest (never the token):\n%s", log)
+	}
+}
+
+// TestClientCertificate: on TLS nodes a client certificate from the
+// cluster CA is a credential — an admin's, by the membership rules — for
+// the console and the lock API alike, and still only from the node's own
+// origin for force-release; one from another CA is no credential.
+func TestClientCertificate(t *testing.T) {
+	ca, err := certfile.NewMemoryCA("cluster CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, func(cfg *raftlock.Config) {
+		cert, err := ca.Issue("127.0.0.1", "localhost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.TLS = &raftlock.TLS{Certificate: cert, RootCAs: ca.Pool(), ClientCAs: ca.Pool()}
+	})
+	l, f := c.leader(t)
+	pool := ca.Pool() // verifies the nodes
+	httpsClient := func(issuer *certfile.MemoryCA) *http.Client {
+		var certs []tls.Certificate
+		if issuer != nil {
+			cert, err := issuer.Issue("operator")
+			if err != nil {
+				t.Fatal(err)
+			}
+			certs = append(certs, cert)
+		}
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: certs}}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	withCert, without := httpsClient(ca), httpsClient(nil)
+	get := func(hc *http.Client, method, u, body string, hdr ...string) (int, string) {
+		req, _ := http.NewRequest(method, u, strings.NewReader(body))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	base := "https://" + f.APIAddr()
+	if code, body := get(withCert, "GET", base+"/v1/console/whoami", ""); code != 200 || !strings.Contains(body, `"credential":"certificate"`) || !strings.Contains(body, `"admin":true`) {
+		t.Errorf("whoami with a cluster-CA certificate: %d %s; want the certificate, an admin", code, body)
+	}
+	if code, body := get(without, "GET", base+"/v1/console/whoami", ""); code != 401 {
+		t.Errorf("whoami without a certificate or token: %d %s, want 401", code, body)
+	}
+	other, err := certfile.NewMemoryCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Go's client offers a certificate only from a CA the server asks for,
+	// so the stranger's goes unsent (401); sent anyway, the handshake fails.
+	if code, body := get(httpsClient(other), "GET", base+"/v1/console/whoami", ""); code != 0 && code != 401 {
+		t.Errorf("a certificate from another CA: %d %s, want 401 or no connection", code, body)
+	}
+	// The lock API takes the certificate too (the page's event stream).
+	if code, body := get(withCert, "POST", "https://"+l.APIAddr()+"/locks/cert-key", `{"client_id":"op","ttl_ms":60000}`, "Content-Type", "application/json"); code != 200 {
+		t.Fatalf("acquire with the certificate: %d %s", code, body)
+	}
+	fr := base + "/v1/console/force-release"
+	if code, body := get(withCert, "POST", fr, `{"key":"cert-key"}`, "Content-Type", "application/json", "Origin", "https://evil.example"); code != 403 {
+		t.Errorf("force-release with the certificate from another origin: %d %s, want 403", code, body)
+	}
+	if code, body := get(withCert, "POST", fr, `{"key":"cert-key"}`, "Content-Type", "application/json", "Origin", base); code != 200 {
+		t.Errorf("force-release with the certificate from the node's page: %d %s, want 200", code, body)
+	}
+	if !strings.Contains(c.log.String(), "credential=\"certificate CN=") {
+		t.Errorf("the audit line does not name the certificate:\n%s", c.log.String())
 	}
 }
