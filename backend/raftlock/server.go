@@ -245,6 +245,12 @@ func (cl *clusterLocker) acquireAll(ctx context.Context, keys []string, opts loc
 // the watch ends (EventError) if that node shuts down, and when this
 // Locker is closed.
 func (cl *clusterLocker) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
+	return cl.watch(ctx, func(ctx context.Context, n *Node) (<-chan lock.Event, error) { return n.Watch(ctx, key) })
+}
+
+// watch opens a watch with open on the current leader, retried as the
+// Locker's calls are; it ends with ctx or when this Locker is closed.
+func (cl *clusterLocker) watch(ctx context.Context, open func(context.Context, *Node) (<-chan lock.Event, error)) (<-chan lock.Event, error) {
 	if cl.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
@@ -253,7 +259,7 @@ func (cl *clusterLocker) Watch(ctx context.Context, key string) (<-chan lock.Eve
 	var ch <-chan lock.Event
 	err := cl.retry(ctx, func(_ context.Context, n *Node) error {
 		var err error
-		ch, err = n.Watch(wctx, key)
+		ch, err = open(wctx, n)
 		return err
 	})
 	if err != nil {

@@ -269,21 +269,5 @@ func (n *Node) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.Even
 // WatchPrefix implements lock.PrefixWatcher on the current leader's
 // applied state, as Watch does.
 func (cl *clusterLocker) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.Event, error) {
-	if cl.ctx.Err() != nil {
-		return nil, lock.ErrClosed
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(cl.ctx, cancel)
-	var ch <-chan lock.Event
-	err := cl.retry(ctx, func(_ context.Context, n *Node) error {
-		var err error
-		ch, err = n.WatchPrefix(wctx, prefix)
-		return err
-	})
-	if err != nil {
-		stop()
-		cancel()
-		return nil, err
-	}
-	return ch, nil
+	return cl.watch(ctx, func(ctx context.Context, n *Node) (<-chan lock.Event, error) { return n.WatchPrefix(ctx, prefix) })
 }
