@@ -223,7 +223,11 @@ func TestConsoleLive(t *testing.T) {
 		t.Fatalf("bob: %v", err)
 	}
 
-	// The pause button holds events back, and resuming shows them.
+	// The pause button holds events back, and resuming shows them. The
+	// detail is closed first: above the events, its refreshes move the
+	// button between a click's aim and its landing.
+	p.click("#close-detail")
+	p.waitFor("the detail closed", `document.querySelector("#lock-detail").hidden`, 10*time.Second)
 	p.click("#pause")
 	before := eval[int](p, "events before", `document.querySelectorAll("#events li").length`)
 	key2 := key + "-paused"
@@ -317,6 +321,10 @@ func TestConsoleSecured(t *testing.T) {
 	p.waitFor("the lock shown to the admin", fmt.Sprintf(`document.querySelector(%s) !== null`, js(row(key))), 15*time.Second)
 	p.click(row(key))
 	p.waitFor("the admin's force-release button", `(() => { const b = document.querySelector("#force-release"); return !!b && b.offsetParent !== null; })()`, 10*time.Second)
+	// The detail loaded (its holders shown), so that the button no longer
+	// moves: a click computed before the holders' rows pushed it down
+	// missed it (one run in two, after TestConsoleLive).
+	p.waitFor("the detail's holder", `[...document.querySelectorAll("#detail-holders tbody tr")].some(tr => tr.textContent.includes("carol"))`, 10*time.Second)
 	p.click("#force-release")
 	p.waitFor("the confirmation", `(() => { const b = document.querySelector("#confirm-force"); return !!b && b.offsetParent !== null; })()`, 10*time.Second)
 	p.shot("confirm")
