@@ -48,15 +48,9 @@ func Serve(s *raftlock.Server, opts gateway.Options) *gateway.Gateway {
 	}
 	if opts.AlsoAuthorized == nil {
 		opts.AlsoAuthorized = func(r *http.Request) bool {
-			if tok, ok := gateway.BearerToken(r); ok && r.Header.Get("Authorization") == "" {
-				// A browser's upgrade carries its token as a subprotocol;
-				// the node reads credentials from the header.
-				r2 := *r
-				r2.Header = r.Header.Clone()
-				r2.Header.Set("Authorization", "Bearer "+tok)
-				r = &r2
-			}
-			c, ok := s.Credential(r)
+			// The header's token, or a browser's from its subprotocol.
+			tok, has := gateway.BearerToken(r)
+			c, ok := s.CredentialWith(r, tok, has)
 			return ok && c.Kind != "open"
 		}
 	}

@@ -109,10 +109,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	for _, s := range cluster.Servers {
 		if s.Node != l {
 			sum.ConsoleURL = "http://" + s.APIAddr() + "/ui/"
+			fmt.Fprintf(out, "web console: %s (node %s, a follower: it stays up through the failover; --duration 2m to watch longer)\n", sum.ConsoleURL, s.ID())
 			break
 		}
 	}
-	fmt.Fprintf(out, "web console: %s (node %s, a follower: it stays up through the failover; --duration 2m to watch longer)\n", sum.ConsoleURL, nodeOf(cluster, sum.ConsoleURL))
 	if cfg.Started != nil {
 		cfg.Started(sum.ConsoleURL)
 	}
@@ -163,16 +163,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Summary, error) {
 	sum.StaleRejected = st.Rejected
 	sum.ClientErrors = int(r.errors.Load())
 	return sum, nil
-}
-
-// nodeOf names the node whose console is at url.
-func nodeOf(c *raftlock.LocalCluster, url string) string {
-	for _, s := range c.Servers {
-		if "http://"+s.APIAddr()+"/ui/" == url {
-			return s.ID()
-		}
-	}
-	return "?"
 }
 
 // startStore serves a fenced store on a free loopback port.
