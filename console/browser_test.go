@@ -318,6 +318,8 @@ func TestConsoleSecured(t *testing.T) {
 	p = open(t, ctx, url) // a reload forgets the token
 	p.waitFor("the login form after a reload", `!document.querySelector("#login").hidden`, 20*time.Second)
 	login(p, adminTok)
+	// The event stream runs on the admin token, sent as the subprotocol.
+	p.waitFor("the event stream live on the admin token", `document.querySelector("#watch-state").textContent.trim() === "live"`, 20*time.Second)
 	p.waitFor("the lock shown to the admin", fmt.Sprintf(`document.querySelector(%s) !== null`, js(row(key))), 15*time.Second)
 	p.click(row(key))
 	p.waitFor("the admin's force-release button", `(() => { const b = document.querySelector("#force-release"); return !!b && b.offsetParent !== null; })()`, 10*time.Second)
