@@ -230,6 +230,17 @@ func TestStaleScripts(t *testing.T) {
 	rebuild := func(handle string, token lock.Token) *lock.Lease {
 		return lock.NewLease(lock.Grant{Key: "stale", Handle: handle, Token: token, TTL: time.Minute, Sent: time.Now()})
 	}
+	// The nodes the grant reached: a quorum, all three unless one answered
+	// late on a loaded machine (a grant needs two). The stale calls below
+	// must leave each of them holding the key, its TTL unshortened.
+	holding := map[string]bool{}
+	for _, r := range rs {
+		pttl, err := raw(t, r).PTTL(bg(t, time.Minute), DefaultPrefix+":lock:{stale}").Result()
+		holding[r.Addr] = err == nil && pttl > 0
+	}
+	if before := holders(t, rs, "stale"); before < 2 {
+		t.Fatalf("%d nodes hold the key after its grant, want a quorum of 2", before)
+	}
 	for _, stale := range []*lock.Lease{
 		rebuild(old.Handle, old.Token),
 		rebuild(old.Handle, cur.Token),
@@ -243,10 +254,10 @@ func TestStaleScripts(t *testing.T) {
 			t.Errorf("Release(handle %.8s…, token %d): %v, want ErrNotHeld", stale.Handle, stale.Token, err)
 		}
 	}
-	if n := holders(t, rs, "stale"); n != 3 {
-		t.Errorf("%d nodes hold the key, want 3", n)
-	}
 	for _, r := range rs {
+		if !holding[r.Addr] {
+			continue
+		}
 		pttl, err := raw(t, r).PTTL(bg(t, time.Minute), DefaultPrefix+":lock:{stale}").Result()
 		if err != nil || pttl < 50*time.Second {
 			t.Errorf("PTTL on %s = %v, %v: a stale renewal shortened the lock", r.Addr, pttl, err)
