@@ -232,7 +232,8 @@ func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error
 	es := dirs[0]
 	h := holders(es)
 	info := &lock.LockInfo{Key: key}
-	ttls := make(map[int64]int64) // lease → remaining whole seconds, -1 unknown
+	const gone = -2
+	ttls := make(map[int64]int64) // lease → remaining whole seconds, -1 unknown, gone
 	for i, e := range es {
 		if !h[i] {
 			info.Waiters++
@@ -246,10 +247,18 @@ func (l *Locker) inspect(ctx context.Context, key string) (*lock.LockInfo, error
 				rc, cancel := context.WithTimeout(ctx, l.cfg.RequestTimeout)
 				ttl, err := l.cli.TimeToLive(rc, clientv3.LeaseID(id))
 				cancel()
-				if err == nil && ttl.TTL >= 0 {
+				switch {
+				case err == nil && ttl.TTL >= 0:
 					left = ttl.TTL
+				case err == nil:
+					// TTL -1: the lease is gone (expired or revoked)
+					// and etcd has not deleted its key yet.
+					left = gone
 				}
 				ttls[id] = left
+			}
+			if left == gone {
+				continue // held by nobody
 			}
 			if left >= 0 && left < e.rec.Delay {
 				// The holder's TTL has passed: the key is in its
