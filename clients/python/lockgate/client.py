@@ -33,6 +33,7 @@ when the last successful openSession or renewSession was sent.
 from __future__ import annotations
 
 import asyncio
+import math
 import contextlib
 import itertools
 import logging
@@ -731,8 +732,10 @@ class Client:
         too; a try is bounded by the request timeout."""
         if wait_until is not None:
             def on_send(now: float, req: Dict[str, Any] = k.req) -> None:
-                # A re-sent copy asks only for what is left of the wait.
-                req["waitMs"] = max(1, ms(wait_until - now))
+                # A re-sent copy asks only for what is left of the wait,
+                # rounded up: rounded down (as TTLs are), the gateway's
+                # timeout came up to 1 ms before the caller's wait ended.
+                req["waitMs"] = max(1, math.ceil((wait_until - now) * 1000.0 - 1e-9))
             k.on_send = on_send
         if not waiting:
             return await self._timed(k)
