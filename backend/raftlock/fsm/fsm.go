@@ -81,6 +81,13 @@ type FSM struct {
 	nlocks   int                 // exclusive lock records in kv
 	nshared  int                 // shared holders in groups
 	observer func(index uint64, ev Event)
+	// The format gate (format.go): the replicated gate, the highest
+	// format this FSM reads (0: MaxFormat), why it halted, and whom to
+	// tell.
+	gate      Gate
+	maxFormat uint8
+	halted    error
+	onHalt    func(error)
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -88,7 +95,7 @@ var _ raft.FSM = (*FSM)(nil)
 // New returns an empty FSM: no locks, no data, no members, counter 0.
 func New() *FSM {
 	return &FSM{kv: make(map[string]*record), groups: make(map[string]*group), delays: make(map[string]int64),
-		members: make(map[string]string), sessions: make(map[string]*session)}
+		members: make(map[string]string), sessions: make(map[string]*session), gate: DefaultGate}
 }
 
 // EventKind is what happened to a key's holder (an observer Event).
@@ -192,6 +199,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if l == nil || l.Type != raft.LogCommand {
 		return nil
 	}
+	if err := f.readableEntry(l); err != nil {
+		return err
+	}
 	e, err := Decode(l.Data)
 	if err != nil {
 		return fmt.Errorf("fsm: log index %d: %w", l.Index, err)
@@ -199,6 +209,10 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	res := &ApplyResult{Index: l.Index, Results: make([]Result, len(e.Ops))}
 
 	f.mu.Lock()
+	if f.halted != nil { // halted between the check and here: by a gate
+		f.mu.Unlock()
+		return f.halted
+	}
 	obs := f.observer
 	var changes []change
 	var evp *[]change
@@ -593,7 +607,12 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 		if o.Key == "" {
 			return Result{Status: StatusInvalid}
 		}
-		f.kv[dataPrefix+o.Key] = &record{value: string(o.Value)}
+		r := &record{value: string(o.Value)}
+		f.kv[dataPrefix+o.Key] = r
+		if o.Key == GateKey {
+			f.gate = gateOf(r)
+			f.checkGate()
+		}
 		return Result{Status: StatusOK}
 
 	case OpSetMember:

@@ -296,9 +296,17 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("fsm: restore: read snapshot: %w", err)
 	}
+	if len(data) > len(snapMagic) && string(data[:len(snapMagic)]) == snapMagic && data[len(snapMagic)] > f.ReadsFormat() {
+		return fmt.Errorf("fsm: restore: %w: a snapshot of format %d, and this node reads up to format %d: run a binary that reads format %d",
+			ErrUnknownFormat, data[len(snapMagic)], f.ReadsFormat(), data[len(snapMagic)])
+	}
 	st, err := decodeSnapshot(data, true)
 	if err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	if g := gateOf(st.kv[dataPrefix+GateKey]); g.Format > f.ReadsFormat() {
+		return fmt.Errorf("fsm: restore: %w: the snapshot's cluster writes format %d (its gate) and this node reads up to format %d",
+			ErrUnknownFormat, g.Format, f.ReadsFormat())
 	}
 	f.install(st)
 	return nil
@@ -318,6 +326,7 @@ func (f *FSM) install(st *state) {
 		f.delays = make(map[string]int64)
 	}
 	f.counter, f.index, f.now, f.nlocks, f.nshared = st.counter, st.index, st.now, st.nlocks, st.nshared
+	f.gate = gateOf(f.kv[dataPrefix+GateKey])
 	f.mu.Unlock()
 }
 

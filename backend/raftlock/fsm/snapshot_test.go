@@ -128,7 +128,7 @@ func TestRestoreRejectsCorrupt(t *testing.T) {
 	}{
 		{"empty", "too short", nil},
 		{"bad magic", "bad magic", append([]byte("XXXX"), good[4:]...)},
-		{"version", "unknown format version 9", append([]byte(snapMagic+"\x09"), good[5:]...)},
+		{"version", "unknown format version 0", append([]byte(snapMagic+"\x00"), good[5:]...)},
 		{"bit flip", "checksum mismatch", flipped},
 		{"truncated", "checksum mismatch", good[:len(good)-10]},
 		{"trailing", "checksum mismatch", append(append([]byte{}, good...), 0)},
