@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -151,15 +152,14 @@ type Gateway struct {
 	// wanted: the Locker tells holders when a caller waits for their key,
 	// and connections push it (wanted.go). upgradeHeader announces it.
 	wanted bool
-	// features: what the Locker offers beyond the core (featuresOf);
-	// backend names it in unsupported errors.
-	features lock.Features
-	backend  string
-	// upgradeHeader announces wanted and the features on the WebSocket
-	// upgrade; featuresValue is the same list for REST answers.
-	upgradeHeader http.Header
-	featuresValue string
-	upgrader      *websocket.Upgrader
+	// announced: what the Locker offers beyond the core (featuresOf),
+	// with the Lockgate-Features header that says it; read again on each
+	// request, because a Locker's features may change while it runs
+	// (raftlock's open as its cluster's format gate rises). backend names
+	// it in unsupported errors.
+	announced atomic.Pointer[announcement]
+	backend   string
+	upgrader  *websocket.Upgrader
 	// slotWait, if not nil, is called when a connection's reader starts
 	// waiting for an in-flight slot (tests await it).
 	slotWait func()
@@ -181,11 +181,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g.sessions = newSessionTable()
 	g.workers = workerpool.New()
 	g.wanted = lock.SignalsWanted(l)
-	g.features = featuresOf(l)
 	g.backend = fmt.Sprintf("the gateway's backend (%T)", l)
-	if g.featuresValue = featureNames(g.wanted, g.features); g.featuresValue != "" {
-		g.upgradeHeader = http.Header{wire.FeaturesHeader: {g.featuresValue}}
-	}
 	g.upgrader = g.newUpgrader()
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
@@ -209,10 +205,10 @@ func New(l lock.Locker, opts Options) *Gateway {
 // without a valid bearer token (other than a health check) is answered 401
 // with the same body whatever was wrong, and the token is never logged.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if g.featuresValue != "" {
+	if a := g.announce(); a.value != "" {
 		// What the backend offers, on every answer (the upgrade's own
 		// response gets it from upgradeHeader: the upgrader writes its own).
-		w.Header().Set(wire.FeaturesHeader, g.featuresValue)
+		w.Header().Set(wire.FeaturesHeader, a.value)
 	}
 	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) &&
 		(g.opts.AlsoAuthorized == nil || !g.opts.AlsoAuthorized(r)) {

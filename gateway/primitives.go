@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 22's primitives over the protocols: shared locks, semaphores,
+// The primitives beyond the mutex over the protocols: shared locks, semaphores,
 // lock-delay (options of an acquire), acquireAll (7, 8) and watches (9,
 // 10; watch.go). The gateway offers what its Locker offers
 // (lock.FeaturesOf, and the MultiLocker and Watcher interfaces for the
@@ -54,12 +55,35 @@ func featureNames(wanted bool, f lock.Features) string {
 	return strings.Join(names, ",")
 }
 
-// Features reports what the gateway's Locker offers through it.
-func (g *Gateway) Features() lock.Features { return g.features }
+// announcement is what the gateway offers and the header value that says
+// it.
+type announcement struct {
+	features      lock.Features
+	value         string      // the Lockgate-Features header's value
+	upgradeHeader http.Header // the same, for the WebSocket upgrade's answer
+}
+
+// announce returns what the Locker offers now, rebuilding the header only
+// when that changed.
+func (g *Gateway) announce() *announcement {
+	f := featuresOf(g.l)
+	if a := g.announced.Load(); a != nil && a.features == f {
+		return a
+	}
+	a := &announcement{features: f, value: featureNames(g.wanted, f)}
+	if a.value != "" {
+		a.upgradeHeader = http.Header{wire.FeaturesHeader: {a.value}}
+	}
+	g.announced.Store(a)
+	return a
+}
+
+// Features reports what the gateway's Locker offers through it now.
+func (g *Gateway) Features() lock.Features { return g.announce().features }
 
 // unsupported is the error of a request that needs what the backend lacks.
 func (g *Gateway) unsupported(need lock.Features) *apiError {
-	err := lock.CheckSupported(g.backend, g.features, need, nil)
+	err := lock.CheckSupported(g.backend, g.Features(), need, nil)
 	if err == nil {
 		return nil
 	}

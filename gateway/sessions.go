@@ -107,7 +107,7 @@ func (g *Gateway) sessionLocker() (lock.SessionLocker, *apiError) {
 
 // sessionLockerErr is sessionLocker with the lock package's error.
 func (g *Gateway) sessionLockerErr() (lock.SessionLocker, error) {
-	if err := lock.CheckSupported(g.backend, g.features, lock.FeatureSessions, nil); err != nil {
+	if err := lock.CheckSupported(g.backend, g.Features(), lock.FeatureSessions, nil); err != nil {
 		return nil, err
 	}
 	return g.l.(lock.SessionLocker), nil // featuresOf checked the interface

@@ -84,7 +84,7 @@ type conn struct {
 }
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
-	ws, err := g.upgrader.Upgrade(w, r, g.upgradeHeader)
+	ws, err := g.upgrader.Upgrade(w, r, g.announce().upgradeHeader)
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
 	}

@@ -160,6 +160,10 @@ func (b *batcher) takeLocked() []*submission {
 // that validation should have stopped) is committed again in halves, so
 // that only the submission with the offending op fails.
 func (b *batcher) commit(batch []*submission) {
+	batch = b.n.withinGate(batch)
+	if len(batch) == 0 {
+		return
+	}
 	e := fsm.Entry{}
 	timeout := batch[0].timeout
 	for _, s := range batch {
@@ -198,6 +202,12 @@ func (b *batcher) commit(batch []*submission) {
 // wrapped.
 func (b *batcher) checkOps(ops ...fsm.Op) error {
 	check := *b.check.Load()
+	g, sessions := b.n.fsm.Gate(), b.n.fsm.NumSessions() > 0
+	for i := range ops {
+		if err := gateRefuses(&ops[i], g, false, sessions); err != nil {
+			return err
+		}
+	}
 	for _, op := range ops {
 		err := check(op)
 		if err == nil {

@@ -38,6 +38,9 @@ const (
 	DefaultWatchBuffer        = 1024
 	DefaultMaxSessions        = 100000
 	DefaultMaxJoinHops        = 5
+	// DefaultFormatPollInterval is how often the leader asks the voters
+	// which formats they read, to raise the format gate (gate.go).
+	DefaultFormatPollInterval = 2 * time.Second
 )
 
 // Config configures one raftlock server.
@@ -118,6 +121,12 @@ type Config struct {
 
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
+	// FormatPollInterval is how often the leader asks every voter which
+	// formats it reads (default DefaultFormatPollInterval).
+	FormatPollInterval time.Duration
+	// readsFormat, when not 0, caps the formats this node reads: tests'
+	// stand-in for an older binary.
+	readsFormat uint8
 	TrailingLogs      uint64
 
 	// MaxWaitersPerKey bounds each key's queue on the leader.
@@ -226,6 +235,7 @@ func (c *Config) fill() {
 	def(&c.CommitTimeout, DefaultCommitTimeout)
 	def(&c.ApplyTimeout, DefaultApplyTimeout)
 	def(&c.SnapshotInterval, DefaultSnapshotInterval)
+	def(&c.FormatPollInterval, DefaultFormatPollInterval)
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}

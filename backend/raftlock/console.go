@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -35,6 +36,12 @@ type NodeStatus struct {
 	// the leader, -1 if never).
 	LastContactMs int64  `json:"lastContactMs"`
 	LeaderID      string `json:"leaderId"`
+	// Formats is what the node reads (absent from binaries that predate
+	// the format gate: they read format 1); Gate is the cluster's gate as
+	// this node applied it; Halted says why the node stopped, if it did.
+	Formats *NodeFormats `json:"formats,omitempty"`
+	Gate    *fsm.Gate    `json:"gate,omitempty"`
+	Halted  string       `json:"halted,omitempty"`
 }
 
 // Status returns this node's Raft view of itself.
@@ -43,7 +50,12 @@ func (n *Node) Status() NodeStatus {
 	lid, _ := n.Leader()
 	s := NodeStatus{ID: n.cfg.ID, APIAddr: n.cfg.APIAddr, RaftAddr: n.RaftAddr(), State: stateName(st), Term: n.term(),
 		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastLogIndex: n.raft.LastIndex(),
-		LastContactMs: -1, LeaderID: lid}
+		LastContactMs: -1, LeaderID: lid, Formats: n.formats()}
+	g := n.fsm.Gate()
+	s.Gate = &g
+	if err := n.HaltErr(); err != nil {
+		s.Halted = err.Error()
+	}
 	switch {
 	case st == raft.Leader:
 		s.LastContactMs = 0

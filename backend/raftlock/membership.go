@@ -51,6 +51,11 @@ type JoinArgs struct {
 	ServerID   string `json:"serverId"`
 	ServerAddr string `json:"serverAddr"` // its Raft address
 	APIAddr    string `json:"apiAddr"`    // its client API address
+	// Reads is the highest entry and snapshot format the server reads
+	// (0: it did not say, as binaries that predate the format gate: 1).
+	// The leader refuses a server that reads less than the cluster
+	// writes.
+	Reads uint8 `json:"reads,omitempty"`
 }
 
 // Validate checks a join request before anything changes: the Raft
@@ -115,8 +120,11 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("POST "+PathJoin, n.handleJoin)
 	mux.HandleFunc("POST "+PathRemove, n.handleRemove)
 	mux.HandleFunc("POST "+PathSnapshot, n.handleSnapshot)
+	mux.HandleFunc("GET "+PathBackup, n.handleBackup)
 	mux.HandleFunc("POST "+PathGC, n.handleGC)
 	mux.HandleFunc("GET "+PathStatus, n.handleStatus)
+	mux.HandleFunc("GET "+PathFormat, n.handleFormatGet)
+	mux.HandleFunc("POST "+PathFormat, n.handleFormatPost)
 	return mux
 }
 
@@ -346,6 +354,11 @@ func (n *Node) addVoter(ctx context.Context, a JoinArgs) error {
 			return n.setMember(ctx, a.ServerID, a.APIAddr) // already a member: idempotent
 		}
 	}
+	if g, reads := n.fsm.Gate(), max(a.Reads, 1); reads < g.Format {
+		return fmt.Errorf("raftlock: server %s reads formats up to %d and the cluster writes format %d: "+
+			"it would stop at the first entry it cannot read; run a newer binary on it, or lower the cluster's format first (lockgate format downgrade --to %d)",
+			a.ServerID, reads, g.Format, reads)
+	}
 	if err := n.await(n.raft.AddVoter(raft.ServerID(a.ServerID), raft.ServerAddress(a.ServerAddr), 0, n.timeout(ctx)), 0); err != nil {
 		return n.raftErr(err)
 	}
@@ -458,25 +471,50 @@ func (mc *MembershipClient) changeMembership(ctx context.Context, seeds []string
 
 // FetchPeers is the package-level FetchPeers through mc.
 func (mc *MembershipClient) FetchPeers(ctx context.Context, apiAddr string) (*PeerList, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, mc.url(apiAddr, PathPeers), nil)
-	if err != nil {
+	var pl PeerList
+	if err := mc.getJSON(ctx, apiAddr, PathPeers, "peer list", &pl); err != nil {
 		return nil, err
+	}
+	return &pl, nil
+}
+
+// errNoStatus: the member has no status endpoint (a binary that predates
+// it answers 404).
+var errNoStatus = errors.New("raftlock: no status endpoint")
+
+// fetchStatus asks the member at apiAddr for its status.
+func (mc *MembershipClient) fetchStatus(ctx context.Context, apiAddr string) (*NodeStatus, error) {
+	var st NodeStatus
+	if err := mc.getJSON(ctx, apiAddr, PathStatus, "status", &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// getJSON GETs path from the member at apiAddr into out (errNoStatus on
+// a 404).
+func (mc *MembershipClient) getJSON(ctx context.Context, apiAddr, path, what string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, mc.url(apiAddr, path), nil)
+	if err != nil {
+		return err
 	}
 	mc.authorize(req)
 	resp, err := mc.http().Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
-	var pl PeerList
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("raftlock: %s: %s: %s", apiAddr, resp.Status, bytes.TrimSpace(b))
+		if resp.StatusCode == http.StatusNotFound && path == PathStatus {
+			return fmt.Errorf("%w: %s: %s", errNoStatus, apiAddr, resp.Status)
+		}
+		return fmt.Errorf("raftlock: %s: %s: %s", apiAddr, resp.Status, bytes.TrimSpace(b))
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&pl); err != nil {
-		return nil, fmt.Errorf("raftlock: %s: bad peer list: %w", apiAddr, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+		return fmt.Errorf("raftlock: %s: bad %s: %w", apiAddr, what, err)
 	}
-	return &pl, nil
+	return nil
 }
 
 func (mc *MembershipClient) authorize(req *http.Request) {

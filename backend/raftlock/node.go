@@ -63,11 +63,14 @@ type Node struct {
 	restoreNanos, snapshotNanos atomic.Int64
 	metrics                     *nodeMetrics
 
+	gateState
+
 	notify   chan bool
 	shutdown chan struct{}
 	wg       sync.WaitGroup
 	once     sync.Once
 	err      error
+	haltOnce sync.Once
 }
 
 var (
@@ -96,6 +99,11 @@ func New(cfg Config) (*Node, error) {
 		notify:   make(chan bool, 16),
 		shutdown: make(chan struct{}),
 	}
+	n.halted = make(chan struct{})
+	if cfg.readsFormat != 0 {
+		n.fsm.SetMaxFormat(cfg.readsFormat)
+	}
+	n.fsm.SetHaltHandler(n.halt)
 	if cfg.insecurePeers() {
 		n.log.Warn("INSECURE: the Raft transport authenticates no peer (--insecure-raft-no-peer-auth): anyone who reaches it can rewrite the lock table",
 			"raft_addr", cfg.RaftAddr, "raft_advertise", cfg.RaftAdvertise)
@@ -114,8 +122,9 @@ func New(cfg Config) (*Node, error) {
 		n.closeResources()
 		return nil, err
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeadership()
+	go n.monitorFormats()
 	return n, nil
 }
 
@@ -135,8 +144,26 @@ func (n *Node) start() error {
 	// A corrupt newest snapshot: fall back to an older one and the log if
 	// they are complete, else refuse with the file's name (raft itself
 	// would panic on the first compacted entry).
-	if err := snaps.Recover(n.stores.Log, func(rc io.ReadCloser) error { return fsm.New().Restore(rc) }, hl); err != nil {
+	// A snapshot of a format this binary does not read is not corrupt:
+	// falling back past it would replay entries of that format too. Such
+	// a node does not start.
+	var unreadable error
+	load := func(rc io.ReadCloser) error {
+		scratch := fsm.New()
+		scratch.SetMaxFormat(n.fsm.ReadsFormat())
+		err := scratch.Restore(rc)
+		if errors.Is(err, fsm.ErrUnknownFormat) {
+			unreadable = err
+			return nil
+		}
+		return err
+	}
+	if err := snaps.Recover(n.stores.Log, load, hl); err != nil {
 		return fmt.Errorf("raftlock: %w", err)
+	}
+	if unreadable != nil {
+		n.log.Error("this node's newest snapshot is of a format this binary does not read: not starting", "err", unreadable)
+		return fmt.Errorf("raftlock: %w; run a binary that reads it on this data directory", unreadable)
 	}
 	// Compaction keeps the log back to the second newest snapshot, so
 	// that such a fallback is always possible.

@@ -132,10 +132,14 @@ func (s *scheduler) becomeLeader() {
 	// Leases already expired by the state machine's clock stay expired and
 	// are released by the rebuilt timers. Lock-delays are in the table:
 	// their ends are kept, on the state machine's clock.
-	if _, err := n.apply(fsm.Entry{Ops: []fsm.Op{
+	takeover := []fsm.Op{
 		{Type: fsm.OpExtendAll},
 		{Type: fsm.OpSetMember, Key: n.cfg.ID, Value: []byte(n.cfg.APIAddr)},
-	}}, n.cfg.ApplyTimeout); err != nil {
+	}
+	if g, ok := n.soleVoterGate(); ok {
+		takeover = append(takeover, fsm.Op{Type: fsm.OpAppendData, Key: fsm.GateKey, Value: g.Encode()})
+	}
+	if _, err := n.apply(fsm.Entry{Ops: takeover}, n.cfg.ApplyTimeout); err != nil {
 		n.log.Warn("leader takeover: extending leases failed", "err", err)
 		return
 	}

@@ -74,7 +74,7 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	s.http = netguard.NewServer(s.Mux, cfg.HTTPLimits, slog.NewLogLogger(n.log.Handler(), slog.LevelDebug))
 	go s.http.Serve(ln)
 	if len(join) > 0 {
-		args := JoinArgs{ServerID: cfg.ID, ServerAddr: n.RaftAddr(), APIAddr: cfg.APIAddr}
+		args := JoinArgs{ServerID: cfg.ID, ServerAddr: n.RaftAddr(), APIAddr: cfg.APIAddr, Reads: n.fsm.ReadsFormat()}
 		for {
 			_, err := n.members.Join(ctx, join, args)
 			if err == nil {
@@ -213,8 +213,14 @@ var (
 	_ lock.FeatureReporter = (*clusterLocker)(nil)
 )
 
-// Features implements lock.FeatureReporter: every primitive, as the nodes.
-func (cl *clusterLocker) Features() lock.Features { return features }
+// Features implements lock.FeatureReporter: what the nodes offer (their
+// format gate, replicated; read from the first node).
+func (cl *clusterLocker) Features() lock.Features {
+	for _, n := range cl.c.Nodes() {
+		return n.Features()
+	}
+	return features
+}
 
 func (cl *clusterLocker) AcquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions) ([]*lock.Lease, error) {
 	return cl.acquireAll(ctx, keys, opts, (*Node).AcquireAll)

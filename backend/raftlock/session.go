@@ -45,7 +45,7 @@ const (
 
 // Features implements lock.FeatureReporter: raftlock offers every
 // primitive, in its state machine (docs/raftlock.md).
-func (s *Session) Features() lock.Features { return features }
+func (s *Session) Features() lock.Features { return s.n.Features() }
 
 // addWatch records w as s's, unless s is closed.
 func (s *Session) addWatch(w *watch) bool {
@@ -446,7 +446,11 @@ func (n *Node) Watch(ctx context.Context, key string) (<-chan lock.Event, error)
 }
 
 // Features implements lock.FeatureReporter.
-func (n *Node) Features() lock.Features { return features }
+//
+// The features depend on the cluster's format gate: sessions, and the
+// primitives beyond the exclusive lock, switch on when every voter reads
+// their format (gate.go).
+func (n *Node) Features() lock.Features { return featuresAt(n.fsm.Gate().Offer) }
 
 // Release implements lock.Locker.
 func (n *Node) Release(ctx context.Context, lease *lock.Lease) error {

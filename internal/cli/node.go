@@ -145,7 +145,14 @@ loopback API without client tokens. See docs/security.md.`,
 				scheme = "https"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "raftlock node %s: raft %s, api %s, web console %s://%s/ui/\n", id, s.RaftAddr(), s.APIAddr(), scheme, s.APIAddr())
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case <-s.Node.Halted():
+				// It met a format it does not read: it stopped rather
+				// than diverge, and says so with a non-zero exit.
+				s.Shutdown()
+				return fmt.Errorf("node %s stopped: %w", id, s.Node.HaltErr())
+			}
 			slog.Info("shutting down", "node", id)
 			return s.Shutdown()
 		},

@@ -1,0 +1,613 @@
+package raftlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/lock"
+)
+
+// The format gate (docs/operations.md "Upgrades and downgrades"): the
+// formats a node reads, the leader's monitor that raises the replicated
+// gate (fsm.Gate) once every voter reads a format, the checks that keep
+// the leader from writing above it, a node that halts instead of
+// diverging, and the operator's downgrade.
+
+// PathFormat is the format gate: GET its state and every voter's formats
+// (a client credential), POST a downgrade or its end (admin).
+const PathFormat = "/v1/cluster/format"
+
+// featuresAt is what raftlock offers at a gate's Offer: sessions need
+// format 3; shared locks, semaphores, multi-key acquires and lock-delay
+// need format 2; watches are the leader's own and need none.
+func featuresAt(offer uint8) lock.Features {
+	f := features
+	if offer < 3 {
+		f &^= lock.FeatureSessions
+	}
+	if offer < 2 {
+		f &^= lock.FeatureShared | lock.FeatureSemaphore | lock.FeatureMultiKey | lock.FeatureLockDelay
+	}
+	return f
+}
+
+// opFeature names the feature an op needs, for unsupported errors.
+func opFeature(op *fsm.Op) lock.Features {
+	switch {
+	case op.Type >= fsm.OpSessionOpen || op.Session != "":
+		return lock.FeatureSessions
+	case op.Type == fsm.OpAcquireAll:
+		return lock.FeatureMultiKey
+	case op.Permits != 0:
+		return lock.FeatureSemaphore
+	case op.Mode != 0:
+		return lock.FeatureShared
+	case op.LockDelay != 0:
+		return lock.FeatureLockDelay
+	}
+	return 0
+}
+
+// windingDown reports whether op only keeps up or ends what exists (a
+// session's keep-alive, close or expiry): allowed up to the gate's Format
+// while a downgrade drains, when new work is held to its Offer.
+func windingDown(op *fsm.Op) bool {
+	// (gateRefuses also lets them through while the state holds
+	// sessions at all: a cluster upgraded from a binary that wrote them
+	// without a gate keeps its sessions alive until the gate opens.)
+	return op.Type == fsm.OpSessionRenew || op.Type == fsm.OpSessionClose || op.Type == fsm.OpSessionExpire
+}
+
+// gateRefuses returns an *lock.UnsupportedError when op needs a format
+// above the gate: its Offer for new work, its Format for winding down
+// (admitted false: the last check before an entry is written, where only
+// Format counts).
+func gateRefuses(op *fsm.Op, g fsm.Gate, admitted, hasSessions bool) error {
+	v := op.Version()
+	limit := g.Format
+	switch {
+	case windingDown(op) && hasSessions:
+		limit = max(limit, fsm.MaxFormat)
+	case !admitted && !windingDown(op):
+		limit = g.Offer
+	}
+	if v <= limit {
+		return nil
+	}
+	why := fmt.Sprintf("the cluster's format gate is at %d (%s): a voter does not read format %d yet, or a downgrade is under way; "+
+		"it opens when every voter runs a binary that reads it (GET %s)", limit, g, v, PathFormat)
+	return &lock.UnsupportedError{Backend: "raftlock", Feature: opFeature(op), Reason: why}
+}
+
+// NodeFormats is what a node reads, as it tells the leader (in
+// NodeStatus): entry and snapshot formats share their numbers.
+type NodeFormats struct {
+	Entry    uint8    `json:"entry"`
+	Snapshot uint8    `json:"snapshot"`
+	Features []string `json:"features"` // what it offers at its own highest format
+}
+
+func (n *Node) formats() *NodeFormats {
+	r := n.fsm.ReadsFormat()
+	return &NodeFormats{Entry: r, Snapshot: r, Features: featuresAt(r).Names()}
+}
+
+// Halted is closed when the node stops because it met an entry, a
+// snapshot or a gate above what it reads (HaltErr says which).
+func (n *Node) Halted() <-chan struct{} { return n.halted }
+
+// HaltErr is why the node halted, or nil.
+func (n *Node) HaltErr() error {
+	if p := n.haltErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// halt stops the node: it applies nothing more (the state machine refuses
+// every later entry), serves nothing more and takes no part in elections
+// (Raft shuts down), so that it never answers from, votes with or grants
+// on a state it could not compute. The other members carry on.
+func (n *Node) halt(err error) {
+	n.haltOnce.Do(func() {
+		n.haltErr.Store(&err)
+		n.log.Error("STOPPED: this node met a format it does not read and stops rather than diverge from the cluster; "+
+			"the other members carry on. Replace this binary with one that reads the cluster's format and start it on the same data directory, "+
+			"or lower the cluster's format first (lockgate format downgrade, docs/operations.md)", "err", err)
+		close(n.halted)
+		go n.stop(false)
+	})
+}
+
+// FormatStatus answers GET /v1/cluster/format.
+type FormatStatus struct {
+	Gate    fsm.Gate     `json:"gate"`
+	Needs   uint8        `json:"needs"`   // the lowest format that expresses the state now
+	Drain   fsm.Drain    `json:"drain"`   // what keeps it above format 1 or 2
+	Voters  []VoterReads `json:"voters"`  // as this node last asked them (the leader) or now
+	Offered []string     `json:"offered"` // the features offered to clients now
+	Index   uint64       `json:"index"`   // the answering node's applied index
+	Error   string       `json:"error,omitempty"`
+}
+
+// VoterReads is one voter's formats, as the leader learned them.
+type VoterReads struct {
+	ID    string `json:"id"`
+	Reads uint8  `json:"reads"` // 0: unknown (did not answer)
+	Error string `json:"error,omitempty"`
+}
+
+// voterReads asks every voter which format it reads: this node from its
+// own state machine, the others through GET /v1/cluster/status. A member
+// that answers without formats (a binary that predates the gate) reads
+// format 1.
+func (n *Node) voterReads(ctx context.Context) ([]VoterReads, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, err
+	}
+	members := n.fsm.Members()
+	var out []VoterReads
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		v := VoterReads{ID: string(s.ID)}
+		switch addr := members[v.ID]; {
+		case v.ID == n.cfg.ID:
+			v.Reads = n.fsm.ReadsFormat()
+		case addr == "":
+			v.Error = "no API address in the member directory"
+		default:
+			st, err := n.members.fetchStatus(ctx, addr)
+			switch {
+			case errors.Is(err, errNoStatus):
+				v.Reads = 1 // a binary older than the status endpoint
+			case err != nil:
+				v.Error = err.Error()
+			case st.Formats == nil:
+				v.Reads = 1
+			default:
+				v.Reads = min(st.Formats.Entry, st.Formats.Snapshot)
+			}
+		}
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b VoterReads) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// monitorFormats runs on every node; while it leads, it raises the gate
+// to the lowest format every voter reads (never above an operator's
+// Ceiling), and warns about a voter that reads less than the gate.
+func (n *Node) monitorFormats() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.FormatPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.shutdown:
+			return
+		case <-t.C:
+		}
+		if !n.sched.isReady() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.FormatPollInterval+time.Second)
+		n.raiseGate(ctx)
+		cancel()
+	}
+}
+
+// raiseGate is one round of the leader's monitor.
+func (n *Node) raiseGate(ctx context.Context) {
+	voters, err := n.voterReads(ctx)
+	if err != nil {
+		return
+	}
+	n.lastVoters.Store(&voters)
+	g := n.fsm.Gate()
+	lowest := uint8(fsm.MaxFormat)
+	known := true
+	for _, v := range voters {
+		switch {
+		case v.Reads == 0:
+			known = false
+		case v.Reads < g.Format:
+			n.log.Error("a voter reads a lower format than the cluster writes: it will stop at the first entry it cannot read",
+				"voter", v.ID, "reads", v.Reads, "gate", g.String(),
+				"what_to_do", fmt.Sprintf("run a binary that reads format %d on it, or lower the gate with `lockgate format downgrade --to %d` before replacing nodes with older binaries", g.Format, v.Reads))
+		}
+		if v.Reads != 0 {
+			lowest = min(lowest, v.Reads)
+		}
+	}
+	target := lowest
+	if g.Ceiling != 0 {
+		target = min(target, g.Ceiling)
+	}
+	if !known || target <= g.Format && g.Offer == g.Format {
+		return
+	}
+	if target < g.Format {
+		return // the gate never goes down by itself
+	}
+	next := fsm.Gate{Format: target, Offer: target, Ceiling: g.Ceiling}
+	if g.Offer < g.Format && g.Ceiling != 0 {
+		return // a downgrade drains: the operator ends it
+	}
+	if err := n.writeGate(ctx, next); err != nil {
+		n.log.Warn("raising the format gate failed; retrying", "to", next.String(), "err", err)
+		return
+	}
+	n.log.Info("format gate raised: every voter reads it", "from", g.String(), "to", next.String(), "features", featuresAt(next.Offer).String())
+}
+
+// writeGate commits g.
+func (n *Node) writeGate(ctx context.Context, g fsm.Gate) error {
+	res, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpAppendData, Key: fsm.GateKey, Value: g.Encode()})
+	if err != nil {
+		return err
+	}
+	if st := res.Results[0].Status; st != fsm.StatusOK {
+		return fmt.Errorf("raftlock: the state machine refused the gate (%s)", st)
+	}
+	return nil
+}
+
+// gateState is the node-side bookkeeping of the gate.
+type gateState struct {
+	halted     chan struct{}
+	haltErr    atomic.Pointer[error]
+	lastVoters atomic.Pointer[[]VoterReads]
+}
+
+func (n *Node) formatStatus(ctx context.Context) FormatStatus {
+	st := FormatStatus{Gate: n.fsm.Gate(), Needs: n.fsm.NeedsFormat(), Drain: n.fsm.Draining(),
+		Offered: n.Features().Names(), Index: n.fsm.AppliedIndex()}
+	if v, err := n.voterReads(ctx); err == nil {
+		st.Voters = v
+	} else {
+		st.Error = err.Error()
+	}
+	return st
+}
+
+func (n *Node) handleFormatGet(w http.ResponseWriter, r *http.Request) {
+	if _, ok := n.Credential(r); !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+		writeJSON(w, http.StatusUnauthorized, Reply{Error: "a client credential is required"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	writeJSON(w, http.StatusOK, n.formatStatus(ctx))
+}
+
+// FormatArgs is POST /v1/cluster/format: lower the gate to DowngradeTo
+// (the downgrade procedure), or Resume (end a downgrade: the leader raises
+// the gate again once every voter reads more).
+type FormatArgs struct {
+	DowngradeTo uint8 `json:"downgradeTo,omitempty"`
+	Resume      bool  `json:"resume,omitempty"`
+	// WaitMs bounds how long the leader waits for the state to drain
+	// (default 30 s, at most 10 min); the operator's tool asks again.
+	WaitMs int64 `json:"waitMs,omitempty"`
+}
+
+// FormatReply answers POST /v1/cluster/format.
+type FormatReply struct {
+	// Done: the gate is at the format asked for, and every voter took a
+	// snapshot after it (Snapshots), so that none replays an entry of a
+	// higher format when restarted with an older binary.
+	Done      bool              `json:"done"`
+	Gate      fsm.Gate          `json:"gate"`
+	Needs     uint8             `json:"needs"`
+	Drain     fsm.Drain         `json:"drain"`
+	Snapshots map[string]uint64 `json:"snapshots,omitempty"` // voter → index of its snapshot
+	Index     uint64            `json:"index,omitempty"`     // the log index every snapshot covers
+	Message   string            `json:"message,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	LeaderID  string            `json:"leaderId,omitempty"`
+}
+
+const (
+	defaultDrainWait = 30 * time.Second
+	maxDrainWait     = 10 * time.Minute
+)
+
+func (n *Node) handleFormatPost(w http.ResponseWriter, r *http.Request) {
+	if !n.authorized(w, r) {
+		return
+	}
+	var a FormatArgs
+	if !readJSON(w, r, &a) {
+		return
+	}
+	if a.Resume == (a.DowngradeTo != 0) || a.DowngradeTo > fsm.MaxFormat || a.WaitMs < 0 {
+		writeJSON(w, http.StatusBadRequest, FormatReply{Error: fmt.Sprintf("give either resume or downgradeTo (1..%d), and a non-negative waitMs", fsm.MaxFormat)})
+		return
+	}
+	if n.raft.State() != raft.Leader {
+		lid, laddr := n.Leader()
+		hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+		if laddr == "" || hops+1 >= DefaultMaxJoinHops {
+			writeJSON(w, http.StatusServiceUnavailable, FormatReply{LeaderID: lid, Error: "no leader reachable from node " + n.cfg.ID})
+			return
+		}
+		var rep FormatReply
+		code, err := n.members.postJSON(r.Context(), laddr, PathFormat, hops+1, a, &rep)
+		if err != nil {
+			writeJSON(w, http.StatusBadGateway, FormatReply{LeaderID: lid, Error: "forwarding to the leader: " + err.Error()})
+			return
+		}
+		writeJSON(w, code, rep)
+		return
+	}
+	wait := defaultDrainWait
+	if a.WaitMs > 0 {
+		wait = min(time.Duration(a.WaitMs)*time.Millisecond, maxDrainWait)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	var rep FormatReply
+	var err error
+	if a.Resume {
+		rep, err = n.resumeFormat(ctx)
+	} else {
+		rep, err = n.downgradeFormat(ctx, a.DowngradeTo)
+	}
+	rep.LeaderID = n.cfg.ID
+	code := http.StatusOK
+	switch {
+	case err != nil:
+		rep.Error = err.Error()
+		code = http.StatusConflict
+	case !rep.Done:
+		code = http.StatusAccepted
+	}
+	n.log.Warn("format gate changed by an operator", "remote", r.RemoteAddr, "resume", a.Resume, "downgrade_to", a.DowngradeTo,
+		"gate", rep.Gate.String(), "done", rep.Done, "err", rep.Error)
+	writeJSON(w, code, rep)
+}
+
+// resumeFormat ends a downgrade: new work is offered everything the gate's
+// Format allows, and the monitor may raise the gate again.
+func (n *Node) resumeFormat(ctx context.Context) (FormatReply, error) {
+	g := n.fsm.Gate()
+	next := fsm.Gate{Format: g.Format, Offer: g.Format}
+	if next != g {
+		if err := n.writeGate(ctx, next); err != nil {
+			return FormatReply{Gate: g}, err
+		}
+	}
+	return FormatReply{Done: true, Gate: n.fsm.Gate(), Needs: n.fsm.NeedsFormat(), Drain: n.fsm.Draining(),
+		Message: "downgrade ended: the gate rises again once every voter reads a higher format"}, nil
+}
+
+// downgradeFormat runs the downgrade to format to, as far as it can
+// before ctx ends: (1) new work is held to format to (Offer) and the gate
+// stops rising (Ceiling); (2) the state drains: sessions without leases
+// are closed, and the others end as their holders release or expire; (3)
+// once the state needs no more than format to, the gate's Format goes
+// down, so the leader writes nothing above it; (4) every voter takes a
+// snapshot covering that point, so a voter restarted on an older binary
+// starts from a snapshot it reads and replays no entry above format to.
+// It returns Done false, with what still drains, when ctx ends first:
+// asking again continues.
+func (n *Node) downgradeFormat(ctx context.Context, to uint8) (FormatReply, error) {
+	g := n.fsm.Gate()
+	step1 := fsm.Gate{Format: g.Format, Offer: min(g.Offer, to), Ceiling: to}
+	if step1 != g {
+		if err := n.writeGate(ctx, step1); err != nil {
+			return FormatReply{Gate: g}, err
+		}
+	}
+	for {
+		if to < 3 {
+			for _, id := range n.fsm.EmptySessions() {
+				if _, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpSessionClose, Key: id}); err != nil {
+					break
+				}
+			}
+		}
+		if n.fsm.NeedsFormat() <= to {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return FormatReply{Gate: n.fsm.Gate(), Needs: n.fsm.NeedsFormat(), Drain: n.fsm.Draining(),
+				Message: fmt.Sprintf("draining: the state still needs format %d; new work is held to format %d; ask again to continue", n.fsm.NeedsFormat(), to)}, nil
+		case <-time.After(100 * time.Millisecond): // an operator's wait on holders' releases
+		}
+	}
+	final := fsm.Gate{Format: to, Offer: to, Ceiling: to}
+	if n.fsm.Gate() != final {
+		if err := n.writeGate(ctx, final); err != nil {
+			return FormatReply{Gate: n.fsm.Gate()}, err
+		}
+	}
+	// One more entry: every entry encoded before the leader applied the
+	// final gate (checked against the older one) is now behind it.
+	if err := n.writeGate(ctx, final); err != nil {
+		return FormatReply{Gate: final}, err
+	}
+	index := n.fsm.AppliedIndex()
+	snaps, err := n.snapshotVoters(ctx, index)
+	rep := FormatReply{Gate: final, Needs: n.fsm.NeedsFormat(), Drain: n.fsm.Draining(), Snapshots: snaps, Index: index}
+	if err != nil {
+		rep.Message = "the gate is at format " + fmt.Sprint(to) + " but not every voter has a snapshot past it yet; ask again"
+		return rep, nil
+	}
+	rep.Done = true
+	rep.Message = fmt.Sprintf("the cluster writes format %d and every voter's snapshot covers index %d: replace the nodes one at a time", to, index)
+	return rep, nil
+}
+
+// snapshotVoters has every voter take a snapshot that covers index.
+func (n *Node) snapshotVoters(ctx context.Context, index uint64) (map[string]uint64, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, err
+	}
+	members := n.fsm.Members()
+	out := map[string]uint64{}
+	var errs []error
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		id := string(s.ID)
+		var got uint64
+		var err error
+		if id == n.cfg.ID {
+			got, err = n.snapshotNow()
+		} else {
+			got, err = n.members.snapshotAfter(ctx, members[id], index)
+		}
+		if err == nil && got < index {
+			err = fmt.Errorf("snapshot at %d, before %d", got, index)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("voter %s: %w", id, err))
+			continue
+		}
+		out[id] = got
+	}
+	return out, errors.Join(errs...)
+}
+
+// snapshotNow takes a snapshot of this node and returns its index.
+func (n *Node) snapshotNow() (uint64, error) {
+	f := n.raft.Snapshot()
+	if err := f.Error(); err != nil {
+		return 0, err
+	}
+	meta, rc, err := f.Open()
+	if err != nil {
+		return 0, err
+	}
+	rc.Close()
+	return meta.Index, nil
+}
+
+// snapshotAfter waits until the member at addr has applied index, then
+// has it take a snapshot.
+func (mc *MembershipClient) snapshotAfter(ctx context.Context, addr string, index uint64) (uint64, error) {
+	if addr == "" {
+		return 0, errors.New("no API address in the member directory")
+	}
+	for {
+		st, err := mc.fetchStatus(ctx, addr)
+		if err == nil && st.AppliedIndex >= index {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("applied %d of %d", st.AppliedIndex, index)
+			}
+			return 0, fmt.Errorf("%w (%v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond): // another process's progress: polled
+		}
+	}
+	var rep SnapshotReply
+	code, err := mc.postJSON(ctx, addr, PathSnapshot, 0, struct{}{}, &rep)
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("%d %s", code, rep.Error)
+	}
+	return rep.Index, nil
+}
+
+// withinGate answers, with an unsupported error, each submission with an
+// op above the gate's Format (admitted before a downgrade lowered it), and
+// returns the others: the last check before the leader writes an entry.
+func (n *Node) withinGate(batch []*submission) []*submission {
+	g := n.fsm.Gate()
+	sessions := n.fsm.NumSessions() > 0
+	keep := batch[:0:0]
+	for _, s := range batch {
+		var err error
+		for i := range s.ops {
+			if err = gateRefuses(&s.ops[i], g, true, sessions); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			s.done <- applied{err: err}
+			continue
+		}
+		keep = append(keep, s)
+	}
+	return keep
+}
+
+// soleVoterGate returns the gate a leader that is the only voter writes at
+// its takeover (a new cluster's first node, a recovered or restored
+// single node): its own highest format, at once, so that a new cluster
+// offers everything from its first grant. ok false: nothing to raise, or
+// other voters to ask first (the monitor does).
+func (n *Node) soleVoterGate() (fsm.Gate, bool) {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return fsm.Gate{}, false
+	}
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(n.cfg.ID) {
+			return fsm.Gate{}, false
+		}
+	}
+	g := n.fsm.Gate()
+	reads := n.fsm.ReadsFormat()
+	if g.Ceiling != 0 || g.Format >= reads && g.Offer == g.Format {
+		return fsm.Gate{}, false
+	}
+	if reads < g.Format {
+		return fsm.Gate{}, false // never down by itself
+	}
+	return fsm.Gate{Format: reads, Offer: reads}, true
+}
+
+// FormatStatus asks the member at apiAddr for the format gate's state.
+func (mc *MembershipClient) FormatStatus(ctx context.Context, apiAddr string) (*FormatStatus, error) {
+	var st FormatStatus
+	if err := mc.getJSON(ctx, apiAddr, PathFormat, "format status", &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// ChangeFormat posts a downgrade or its end to the member at apiAddr (it
+// forwards to the leader) and returns the reply: Done false with a nil
+// error means the state still drains, and asking again continues.
+func (mc *MembershipClient) ChangeFormat(ctx context.Context, apiAddr string, a FormatArgs) (*FormatReply, error) {
+	var rep FormatReply
+	code, err := mc.postJSON(ctx, apiAddr, PathFormat, 0, a, &rep)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK && code != http.StatusAccepted {
+		return &rep, fmt.Errorf("raftlock: %s: %d: %s", apiAddr, code, rep.Error)
+	}
+	return &rep, nil
+}
