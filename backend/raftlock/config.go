@@ -126,8 +126,8 @@ type Config struct {
 	FormatPollInterval time.Duration
 	// readsFormat, when not 0, caps the formats this node reads: tests'
 	// stand-in for an older binary.
-	readsFormat uint8
-	TrailingLogs      uint64
+	readsFormat  uint8
+	TrailingLogs uint64
 
 	// MaxWaitersPerKey bounds each key's queue on the leader.
 	MaxWaitersPerKey int
