@@ -65,6 +65,14 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 		}
 		opts.Session = s
 		got, err := acquire(opts)
+		if errors.Is(err, lock.ErrUnsupported) {
+			// The cluster stopped offering sessions (a format downgrade
+			// drains them): this lease is renewed on its own, and the
+			// session, with whatever it still holds, lives on until
+			// those are released.
+			opts.Session = nil
+			return acquire(opts)
+		}
 		if attempt == 0 && errors.Is(err, lock.ErrSessionExpired) {
 			s.Refused(err)
 			continue

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -508,6 +509,9 @@ func (n *Node) AppendData(ctx context.Context, key string, value []byte) error {
 	}
 	if len(value) > maxDataValue {
 		return fmt.Errorf("raftlock: data value of %d bytes exceeds the maximum of %d", len(value), maxDataValue)
+	}
+	if strings.HasPrefix(key, fsm.SystemPrefix) {
+		return &lock.ValidationError{Field: "key", Value: key, Reason: "starts with " + fsm.SystemPrefix + ", which the service keeps for itself (its format gate, its identity)", Err: lock.ErrInvalidKey}
 	}
 	res, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpAppendData, Key: key, Value: value})
 	if err != nil {
