@@ -64,6 +64,8 @@ Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
 	root.PersistentFlags().StringVar(&g.config, "config", "", "YAML file of settings named like the flags (precedence: flag > LOCKGATE_* environment > file > default)")
 	root.AddCommand(newVersionCmd(), newNodeCmd(), newClusterCmd(), newPeersCmd(), newServeCmd(), newLockCmd(), newRunCmd(), newElectCmd(), newObserveCmd(), newDemoCmd(), newStoreCmd(), newBenchCmd(),
 		newConfigCmd(), newHealthcheckCmd())
+	root.AddCommand(newRecoverCmd())
+	root.AddCommand(newFormatCmd())
 	// cobra adds `completion bash|zsh|fish|powershell` only inside Execute;
 	// adding it here makes it visible to Find (tests, config print).
 	root.InitDefaultCompletionCmd()
