@@ -354,7 +354,15 @@ func (n *Node) addVoter(ctx context.Context, a JoinArgs) error {
 			return n.setMember(ctx, a.ServerID, a.APIAddr) // already a member: idempotent
 		}
 	}
-	if g, reads := n.fsm.Gate(), max(a.Reads, 1); reads < g.Format {
+	reads := a.Reads
+	if reads == 0 {
+		// A join sent on the server's behalf (an operator's tool) does
+		// not say: ask the server itself, as the gate's monitor would.
+		if st, err := n.members.fetchStatus(ctx, a.APIAddr); err == nil && st.Formats != nil {
+			reads = min(st.Formats.Entry, st.Formats.Snapshot)
+		}
+	}
+	if g, reads := n.fsm.Gate(), max(reads, 1); reads < g.Format {
 		return fmt.Errorf("raftlock: server %s reads formats up to %d and the cluster writes format %d: "+
 			"it would stop at the first entry it cannot read; run a newer binary on it, or lower the cluster's format first (lockgate format downgrade --to %d)",
 			a.ServerID, reads, g.Format, reads)
