@@ -84,19 +84,6 @@ func (g *gateNodes) leader() *Node {
 	return n
 }
 
-// await polls cond (state of other goroutines and of replication) until it
-// holds, failing the test after 30 s.
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // sameState waits until every running node has applied the leader's last
 // entry, then requires their state machines' digests to be equal.
 func (g *gateNodes) sameState(when string) {
@@ -106,7 +93,7 @@ func (g *gateNodes) sameState(when string) {
 		g.t.Fatalf("%s: barrier: %v", when, err)
 	}
 	want := l.fsm.AppliedIndex()
-	await(g.t, when+": every node applies index "+fmt.Sprint(want), func() bool {
+	eventually(g.t, when+": every node applies index "+fmt.Sprint(want), func() bool {
 		for _, n := range g.nodes() {
 			if n.fsm.AppliedIndex() < want {
 				return false
@@ -178,7 +165,7 @@ func TestFormatGateRollingUpgrade(t *testing.T) {
 	}
 	l = g.leader()
 	// The leader has asked every voter and heard node 3 read format 1.
-	await(t, "the leader to hear every voter", func() bool {
+	eventually(t, "the leader to hear every voter", func() bool {
 		v := l.lastVoters.Load()
 		if v == nil || len(*v) != 3 {
 			return false
@@ -206,7 +193,7 @@ func TestFormatGateRollingUpgrade(t *testing.T) {
 	g.stop("3")
 	g.start("3", 0)
 	l = g.leader()
-	await(t, "the gate to rise to 3", func() bool { return l.fsm.Gate().Format == 3 })
+	eventually(t, "the gate to rise to 3", func() bool { return l.fsm.Gate().Format == 3 })
 	if f := l.Features(); !f.Has(lock.FeatureSessions | lock.FeatureShared | lock.FeatureSemaphore | lock.FeatureMultiKey) {
 		t.Errorf("features %s at format 3", f)
 	}
@@ -316,4 +303,111 @@ func TestHaltOnUnreadableFormat(t *testing.T) {
 	}
 	g.sameState("after the halt")
 	low.stop(false)
+}
+
+// TestFormatDowngrade: the operator's downgrade of a format-3 cluster to
+// format 1. While a session lease and a shared holder live, the gate's
+// Format stays (they keep renewing) but new work is held to format 1 and
+// the command answers what still drains; once they are released it
+// lowers the gate and every voter snapshots past it, and a node restarted
+// as a format-1 binary then starts and follows without halting. Resume
+// lets the gate rise again.
+func TestFormatDowngrade(t *testing.T) {
+	g := newGateNodes(t)
+	g.start("1", 0)
+	g.start("2", 0, g.api["1"])
+	g.start("3", 0, g.api["1"])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l := g.leader()
+	eventually(t, "the gate at 3", func() bool { return l.fsm.Gate().Format == 3 })
+	s, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inSession, err := l.Acquire(ctx, "in-session", lock.AcquireOptions{Session: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared, err := l.Acquire(ctx, "shared", lock.AcquireOptions{TTL: time.Minute, Mode: lock.ModeShared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute}); err != nil { // empty: the downgrade closes it
+		t.Fatal(err)
+	}
+
+	mc := &MembershipClient{}
+	via := g.api["2"] // through a follower: it forwards to the leader
+	if l.ID() == "2" {
+		via = g.api["3"]
+	}
+	rep, err := mc.ChangeFormat(ctx, via, FormatArgs{DowngradeTo: 1, WaitMs: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Done || rep.Gate.Format != 3 || rep.Gate.Offer != 1 || rep.Drain.Sessions != 1 || rep.Drain.Shared != 1 {
+		t.Fatalf("downgrade with a session lease and a shared holder alive: %+v; want not done, format 3 offer 1, one session (the empty one closed) and one shared holder", rep)
+	}
+	refusesBeyondFormat1(t, l, "draining")
+	// What exists keeps working: the session renews, its lease is held.
+	if err := l.RenewSession(ctx, s); err != nil {
+		t.Errorf("renewing a session while the downgrade drains: %v", err)
+	}
+	if err := l.Release(ctx, inSession); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, shared); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = mc.ChangeFormat(ctx, via, FormatArgs{DowngradeTo: 1, WaitMs: 20000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Done || rep.Gate != (fsm.Gate{Format: 1, Offer: 1, Ceiling: 1}) || len(rep.Snapshots) != 3 {
+		t.Fatalf("downgrade after the drain: %+v; want done, gate 1/1/1, three snapshots", rep)
+	}
+	for id, idx := range rep.Snapshots {
+		if idx < rep.Index {
+			t.Errorf("voter %s's snapshot at %d, before the lowered gate's %d", id, idx, rep.Index)
+		}
+	}
+	// The gate stays down although every voter reads 3.
+	l = g.leader()
+	eventually(t, "the leader to hear every voter", func() bool {
+		v := l.lastVoters.Load()
+		return v != nil && len(*v) == 3 && (*v)[0].Reads == 3 && (*v)[1].Reads == 3 && (*v)[2].Reads == 3
+	})
+	if gate := l.fsm.Gate(); gate.Format != 1 {
+		t.Fatalf("the gate rose during a downgrade: %s", gate)
+	}
+	// A follower restarted as a format-1 binary starts from its snapshot
+	// and follows.
+	var low string
+	for _, id := range []string{"1", "2", "3"} {
+		if id != l.ID() {
+			low = id
+			break
+		}
+	}
+	g.stop(low)
+	restarted := g.start(low, 1)
+	if _, err := l.Acquire(ctx, "after-downgrade", lock.AcquireOptions{TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	g.sameState("a format-1 node after the downgrade")
+	if err := restarted.HaltErr(); err != nil {
+		t.Fatalf("the format-1 node halted: %v", err)
+	}
+	// Back up: the format-1 node upgraded again, resume, the gate rises.
+	g.stop(low)
+	g.start(low, 0)
+	if _, err := mc.ChangeFormat(ctx, g.api[l.ID()], FormatArgs{Resume: true}); err != nil {
+		t.Fatal(err)
+	}
+	l = g.leader()
+	eventually(t, "the gate back at 3", func() bool { return l.fsm.Gate() == fsm.Gate{Format: 3, Offer: 3} })
+	if _, err := l.OpenSession(ctx, lock.SessionOptions{}); err != nil {
+		t.Errorf("OpenSession after resume: %v", err)
+	}
 }

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -68,6 +70,17 @@ func (f *adminClientFlags) client() (*raftlock.MembershipClient, error) {
 		mc.TLS = cfg
 	}
 	return mc, nil
+}
+
+// run calls fn with the flags' client and a context bounded by timeout.
+func (f *adminClientFlags) run(cmd *cobra.Command, timeout time.Duration, fn func(context.Context, *raftlock.MembershipClient) error) error {
+	mc, err := f.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	return fn(ctx, mc)
 }
 
 // firstToken reads the first token of a token file (one per line, #

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,26 +44,22 @@ func newFormatStatusCmd() *cobra.Command {
 		Short: "Print the format gate, what each voter reads, and what clients are offered",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mc, err := af.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			var errs []error
-			for _, addr := range af.endpoints {
-				st, err := mc.FormatStatus(ctx, addr)
-				if err != nil {
-					errs = append(errs, err)
-					continue
+			return af.run(cmd, timeout, func(ctx context.Context, mc *raftlock.MembershipClient) error {
+				var errs []error
+				for _, addr := range af.endpoints {
+					st, err := mc.FormatStatus(ctx, addr)
+					if err != nil {
+						errs = append(errs, err)
+						continue
+					}
+					if asJSON {
+						return printJSON(cmd, st)
+					}
+					printFormatStatus(cmd.OutOrStdout(), st)
+					return nil
 				}
-				if asJSON {
-					return writeJSONTo(cmd.OutOrStdout(), st)
-				}
-				printFormatStatus(cmd.OutOrStdout(), st)
-				return nil
-			}
-			return errors.Join(errs...)
+				return errors.Join(errs...)
+			})
 		},
 	}
 	af.register(cmd)
@@ -86,12 +81,6 @@ func printFormatStatus(w io.Writer, st *raftlock.FormatStatus) {
 		fmt.Fprintf(tw, "%s\t%s\n", v.ID, reads)
 	}
 	tw.Flush()
-}
-
-func writeJSONTo(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func newFormatDowngradeCmd() *cobra.Command {
@@ -122,36 +111,32 @@ A binary released before the format gate reads format 1.`,
 			if to < 1 || to > fsm.MaxFormat {
 				return fmt.Errorf("--to %d: want a format from 1 to %d", to, fsm.MaxFormat)
 			}
-			mc, err := af.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			out := cmd.OutOrStdout()
-			for {
-				rep, err := changeFormat(ctx, mc, af.endpoints, raftlock.FormatArgs{DowngradeTo: to, WaitMs: min(timeout, 30*time.Second).Milliseconds()})
-				if err != nil {
-					return err
-				}
-				if rep.Done {
-					if asJSON {
-						return writeJSONTo(out, rep)
+			return af.run(cmd, timeout, func(ctx context.Context, mc *raftlock.MembershipClient) error {
+				out := cmd.OutOrStdout()
+				for {
+					rep, err := changeFormat(ctx, mc, af.endpoints, raftlock.FormatArgs{DowngradeTo: to, WaitMs: min(timeout, 30*time.Second).Milliseconds()})
+					if err != nil {
+						return err
 					}
-					fmt.Fprintf(out, "done: %s\ngate: %s\n", rep.Message, rep.Gate)
-					for id, idx := range rep.Snapshots {
-						fmt.Fprintf(out, "  voter %s: snapshot at index %d\n", id, idx)
+					if rep.Done {
+						if asJSON {
+							return printJSON(cmd, rep)
+						}
+						fmt.Fprintf(out, "done: %s\ngate: %s\n", rep.Message, rep.Gate)
+						for id, idx := range rep.Snapshots {
+							fmt.Fprintf(out, "  voter %s: snapshot at index %d\n", id, idx)
+						}
+						return nil
 					}
-					return nil
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s (sessions %d with %d leases, shared holders %d, lock-delays %d)\n",
+						rep.Message, rep.Drain.Sessions, rep.Drain.SessionLeases, rep.Drain.Shared, rep.Drain.Delays)
+					select {
+					case <-ctx.Done():
+						return fmt.Errorf("format downgrade to %d not finished within --timeout %v: %s; run it again to continue", to, timeout, rep.Message)
+					case <-time.After(time.Second): // the leader waited already; a pause between asks
+					}
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s (sessions %d with %d leases, shared holders %d, lock-delays %d)\n",
-					rep.Message, rep.Drain.Sessions, rep.Drain.SessionLeases, rep.Drain.Shared, rep.Drain.Delays)
-				select {
-				case <-ctx.Done():
-					return fmt.Errorf("format downgrade to %d not finished within --timeout %v: %s; run it again to continue", to, timeout, rep.Message)
-				case <-time.After(time.Second): // the leader waited already; a pause between asks
-				}
-			}
+			})
 		},
 	}
 	af.register(cmd)
@@ -172,18 +157,14 @@ func newFormatResumeCmd() *cobra.Command {
 		Short: "End a downgrade: the gate rises again once every voter reads a higher format",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mc, err := af.client()
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			rep, err := changeFormat(ctx, mc, af.endpoints, raftlock.FormatArgs{Resume: true})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\ngate: %s\n", rep.Message, rep.Gate)
-			return nil
+			return af.run(cmd, timeout, func(ctx context.Context, mc *raftlock.MembershipClient) error {
+				rep, err := changeFormat(ctx, mc, af.endpoints, raftlock.FormatArgs{Resume: true})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\ngate: %s\n", rep.Message, rep.Gate)
+				return nil
+			})
 		},
 	}
 	af.register(cmd)
