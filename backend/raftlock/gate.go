@@ -277,6 +277,7 @@ type gateState struct {
 	halted     chan struct{}
 	haltErr    atomic.Pointer[error]
 	lastVoters atomic.Pointer[[]VoterReads]
+	lastFormat atomic.Pointer[formatAnswer]
 }
 
 func (n *Node) formatStatus(ctx context.Context) FormatStatus {
@@ -296,9 +297,24 @@ func (n *Node) handleFormatGet(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, Reply{Error: "a client credential is required"})
 		return
 	}
+	// One answer a second at most: each asks every voter and reads the
+	// lock table (Draining), which a client could otherwise repeat at
+	// will.
+	if c := n.lastFormat.Load(); c != nil && time.Since(c.at) < time.Second {
+		writeJSON(w, http.StatusOK, c.st)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	writeJSON(w, http.StatusOK, n.formatStatus(ctx))
+	st := n.formatStatus(ctx)
+	n.lastFormat.Store(&formatAnswer{at: time.Now(), st: st})
+	writeJSON(w, http.StatusOK, st)
+}
+
+// formatAnswer is the last answer of GET /v1/cluster/format.
+type formatAnswer struct {
+	at time.Time
+	st FormatStatus
 }
 
 // FormatArgs is POST /v1/cluster/format: lower the gate to DowngradeTo
@@ -435,7 +451,7 @@ func (n *Node) downgradeFormat(ctx context.Context, to uint8) (FormatReply, erro
 		case <-ctx.Done():
 			return FormatReply{Gate: n.fsm.Gate(), Needs: n.fsm.NeedsFormat(), Drain: n.fsm.Draining(),
 				Message: fmt.Sprintf("draining: the state still needs format %d; new work is held to format %d; ask again to continue", n.fsm.NeedsFormat(), to)}, nil
-		case <-time.After(100 * time.Millisecond): // an operator's wait on holders' releases
+		case <-time.After(250 * time.Millisecond): // an operator's wait on holders' releases
 		}
 	}
 	final := fsm.Gate{Format: to, Offer: to, Ceiling: to}

@@ -173,9 +173,29 @@ func (f *FSM) checkGate() {
 
 // NeedsFormat returns the lowest format that can express f's state: the
 // format its snapshot would be written in.
+// It reads the state in place, without the copy a snapshot makes: the
+// session and shared counts first, the lock table only when neither
+// decides.
 func (f *FSM) NeedsFormat() uint8 {
-	s, _ := f.Snapshot()
-	return s.(*snapshot).version
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if len(f.sessions) > 0 {
+		return snapVersionV3
+	}
+	if len(f.groups) > 0 {
+		return snapVersionV2
+	}
+	for _, until := range f.delays {
+		if until > f.now {
+			return snapVersionV2
+		}
+	}
+	for _, r := range f.kv {
+		if r.delay != 0 {
+			return snapVersionV2
+		}
+	}
+	return snapVersion
 }
 
 // Drain counts what keeps f's state above a format: open sessions and

@@ -191,4 +191,24 @@ func TestDigestAndNeeds(t *testing.T) {
 	if b.NeedsFormat() != 1 {
 		t.Errorf("NeedsFormat after the session closed: %d, want 1", b.NeedsFormat())
 	}
+	// NeedsFormat is the format the snapshot is written in, entry by
+	// entry of a random log of every op.
+	seen := map[uint8]bool{}
+	for name, log := range map[string][]Entry{"v1": randomLog(t, 7, 1000), "primitives": randomPrimLog(t, 7, 1000), "sessions": randomSessionLog(t, 7, 1000)} {
+		f := New()
+		for i, e := range log {
+			f.Apply(&raft.Log{Index: uint64(i + 1), Type: raft.LogCommand, Data: Encode(e)})
+			if i%25 != 0 {
+				continue
+			}
+			got, want := f.NeedsFormat(), snapBytes(t, f)[len(snapMagic)]
+			if got != want {
+				t.Fatalf("%s log, after entry %d: NeedsFormat %d, snapshot format %d", name, i+1, got, want)
+			}
+			seen[got] = true
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("the random logs reached formats %v; want 1, 2 and 3", seen)
+	}
 }
