@@ -113,6 +113,27 @@ func (g *Gateway) sessionLockerErr() (lock.SessionLocker, error) {
 	return g.l.(lock.SessionLocker), nil // featuresOf checked the interface
 }
 
+// sessionKeeper is sessionLocker for what keeps up or ends a session that
+// exists (a keep-alive, a close): the Locker's interface is enough,
+// whatever it offers to new sessions now. A backend that stops offering
+// sessions (raftlock while a format downgrade drains them) still keeps and
+// ends those it has; refusing their keep-alives here would lose their
+// leases.
+func (g *Gateway) sessionKeeper() (lock.SessionLocker, *apiError) {
+	sl, err := g.sessionKeeperErr()
+	if err != nil {
+		return nil, toAPIError(err)
+	}
+	return sl, nil
+}
+
+func (g *Gateway) sessionKeeperErr() (lock.SessionLocker, error) {
+	if sl, ok := g.l.(lock.SessionLocker); ok {
+		return sl, nil
+	}
+	return nil, &lock.UnsupportedError{Backend: g.backend, Feature: lock.FeatureSessions}
+}
+
 // checkSessionID refuses a missing or malformed session id before the
 // backend sees it: a session id is what lock.NewHandle makes (32 to 64
 // lowercase hex characters), as a lock token is.
@@ -166,7 +187,7 @@ func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*l
 	if s := g.sessions.get(id); s != nil {
 		return s, nil
 	}
-	sl, err := g.sessionLockerErr()
+	sl, err := g.sessionKeeperErr()
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +207,7 @@ func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*l
 // word for the session's TTL, used if the gateway must adopt it.
 func (g *Gateway) renewSession(ctx context.Context, id string, ttl time.Duration) (*lock.Session, error) {
 	if s := g.sessions.get(id); s != nil {
-		sl, err := g.sessionLockerErr()
+		sl, err := g.sessionKeeperErr()
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +226,7 @@ func (g *Gateway) renewSession(ctx context.Context, id string, ttl time.Duration
 
 // closeSession ends id and every lease in it.
 func (g *Gateway) closeSession(ctx context.Context, id string) error {
-	sl, err := g.sessionLockerErr()
+	sl, err := g.sessionKeeperErr()
 	if err != nil {
 		return err
 	}
@@ -355,7 +376,7 @@ func (c *conn) closeSessionWS(req wire.Request) {
 // before the backend sees it); call runs on a worker, in a slot, bounded
 // by opTimeout, and its reply or error is sent.
 func (c *conn) sessionCall(req wire.Request, call func(context.Context) (wire.Reply, error)) {
-	if _, aerr := c.g.sessionLocker(); aerr != nil {
+	if _, aerr := c.g.sessionKeeper(); aerr != nil {
 		c.fail(req.ID, aerr)
 		return
 	}
@@ -439,7 +460,7 @@ func (g *Gateway) restSessionID(w http.ResponseWriter, r *http.Request) (string,
 	if !g.readBody(w, r, &b, false) {
 		return "", false
 	}
-	if _, aerr := g.sessionLocker(); aerr != nil {
+	if _, aerr := g.sessionKeeper(); aerr != nil {
 		g.writeError(w, r, aerr)
 		return "", false
 	}

@@ -194,6 +194,23 @@ func (b *batcher) commit(batch []*submission) {
 	}
 }
 
+// admit checks ops that start new work (a client's acquire as it queues,
+// a session's open) against what the cluster offers now (the gate's
+// Offer), then as checkOps does. Ops that follow from admitted work (a
+// queued waiter's grant, a release) are checked by checkOps alone, against
+// what the cluster writes (the gate's Format): a downgrade that stops
+// offering a feature must not refuse the release whose entry grants an
+// earlier waiter.
+func (b *batcher) admit(ops ...fsm.Op) error {
+	g := b.n.fsm.Gate()
+	for i := range ops {
+		if err := gateRefuses(&ops[i], g, false, false); err != nil {
+			return err
+		}
+	}
+	return b.checkOps(ops...)
+}
+
 // checkOps validates ops with the state machine's limits (b.check:
 // fsm.Op.Validate). An op over a field's limit gives a *lock.ValidationError
 // wrapping the field's sentinel (ErrInvalidKey, ErrInvalidOwner,
@@ -204,7 +221,7 @@ func (b *batcher) checkOps(ops ...fsm.Op) error {
 	check := *b.check.Load()
 	g, sessions := b.n.fsm.Gate(), b.n.fsm.NumSessions() > 0
 	for i := range ops {
-		if err := gateRefuses(&ops[i], g, false, sessions); err != nil {
+		if err := gateRefuses(&ops[i], g, true, sessions); err != nil {
 			return err
 		}
 	}

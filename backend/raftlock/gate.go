@@ -627,3 +627,25 @@ func (mc *MembershipClient) ChangeFormat(ctx context.Context, apiAddr string, a 
 	}
 	return &rep, nil
 }
+
+// stillOffered returns the unsupported error of a queued waiter whose
+// grant needs more than the cluster offers now: a downgrade began while
+// it waited. Failing it at its turn, rather than granting it, keeps the
+// drain short; its release-mates in the entry commit as usual.
+func (n *Node) stillOffered(w *waiter, keys ...string) error {
+	g := n.fsm.Gate()
+	if g.Offer >= fsm.MaxFormat {
+		return nil
+	}
+	for _, k := range keys {
+		op := acquireOp(w, k)
+		if err := gateRefuses(&op, g, false, false); err != nil {
+			return err
+		}
+	}
+	if len(keys) > 1 {
+		all := fsm.Op{Type: fsm.OpAcquireAll, Token: uint64(len(keys))}
+		return gateRefuses(&all, g, false, false)
+	}
+	return nil
+}

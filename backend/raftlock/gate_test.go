@@ -336,6 +336,22 @@ func TestFormatDowngrade(t *testing.T) {
 	if _, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute}); err != nil { // empty: the downgrade closes it
 		t.Fatal(err)
 	}
+	// A semaphore waiter queued behind an exclusive holder before the
+	// downgrade: at its turn it is refused, and the release that makes
+	// its turn commits.
+	blocker, err := l.Acquire(ctx, "queued", lock.AcquireOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, "queued", lock.AcquireOptions{TTL: time.Minute, Permits: 2})
+		queued <- err
+	}()
+	eventually(t, "the semaphore waiter to queue", func() bool {
+		info, err := l.Inspect(ctx, "queued")
+		return err == nil && info.Waiters == 1
+	})
 
 	mc := &MembershipClient{}
 	via := g.api["2"] // through a follower: it forwards to the leader
@@ -350,6 +366,12 @@ func TestFormatDowngrade(t *testing.T) {
 		t.Fatalf("downgrade with a session lease and a shared holder alive: %+v; want not done, format 3 offer 1, one session (the empty one closed) and one shared holder", rep)
 	}
 	refusesBeyondFormat1(t, l, "draining")
+	if err := l.Release(ctx, blocker); err != nil {
+		t.Errorf("a release whose entry would grant a waiter queued before the downgrade: %v", err)
+	}
+	if err := <-queued; !errors.Is(err, lock.ErrUnsupported) {
+		t.Errorf("the semaphore waiter queued before the downgrade: %v, want ErrUnsupported", err)
+	}
 	// What exists keeps working: the session renews, its lease is held.
 	if err := l.RenewSession(ctx, s); err != nil {
 		t.Errorf("renewing a session while the downgrade drains: %v", err)

@@ -624,9 +624,25 @@ func (s *scheduler) roundLocked(key string, freed map[uint64]bool, entry *fsm.En
 		}
 		if w.keys != nil {
 			if q.inflight == 0 && i == 0 {
+				if err := s.n.stillOffered(w, w.keys...); err != nil {
+					s.removeLocked(w) // from this queue (at i) and its others
+					w.res <- result{err: err}
+					for _, k := range w.keys {
+						if k != key {
+							s.kickLocked(k)
+						}
+					}
+					continue // this queue's next waiter, in this round
+				}
 				s.multiRoundLocked(w, freed, now, entry, grants)
 			}
 			return
+		}
+		if err := s.n.stillOffered(w, key); err != nil {
+			q.waiters = slices.Delete(q.waiters, i, i+1)
+			s.waiters--
+			w.res <- result{err: err}
+			continue
 		}
 		v := s.compat(&st, w)
 		if v == grantable {

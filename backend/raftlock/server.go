@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/netguard"
@@ -79,6 +80,13 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 			_, err := n.members.Join(ctx, join, args)
 			if err == nil {
 				break
+			}
+			if args.Reads != 0 && strings.Contains(err.Error(), `unknown field "reads"`) {
+				// A leader older than the format gate refuses the field:
+				// join without it (a leader that knows the gate asks this
+				// node's status instead).
+				args.Reads = 0
+				continue
 			}
 			n.log.Info("join: retrying", "seeds", join, "err", err)
 			select {

@@ -178,7 +178,7 @@ func (s *Session) wait(ctx context.Context, w *waiter) ([]*lock.Lease, error) {
 	// Checked before it queues: a waiter whose grant the state machine
 	// would refuse must not sit at the head of a key's queue.
 	for _, k := range w.allKeys() {
-		if err := s.n.batch.checkOps(acquireOp(w, k)); err != nil {
+		if err := s.n.batch.admit(acquireOp(w, k)); err != nil {
 			return nil, err
 		}
 	}

@@ -49,8 +49,12 @@ func (s *Session) OpenSession(ctx context.Context, opts lock.SessionOptions) (*l
 		return nil, fmt.Errorf("%w: %d open, the limit (Config.MaxSessions)", ErrTooManySessions, n)
 	}
 	id := lock.NewHandle()
+	open := fsm.Op{Type: fsm.OpSessionOpen, Key: id, Owner: opts.Owner, TTL: opts.TTL}
+	if err := s.n.batch.admit(open); err != nil {
+		return nil, err
+	}
 	sent := time.Now()
-	res, err := s.n.applyCtx(ctx, fsm.Op{Type: fsm.OpSessionOpen, Key: id, Owner: opts.Owner, TTL: opts.TTL})
+	res, err := s.n.applyCtx(ctx, open)
 	if err != nil {
 		return nil, err
 	}

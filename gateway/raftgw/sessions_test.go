@@ -289,3 +289,31 @@ func TestSessionAfterLeaderChange(t *testing.T) {
 	want(t, call(t, ws2, map[string]any{"id": "c", "commandType": 13, "sessionId": id}), "c", "sessionClosed", "")
 	want(t, call(t, ws2, map[string]any{"id": "i2", "commandType": 4, "key": "lc/a"}), "i2", "error", "not_found")
 }
+
+// TestSessionsThroughADowngrade: once a format downgrade stops offering
+// sessions, a new session and an acquire in one are refused unsupported
+// (and the Features header no longer lists sessions), but the keep-alive
+// and the close of a session that exists pass: refusing them would lose
+// its leases.
+func TestSessionsThroughADowngrade(t *testing.T) {
+	c := startRaft(t)
+	addr := leaderAPI(t, c)
+	ws := dialWS(t, addr)
+	r := want(t, call(t, ws, map[string]any{"id": "o", "commandType": 11, "ttl": 5000, "clientId": "alice"}), "o", "session", "")
+	id := r.SessionID
+	want(t, call(t, ws, map[string]any{"id": "a", "commandType": 5, "key": "d/a", "sessionId": id}), "a", "grant", "")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rep, err := (&raftlock.MembershipClient{}).ChangeFormat(ctx, addr, raftlock.FormatArgs{DowngradeTo: 1, WaitMs: 100})
+	if err != nil || rep.Done || rep.Gate.Offer != 1 {
+		t.Fatalf("downgrade with a session lease alive: %+v, %v; want draining at offer 1", rep, err)
+	}
+	if _, _, h := doText(t, "http://"+addr+"/healthz"); strings.Contains(h.Get(wire.FeaturesHeader), "sessions") {
+		t.Errorf("Lockgate-Features %q lists sessions while a downgrade drains them", h.Get(wire.FeaturesHeader))
+	}
+	want(t, call(t, ws, map[string]any{"id": "o2", "commandType": 11, "ttl": 5000}), "o2", "error", "unsupported")
+	want(t, call(t, ws, map[string]any{"id": "a2", "commandType": 5, "key": "d/b", "sessionId": id}), "a2", "error", "unsupported")
+	want(t, call(t, ws, map[string]any{"id": "r", "commandType": 12, "sessionId": id}), "r", "sessionRenewed", "")
+	want(t, call(t, ws, map[string]any{"id": "c", "commandType": 13, "sessionId": id}), "c", "sessionClosed", "")
+}

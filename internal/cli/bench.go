@@ -21,6 +21,7 @@ func newBenchCmd() *cobra.Command {
 	}
 	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(),
 		newBenchElectionCmd(), newBenchCampaignCmd(), newBenchScaleCmd())
+	cmd.AddCommand(newBenchUpgradeCmd())
 	return cmd
 }
 
