@@ -16,7 +16,7 @@ import (
 // oldRevision is the last commit before entry format 3 (sessions) and the
 // format gate: a binary that predates the gate, which counts as reading
 // format 1.
-const oldRevision = "90dd3c8"
+const oldRevision = "90dd3c8979d7eb64d152e6a58be1f577b66143d5"
 
 // oldLockgate returns the lockgate binary of oldRevision, built once into
 // the user's cache directory. A build that fails (no git, a clone without

@@ -88,8 +88,18 @@ func BuildRevision(ctx context.Context, rev string, opts BuildOptions) (string, 
 		return "", fmt.Errorf("servers: BuildRevision: %s is not inside a git repository: %w", dir, err)
 	}
 	hash, err := gitOutput(ctx, git, root, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+	if err != nil && fullHash(rev) {
+		// A shallow or partial clone (CI's) may lack an older commit:
+		// fetch that one commit from the clone's origin, by its full hash.
+		logf(opts.Log, "servers: %s is not in %s: fetching it from origin", rev, root)
+		if _, ferr := gitOutput(ctx, git, root, "fetch", "--quiet", "--depth=1", "origin", rev); ferr == nil {
+			hash, err = gitOutput(ctx, git, root, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+		} else {
+			err = ferr
+		}
+	}
 	if err != nil {
-		return "", fmt.Errorf("servers: BuildRevision: %w: %q in %s", ErrUnknownRevision, rev, root)
+		return "", fmt.Errorf("servers: BuildRevision: %w: %q in %s (a full 40-character hash is fetched from origin when missing)", ErrUnknownRevision, rev, root)
 	}
 	cache := opts.CacheDir
 	if cache == "" {
@@ -313,4 +323,18 @@ func lockFile(ctx context.Context, path string) (unlock func(), err error) {
 		case <-time.After(200 * time.Millisecond): // another process's build: polled
 		}
 	}
+}
+
+// fullHash reports whether rev is a full 40-character commit hash (what
+// a server lets a client fetch by).
+func fullHash(rev string) bool {
+	if len(rev) != 40 {
+		return false
+	}
+	for i := 0; i < len(rev); i++ {
+		if c := rev[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
