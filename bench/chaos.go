@@ -42,7 +42,7 @@ type ChaosConfig struct {
 	// next acquire, drawn uniformly from [0, Think) (default 0: none).
 	// After a failed acquire a client always pauses 20–100 ms.
 	Think time.Duration
-	// Mode is how the clients hold their keys (issue 22): ChaosExclusive
+	// Mode is how the clients hold their keys: ChaosExclusive
 	// (the zero value: a mutex), ChaosRW (each acquire shared with
 	// probability SharedFraction, else exclusive) or ChaosSemaphore
 	// (every acquire one of Permits permits). Shared holders read: they

@@ -15,7 +15,7 @@ import (
 	"github.com/lockgate/lockgate/lock/election"
 )
 
-// The election campaign (--mode election, issue 22): the clients campaign
+// The election campaign (--mode election): the clients campaign
 // (election.Campaign, auto-renewed at the campaign's TTL) on Keys election
 // keys; a leader leads for a short random time writing to the fenced and
 // unfenced stores with its term's token, as a mutex holder does, then

@@ -10,7 +10,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// The campaign's modes (issue 22): the same faults over shared and
+// The campaign's modes: the same faults over shared and
 // exclusive holds, or over a semaphore's permits.
 const (
 	ChaosExclusive = "exclusive"

@@ -130,7 +130,7 @@ type ElectionReport struct {
 	CommitP50Ms   float64 `json:"commit_p50_ms"`
 	CommitP99Ms   float64 `json:"commit_p99_ms"`
 	CommitSamples int     `json:"commit_samples"`
-	// BoundMs is TTL + CommitP50Ms: issue 22's bound on each failover.
+	// BoundMs is TTL + CommitP50Ms: the bound on each failover.
 	BoundMs float64 `json:"bound_ms"`
 	Kills   []Kill  `json:"kills"`
 	// P50Ms and MaxMs are over the kills' FailoverMs.

@@ -100,7 +100,7 @@ func TestFloorFormula(t *testing.T) {
 			t.Errorf("%s: the model does not say why it fits", b)
 		}
 	}
-	// The figures, computed by hand: 359 µs sync, 10 µs loopback,
+	// Figures computed by hand: 359 µs sync, 10 µs loopback,
 	// a raftlock cycle's floor of about 1.48 ms.
 	if c := DeriveFloor(Raft, sync, rtt).CycleUS; c != 1476 {
 		t.Errorf("raft cycle floor %v µs, want 1476", c)

@@ -186,8 +186,8 @@ type Report struct {
 	// CacheComparisons set each cache-on run beside its cache-off run.
 	CacheComparisons []CacheComparison `json:"cache_comparisons,omitempty"`
 	// ModeComparisons set each rw and semaphore run beside contended,
-	// and each multikey run beside its single-key acquires, with issue
-	// 22's goals.
+	// and each multikey run beside its single-key acquires, with their
+	// goals.
 	ModeComparisons []ModeComparison `json:"mode_comparisons,omitempty"`
 }
 

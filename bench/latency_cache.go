@@ -12,7 +12,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// The workloads of the lease cache (issue 20): affinity, which a cache
+// The workloads of the lease cache: affinity, which a cache
 // serves, and wanted, which measures the signal its reclaim rests on.
 
 // Defaults of the affinity workload.
@@ -139,7 +139,7 @@ func (rep *Report) noteDirectCache() {
 	rep.Notes = append(rep.Notes, note)
 }
 
-// The wanted workload's floor, as the lease-cache issue states its goal:
+// The wanted workload's floor, as the lease cache's goal states it:
 // from a waiter's Acquire to its holder hearing Wanted, one commit and one
 // round trip (the request in, the push out: two halves). It is generous to
 // raftlock, whose leader marks the holder as the waiter queues, with no

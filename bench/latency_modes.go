@@ -12,7 +12,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// The workloads of issue 22's primitives: read-write locks, semaphores and
+// The workloads of the primitives beyond the mutex: read-write locks, semaphores and
 // multi-key acquire, each beside the mutex workload of the same shape in
 // the same run (ModeComparison).
 const (
@@ -32,7 +32,7 @@ const (
 	MultiKey = "multikey"
 )
 
-// Defaults of the primitives' workloads, and their goals (issue 22).
+// Defaults of the primitives' workloads, and their goals.
 const (
 	DefaultSharedFraction = 0.9
 	DefaultPermits        = 4
@@ -253,7 +253,7 @@ type ModeComparison struct {
 	Base    float64 `json:"base"`
 	// Ratio is Value over Base.
 	Ratio float64 `json:"ratio"`
-	// Goal is issue 22's bound on Ratio ("≥ 5", "≤ 1.3"; empty: none),
+	// Goal is the bound on Ratio ("≥ 5", "≤ 1.3"; empty: none),
 	// Met whether Ratio is within it (nil without a goal).
 	Goal string `json:"goal,omitempty"`
 	Met  *bool  `json:"met,omitempty"`

@@ -85,7 +85,7 @@ func TestModesUnsupported(t *testing.T) {
 }
 
 // TestCompareModes: rw and semaphore are set beside contended's ops/s,
-// multikey beside its single acquires' p50, each against issue 22's goal;
+// multikey beside its single acquires' p50, each against its goal;
 // an unsupported run says so in the table and is compared with nothing.
 func TestCompareModes(t *testing.T) {
 	run := func(w string, ops, p50 float64) *Run {

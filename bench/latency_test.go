@@ -71,7 +71,7 @@ func TestLatencySmoke(t *testing.T) {
 		}
 	}
 
-	// The JSON schema of the issue: field names and types.
+	// The report's JSON schema: field names and types.
 	var js bytes.Buffer
 	if err := rep.WriteJSON(&js); err != nil {
 		t.Fatal(err)

@@ -394,7 +394,7 @@ cache is faster); hits, misses and reclaimed are the cache-on run's totals over 
 	}
 	if rows := rep.modeRows(); len(rows) > 0 {
 		b.WriteString(`<h2>Beyond the mutex</h2>
-<p>Issue 22's primitives beside their baseline in this run: <i>rw</i> (shared with the probability shown, else
+<p>The primitives beyond the mutex beside their baseline in this run: <i>rw</i> (shared with the probability shown, else
 exclusive, one key) and <i>semaphore</i> (one key) as acquisitions/s over the <i>contended</i> workload's (same clients,
 one key, exclusive); <i>multikey</i> as the p50 of an AcquireAll of the keys shown over the p50 of a single-key acquire,
 the two alternating in each client on keys of its own.</p>

@@ -14,11 +14,11 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// The scale bench (`lockgate bench scale`, issue 23): a three-node cluster
+// The scale bench (`lockgate bench scale`): a three-node cluster
 // loaded to a target number of held leases in sessions, plus waiting
 // connections, held for a while under a background lock workload, with a
 // snapshot, a follower restart, a leader kill and an expiry storm, each
-// measured against the issue's goals. RunScale drives the phases; a
+// measured against its goals. RunScale drives the phases; a
 // scaleTarget (raftlock through the gateway protocol, or etcd with its own
 // session leases) does what each phase means on its backend.
 

@@ -166,7 +166,7 @@ type ScaleSample struct {
 	EntriesTotal float64 `json:"entries_total"`
 }
 
-// ScaleGoal is one of issue 23's goals with what was measured.
+// ScaleGoal is one of the scale bench's goals with what was measured.
 type ScaleGoal struct {
 	Goal     string `json:"goal"`
 	Target   string `json:"target"`
@@ -205,7 +205,7 @@ func status(ok bool) string {
 	return "not met"
 }
 
-// goals judges the run against issue 23's goals.
+// goals judges the run against the scale bench's goals.
 func (rep *ScaleReport) goals() {
 	var g []ScaleGoal
 	add := func(goal, target, measured, st string, safety bool) {

@@ -104,7 +104,7 @@ func (c *Client) acquireCtx(ctx context.Context, wait bool) (context.Context, co
 
 // acquireRequest is req (an acquire's command and key or keys) with the
 // rest of what an acquire under handle sends: opts's owner, TTL and value,
-// and issue 22's options as they are (mode "" for exclusive, permits,
+// and the primitives' options as they are (mode "" for exclusive, permits,
 // lockDelayMs: the gateway answers unsupported when its backend lacks one;
 // none of them is cached).
 func acquireRequest(req wire.Request, opts lock.AcquireOptions, handle string) wire.Request {

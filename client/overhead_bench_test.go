@@ -31,7 +31,7 @@ const overheadBlock = 100
 // the WebSocket protocol over loopback to a gateway serving that Locker.
 // The two paths run in alternating blocks of overheadBlock cycles. It
 // reports each path's p50 over all its cycles, added-µs (their difference:
-// the "adds ≤ 60 µs p50 per cycle"), and added-paired-µs, the
+// the goal's "adds ≤ 60 µs p50 per cycle"), and added-paired-µs, the
 // median over consecutive pairs of blocks of the difference of their p50s,
 // which is less sensitive to the load moving during the run.
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 22's primitives: the Client passes AcquireOptions.Mode, Permits
+// The primitives beyond the mutex: the Client passes AcquireOptions.Mode, Permits
 // and LockDelay through, acquires several keys at once (AcquireAll) and
 // watches keys (Watch, watch.go), whatever the gateway's backend offers;
 // the gateway answers unsupported (an error matching lock.ErrUnsupported)

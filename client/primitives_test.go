@@ -11,7 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
-// Issue 22's primitives through the SDK, beside the conformance suite
+// The primitives beyond the mutex through the SDK, beside the conformance suite
 // (which runs their cases through it): what is the SDK's own.
 
 // TestFeaturesFromHandshake: a fresh client reports its gateway's

@@ -11,7 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 23's sessions. The Client is a lock.SessionLocker over commands
+// Sessions. The Client is a lock.SessionLocker over commands
 // 11–13 of docs/protocol.md, and when its gateway offers "sessions" it
 // puts the leases it would renew one by one (AcquireOptions zero TTL:
 // auto-renewed) in one session of its own instead, kept alive by one

@@ -14,7 +14,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 23's sessions through the Go client, against a three-node
+// Sessions through the Go client, against a three-node
 // raftlock cluster with the gateway on every node.
 
 // renewals scrapes a node's gateway metrics: successful renewals of

@@ -1,5 +1,5 @@
-// Package clients is the conformance harness of lockgate's client SDKs
-// (issue 21): the Go SDK (client/), the TypeScript client (clients/js) and
+// Package clients is the conformance harness of lockgate's client SDKs:
+// the Go SDK (client/), the TypeScript client (clients/js) and
 // the Python asyncio client (clients/python) all run one scenario set,
 // clients/scenarios/scenarios.json, against a real three-node `lockgate
 // node` cluster.

@@ -11,7 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lock/election"
 )
 
-// Issue 22's scenarios: shared locks, semaphores, acquire-all, watch,
+// The primitives' scenarios: shared locks, semaphores, acquire-all, watch,
 // lock-delay and election, as the Go runner implements them (the
 // TypeScript and Python runners mirror each step).
 func init() {

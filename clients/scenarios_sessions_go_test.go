@@ -13,7 +13,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 23's scenarios: sessions, as the Go runner implements them (the
+// The sessions scenarios, as the Go runner implements them (the
 // TypeScript and Python runners mirror each step).
 func init() {
 	goScenarios["session-many-leases"] = sessionManyLeases

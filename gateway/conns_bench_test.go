@@ -22,7 +22,7 @@ func BenchmarkIdleConnections(b *testing.B) { benchConnections(b, "hold") }
 
 // BenchmarkWaitingConnections is BenchmarkIdleConnections with each of
 // the 10k connections waiting (acquire, 1) for a key another connection
-// holds (issue 23: ≤ 32 KiB per connection, the wait's goroutine and
+// holds (the scale goal: ≤ 32 KiB per connection, the wait's goroutine and
 // state included). The holder's own connection and leases count too.
 func BenchmarkWaitingConnections(b *testing.B) { benchConnections(b, "wait") }
 

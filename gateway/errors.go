@@ -93,7 +93,7 @@ func decodeStrict(data []byte, v any) error {
 // validateLeaseRef checks the key and lock token that a renew or release
 // names, with the lock package's limits, before the backend sees them: a
 // malformed one gets its own 400 (invalid_key, invalid_handle) and never
-// joins a backend's batch with other clients' operations (issue 15).
+// joins a backend's batch with other clients' operations.
 //
 // Normalize applies the lock package's one rule for handles
 // (lock.MinHandleLen to lock.MaxHandleLen lowercase hex: what a

@@ -12,7 +12,7 @@ import (
 
 // TestInvalidUTF8Key: a text frame that is not valid UTF-8 (here in the
 // key) closes the connection with 1007, as RFC 6455 §8.1 requires, and
-// grants nothing. (Issue 15: "a\xff" was rewritten to "a\uFFFD" and
+// grants nothing. (Before, "a\xff" was rewritten to "a\uFFFD" and
 // granted, so "a\xff" and "a\xfe" were one lock.)
 func TestInvalidUTF8Key(t *testing.T) {
 	_, srv := startGateway(t, Options{})
@@ -77,7 +77,7 @@ func TestWSNullAndTrailing(t *testing.T) {
 
 // TestWSLeaseFieldsValidated: renew, release and inspect check the key and
 // the lock token's format in the gateway before the backend sees them
-// (issue 15: a 300-character lock token failed other clients' batches).
+// (a 300-character lock token once failed other clients' batches).
 func TestWSLeaseFieldsValidated(t *testing.T) {
 	_, srv := startGateway(t, Options{})
 	c := dial(t, srv)
@@ -111,7 +111,7 @@ func TestWSLeaseFieldsValidated(t *testing.T) {
 }
 
 // TestRESTNullAndTrailing: a body that is not exactly one JSON object is
-// bad_json; wait_ms and ttl_ms are bounded before any arithmetic (issue 15:
+// bad_json; wait_ms and ttl_ms are bounded before any arithmetic (once,
 // wait_ms 9223372036855 overflowed to a negative wait); renew, release and
 // inspect check key and lock token before the backend sees them.
 func TestRESTNullAndTrailing(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 // BenchmarkConnGrant measures a connection's bookkeeping per grant and
 // release while it holds n other leases: the cost must not grow with n
-// (issue 15: a sweep of every lease on each grant made 8,000 held leases
+// (a sweep of every lease on each grant once made 8,000 held leases
 // cost 10x the CPU of 2,000).
 func BenchmarkConnGrant(b *testing.B) {
 	for _, n := range []int{100, 1000, 8000} {
@@ -54,7 +54,7 @@ func BenchmarkConnGrant(b *testing.B) {
 }
 
 // BenchmarkSessionLeaseBytes measures what the gateway keeps per held
-// session lease on its heap (issue 23: at most 400 B per lease on the
+// session lease on its heap (the scale goal: at most 400 B per lease on the
 // leader with 1,000,000 leases in 1,000 sessions, the gateway's share
 // included): the connection's table entry and its end callback, beyond the
 // lock.Lease the backend made. It also reports the lock.Lease's own bytes

@@ -86,7 +86,7 @@ func (c *wsClient) recvN(n int) map[string]wire.Reply {
 
 // TestLimitsTryAcquireFlood: 10,000 try-acquires pipelined on one
 // connection are served by at most MaxInFlightPerConn goroutines at a time
-// (issue 15: one goroutine each, 2,677 at peak for 5,000), and every frame
+// (once one goroutine each, 2,677 at peak for 5,000), and every frame
 // is answered.
 func TestLimitsTryAcquireFlood(t *testing.T) {
 	_, srv := startGateway(t, Options{})

@@ -19,7 +19,7 @@ type metrics struct {
 	watches     prometheus.Gauge
 	watchEvents prometheus.Counter
 	// renewals counts successful renewals by kind: "lease" (renew, 3),
-	// "session" (renewSession, 12) — issue 23: one keep-alive renews a
+	// "session" (renewSession, 12) — one keep-alive renews a
 	// session's every lease.
 	renewals      *prometheus.CounterVec
 	leaseRenews   prometheus.Counter

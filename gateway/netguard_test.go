@@ -105,7 +105,7 @@ func awaitClosed(r io.Reader, c net.Conn, deadline time.Time) error {
 // TestIdleConnectionsClosed: 1,000 connections that cost the server a
 // descriptor each and then go quiet — half never send a byte, half send
 // one request and idle on keep-alive — are all closed by the server
-// (issue 15: they stayed open with no idle timeout).
+// (they once stayed open with no idle timeout).
 func TestIdleConnectionsClosed(t *testing.T) {
 	const conns = 1000
 	raiseFDLimit(t, 3*conns+512) // client and server ends, and the node's own
@@ -191,7 +191,7 @@ func TestIdleUnauthorizedClosed(t *testing.T) {
 
 // TestIdleSlowBody: an authenticated REST request whose body trickles in
 // a byte a second is cut off at the read timeout; the handler answers and
-// returns instead of waiting for the rest (issue 15: over 30 s).
+// returns instead of waiting for the rest (once over 30 s).
 func TestIdleSlowBody(t *testing.T) {
 	toks, err := NewTokens(goodToken)
 	if err != nil {

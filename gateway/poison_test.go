@@ -17,7 +17,7 @@ import (
 	"github.com/lockgate/lockgate/internal/wire"
 )
 
-// TestPoisonRenewRelease is issue 15's poison run: four well-behaved REST
+// TestPoisonRenewRelease is a poison run: four well-behaved REST
 // clients acquire and release their keys in a loop on a three-node raftlock
 // cluster while a fifth sends renews and releases with oversize lock tokens
 // and oversize keys. Before every op was validated ahead of its Raft batch,

@@ -19,7 +19,7 @@ import (
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
-// Issue 22's primitives through the gateway, over the reference locker
+// The primitives beyond the mutex through the gateway, over the reference locker
 // (which offers every feature, or the subset a test asks for).
 
 // startOver serves a gateway over l.

@@ -30,7 +30,7 @@ type acquireBody struct {
 	Mode        string  `json:"mode"`
 	Permits     int     `json:"permits"`
 	LockDelayMS int64   `json:"lock_delay_ms"`
-	// SessionID puts the lease(s) in that session (issue 23).
+	// SessionID puts the lease(s) in that session.
 	SessionID string `json:"session_id"`
 }
 
@@ -40,7 +40,7 @@ type acquireAllBody struct {
 	acquireBody
 }
 
-// options are the acquire options b names, but for issue 22's (mode,
+// options are the acquire options b names, but for the primitives' (mode,
 // permits, lock_delay_ms: primitiveOptions checks them); a client without
 // a client_id gets an owner of its own.
 func (b *acquireBody) options() lock.AcquireOptions {
@@ -190,7 +190,7 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 
 // checkWait answers invalid_wait and reports false when wait_ms is out of
 // range. It is bounded before it becomes a duration: a large wait_ms
-// overflowed the multiplication into a negative wait (issue 15).
+// once overflowed the multiplication into a negative wait.
 func (g *Gateway) checkWait(w http.ResponseWriter, r *http.Request, waitMS int64) bool {
 	if maxMS := durationMS(g.opts.MaxWait); waitMS < 0 || waitMS > maxMS {
 		g.writeError(w, r, newError(wire.CodeInvalidWait,

@@ -11,7 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 23's sessions over the protocols: openSession (11), renewSession
+// Sessions over the protocols: openSession (11), renewSession
 // (12), closeSession (13), REST /sessions, and acquires that put their
 // leases in a session (sessionId). A session is the backend's
 // (lock.SessionLocker): it outlives the connection that opened it and ends

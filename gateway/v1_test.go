@@ -17,7 +17,7 @@ import (
 	"github.com/lockgate/lockgate/internal/wire"
 )
 
-// Protocol v1's findings (issue 21), one test each: what a client written
+// Protocol v1's findings, one test each: what a client written
 // from docs/protocol.md alone tripped over.
 
 // TestV1OneTokenShape (finding 1): the fencing token is {"key", "value"}

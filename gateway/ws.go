@@ -64,7 +64,7 @@ type conn struct {
 	// leaves it when it ends (AfterEnd: released, expired, refused), so
 	// that a grant costs O(1) whatever the connection holds, and its size
 	// is what the connection holds. An entry is the Lease itself (no
-	// wrapper: issue 23 counts the gateway's bytes per held lease).
+	// wrapper: the scale bench counts the gateway's bytes per held lease).
 	leases map[string]*lock.Lease
 	// rod holds the lock tokens of the leases to release when the
 	// connection drops (releaseOnDisconnect); nil until one asks.
@@ -260,7 +260,7 @@ func (c *conn) acquire(req wire.Request) {
 	}
 	opts := c.acquireOptions(req)
 	if req.Mode != "" || req.Permits != 0 || req.LockDelayMS != 0 {
-		// Issue 22's options: refused when malformed, or unsupported by
+		// The primitives' options: refused when malformed, or unsupported by
 		// the backend, before it sees them. A plain acquire skips this.
 		if aerr := c.g.primitiveOptions(&opts, req.Key, req.Mode, req.Permits, req.LockDelayMS, 0); aerr != nil {
 			c.fail(req.ID, aerr)
@@ -290,7 +290,7 @@ func (c *conn) acquire(req wire.Request) {
 	})
 }
 
-// acquireOptions are the acquire options req names, but for issue 22's
+// acquireOptions are the acquire options req names, but for the primitives'
 // (mode, permits, lockDelayMs: primitiveOptions checks them); without a
 // clientId the owner is the connection's client.
 func (c *conn) acquireOptions(req wire.Request) lock.AcquireOptions {

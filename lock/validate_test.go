@@ -108,7 +108,7 @@ func TestNormalizeHandle(t *testing.T) {
 
 // TestValidateLease: Renew and Release check the key and the handle's length
 // of a lease (typically rebuilt from a client's request) before a backend
-// sees them (issue 15: an over-long lock token in a release reached the
+// sees them (an over-long lock token in a release once reached the
 // Raft log and failed every op batched with it). Each limit at max-1, max
 // and max+1.
 func TestValidateLease(t *testing.T) {

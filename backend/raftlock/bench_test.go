@@ -339,7 +339,7 @@ func rwRun(tb testing.TB, l *Node, n, clients, sharedPct int) (rate float64, med
 
 // BenchmarkAcquireRW is 32 clients on one key, 90 % of the acquires
 // shared, against the same with every acquire exclusive, in interleaved
-// rounds. Goal (issue 22): ≥ 5× the exclusive acquisitions/s.
+// rounds. Goal: ≥ 5× the exclusive acquisitions/s.
 func BenchmarkAcquireRW(b *testing.B) {
 	l := benchLeader(b)
 	rw, excl, _, _ := interleave(b, 5,
@@ -387,7 +387,7 @@ func multiRun(tb testing.TB, l *Node, n, keys int) (rate float64, median time.Du
 }
 
 // BenchmarkAcquireAll8 is AcquireAll of 8 keys against a single-key
-// Acquire, one client, in interleaved rounds. Goal (issue 22): ≤ 1.3× the
+// Acquire, one client, in interleaved rounds. Goal: ≤ 1.3× the
 // single acquire's median latency.
 func BenchmarkAcquireAll8(b *testing.B) {
 	l := benchLeader(b)

@@ -11,7 +11,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// The primitives of issue 22 in raftlock beyond the conformance suite: how
+// The primitives in raftlock beyond the conformance suite: how
 // they are committed (one entry per burst of shared grants, one per
 // multi-key grant), what a leader change keeps, watches on followers, and
 // the bounds of watches and shared holders.

@@ -2,7 +2,7 @@ package redlock
 
 import "github.com/lockgate/lockgate/lock"
 
-// Issue 22's primitives (lock.Features): redlock offers none of them, and
+// The primitives beyond the mutex (lock.Features): redlock offers none of them, and
 // refuses an acquire that needs one before any request reaches a master
 // (lock.ErrUnsupported, with one of the reasons below). N = 1 (a single
 // Redis) is refused too: the Locker is one implementation whatever N is,

@@ -11,8 +11,8 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// TestUnsupportedRefusedBeforeSending: every option needing one of issue
-// 22's primitives fails with lock.ErrUnsupported and its reason, before
+// TestUnsupportedRefusedBeforeSending: every option needing one of the
+// other primitives fails with lock.ErrUnsupported and its reason, before
 // any command reaches a master (the masters stay empty), from Acquire and
 // TryAcquire alike; lock.AcquireAll and lock.Watch refuse too. A plain
 // acquire afterwards does write keys, so the emptiness check can fail.

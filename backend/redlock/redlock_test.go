@@ -285,7 +285,7 @@ func TestTokensAcrossQuorums(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Down sets: the example first ({A,B,C} then {A,D,E}), then
+	// Down sets: the quorums {A,B,C} then {A,D,E} first, then
 	// every pair in turn.
 	downs := [][]int{{3, 4}, {1, 2}}
 	for i := range 5 {

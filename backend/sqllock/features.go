@@ -2,7 +2,7 @@ package sqllock
 
 import "github.com/lockgate/lockgate/lock"
 
-// Issue 22's primitives (lock.Features). sqllock offers shared locks and
+// The primitives beyond the mutex (lock.Features). sqllock offers shared locks and
 // semaphores (shared.go) with one FIFO queue of waiters across modes and
 // Lockers (queue.go), multi-key acquires (multi.go) and lock-delay (the
 // takeover condition of acquire.sql); it refuses watches, and the

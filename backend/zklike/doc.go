@@ -69,7 +69,7 @@
 //
 // # Shared locks, semaphores, multi-key acquire, watch, lock-delay
 //
-// The Locker offers every primitive of issue 22 (Features reports them
+// The Locker offers each of these primitives (Features reports them
 // all), each on the same directory of sequence-ordered contenders:
 //
 //   - Read-write locks (Mode shared) and semaphores (Permits N), as in

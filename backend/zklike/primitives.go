@@ -12,7 +12,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 22's primitives on the same recipe: every contender is a key of
+// The primitives beyond the mutex on the same recipe: every contender is a key of
 // the lock's directory, ordered by create revision, and what a contender
 // may do depends only on the contenders before it (ZooKeeper's shared-lock
 // recipe, Curator's InterProcessReadWriteLock and a sequence-numbered
@@ -43,7 +43,7 @@ import (
 // its deadline (TTL), but etcd deletes its key, and grants it on, only D
 // later.
 
-// features is what zklike offers: all of issue 22's primitives.
+// features is what zklike offers: every primitive beyond the mutex.
 const features = lock.FeatureShared | lock.FeatureSemaphore | lock.FeatureMultiKey | lock.FeatureWatch | lock.FeatureLockDelay
 
 // Features implements lock.FeatureReporter.

@@ -15,7 +15,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 23's sessions through the gateway of a three-node raftlock
+// Sessions through the gateway of a three-node raftlock
 // cluster: open, renew and close over WebSocket and REST, acquires in a
 // session, a close that releases every lease (a waiter is granted), the
 // codes of a session that is gone or malformed, and the per-connection

@@ -43,8 +43,8 @@ lock/election's Campaign through the Go SDK), observe the election with lock/ele
 SIGKILL the leader's process --kills times, starting a new campaigner after
 each kill. For each kill it reports the time from the SIGKILL to the next
 leader observed (and to the observer seeing no leader, and to the next
-leader's process saying it leads), then the p50 and max beside the bound of
-issue 22: the lease TTL plus one commit, the commit being the p50 of an
+leader's process saying it leads), then the p50 and max beside the bound on
+a failover: the lease TTL plus one commit, the commit being the p50 of an
 uncontended acquire on the same endpoints measured in the same run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -149,7 +149,7 @@ shares; ops/s counts acquisitions), wanted (--clients/2 pairs: the holder of a
 key waits for its lease's Wanted signal while the waiter queues; latency is
 from the waiter's Acquire to the holder hearing it, shown beside the floor of
 one commit and one round trip; a backend whose Locker does not signal wanted
-is skipped with a note), and issue 22's primitives: rw (--clients clients, one
+is skipped with a note), and the other primitives: rw (--clients clients, one
 key, each acquire shared with probability --rw-shared, else exclusive;
 acquisitions/s set beside contended's, goal ≥ 5×), semaphore (--clients
 clients, one key of --permits permits; beside contended's) and multikey
@@ -287,7 +287,7 @@ cut clients from a minority of servers), clock (raft: a node's leader clock
 jumps forward; redlock: a quorum's clocks, emulated), client-pause (a client
 stalls 1.5 × TTL after checking its deadline, then writes).
 
---mode rw and --mode semaphore run the same faults over issue 22's
+--mode rw and --mode semaphore run the same faults over these
 primitives: shared holders read (they write to no store), exclusive ones
 write as above, and the overlap check judges the modes — an exclusive
 holder alone, or shared holders only, at most --permits of them; an

@@ -19,7 +19,7 @@ func newBenchScaleCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "scale",
-		Short: "Hold many leases in sessions, with waiting connections, a leader kill and an expiry storm (issue 23)",
+		Short: "Hold many leases in sessions, with waiting connections, a leader kill and an expiry storm",
 		Long: `Start a three-node cluster of 'lockgate node' processes on free 127.0.0.1
 ports (or use --servers), then, under a background lock workload
 (--background clients acquiring and releasing keys of their own,
@@ -45,7 +45,7 @@ phase):
            expire together a TTL later; the lock table must empty while the
            background workload's p99 stays within 500 ms
 
-The report sets each of issue 23's goals beside what was measured, and
+The report sets each of the scale goals beside what was measured, and
 prints the goals as a markdown table too (docs/benchmarks.md). --backend etcd
 puts the same lease load on a three-node etcd: a session is an etcd
 concurrency.Session, a lease a key put with its lease; the background

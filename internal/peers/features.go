@@ -2,7 +2,7 @@ package peers
 
 import "github.com/lockgate/lockgate/lock"
 
-// Issue 22's primitives (lock.Features): shared locks, semaphores,
+// The primitives beyond the mutex (lock.Features): shared locks, semaphores,
 // multi-key acquires, watches and lock-delay. A wrapper offers one only
 // where its library does it; none of the wrapped libraries does, so every
 // wrapper reports none and refuses an acquire that needs one before its

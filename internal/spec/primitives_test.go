@@ -10,7 +10,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Issue 22's primitives against the spec: every new message and error a
+// The primitives beyond the mutex against the spec: every new message and error a
 // target can produce, and unsupported for each primitive it does not
 // announce. Keys are prefixed by the target so that targets sharing a
 // backend do not meet.

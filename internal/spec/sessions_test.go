@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Issue 23's sessions: every message and code of commands 11–13 and of
+// Sessions: every message and code of commands 11–13 and of
 // acquires with sessionId, on raftlock's leader; too_many_sessions on the
 // limited gateway (one session per connection); unsupported on a gateway
 // over a locker without sessions.

@@ -81,7 +81,7 @@ type node struct {
 	leader, follower string // API addresses (host:port)
 	tokens, limited  string // base URLs
 	// Gateways over the in-memory reference locker (base URLs): mem offers
-	// every primitive of issue 22, bare none, memLimited every one with
+	// every primitive beyond the mutex, bare none, memLimited every one with
 	// one watch per connection; they provoke the primitives' messages
 	// whatever the raftlock under test offers.
 	mem, bare, memLimited string
@@ -168,7 +168,7 @@ func TestProtocol(t *testing.T) {
 	n := startNode(t)
 	t.Run("REST", func(t *testing.T) { testREST(t, s, n) })
 	t.Run("WebSocket", func(t *testing.T) { testWS(t, s, n) })
-	// Issue 22's primitives: on raftlock's leader as far as it announces
+	// The primitives beyond the mutex: on raftlock's leader as far as it announces
 	// them (unsupported for the rest), on the reference locker all of them,
 	// and unsupported on a gateway over a locker without any.
 	for _, target := range []struct{ name, base string }{
@@ -177,7 +177,7 @@ func TestProtocol(t *testing.T) {
 		t.Run("Primitives/WebSocket/"+target.name, func(t *testing.T) { testPrimitivesWS(t, s, n, target.base) })
 		t.Run("Primitives/REST/"+target.name, func(t *testing.T) { testPrimitivesREST(t, s, n, target.base) })
 	}
-	// Issue 23's sessions: on raftlock, and unsupported on a gateway over
+	// Sessions: on raftlock, and unsupported on a gateway over
 	// a locker without them.
 	t.Run("Sessions/WebSocket", func(t *testing.T) { testSessionsWS(t, s, n) })
 	t.Run("Sessions/REST", func(t *testing.T) { testSessionsREST(t, s, n) })
@@ -267,7 +267,7 @@ func TestWrongResponsesFail(t *testing.T) {
 	check("WebSocket message of an unknown type", s.frame(`{"type":"granted","success":true}`), true)
 	check("WebSocket request renew without fencingToken", s.request(`{"commandType":3,"key":"k","lockToken":"`+lt+`"}`), true)
 
-	// Issue 22's messages.
+	// The primitives' messages.
 	overflow := `{"id":"w","type":"event","success":false,"key":"k","event":"error","error":{"code":"watch_overflow","message":"m"}}`
 	check("WebSocket watch_overflow event", s.frame(overflow), false)
 	check("WebSocket error event claiming success", s.frame(strings.Replace(overflow, `"success":false`, `"success":true`, 1)), true)
@@ -296,7 +296,7 @@ func TestWrongResponsesFail(t *testing.T) {
 	check("REST acquireAll", s.restResponse(t, "POST", "/locks", 200, `{"leases":[`+good+`]}`, nil), false)
 	check("REST delayed with retry_in_ms", s.restResponse(t, "POST", "/locks/{key}", 409, `{"error":{"code":"delayed","message":"x","retry_in_ms":5}}`, nil), false)
 
-	// Issue 23's messages.
+	// The sessions' messages.
 	session := `{"id":"s","type":"session","success":true,"sessionId":"` + lt + `","ttl":5000}`
 	check("WebSocket session", s.frame(session), false)
 	check("WebSocket session without sessionId", s.frame(strings.Replace(session, `"sessionId":"`+lt+`",`, "", 1)), true)

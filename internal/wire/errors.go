@@ -40,7 +40,7 @@ const (
 	CodeTooLarge             = "too_large"
 	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeInternal             = "internal"
-	// Issue 22's primitives.
+	// The primitives beyond the mutex.
 	CodeUnsupported      = "unsupported"
 	CodeInvalidMode      = "invalid_mode"
 	CodeInvalidPermits   = "invalid_permits"
@@ -51,7 +51,7 @@ const (
 	CodeWatchOverflow    = "watch_overflow"
 	CodeTooManyWatches   = "too_many_watches"
 	CodeDuplicateID      = "duplicate_id"
-	// Issue 23's sessions.
+	// Sessions.
 	CodeSessionExpired  = "session_expired"
 	CodeTooManySessions = "too_many_sessions"
 )

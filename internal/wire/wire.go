@@ -17,12 +17,12 @@ const (
 	CmdInspect    = 4
 	CmdTryAcquire = 5 // one attempt
 	CmdCancel     = 6 // cancel a waiting acquire by its request id
-	// Issue 22's primitives (need the backend's feature, else unsupported).
+	// The primitives beyond the mutex (need the backend's feature, else unsupported).
 	CmdAcquireAll    = 7  // wait for every key of keys, all at once (multikey)
 	CmdTryAcquireAll = 8  // one attempt at every key of keys (multikey)
 	CmdWatch         = 9  // stream a key's holder changes as "event" messages with the request's id (watch; prefix: every key under key, watchprefix)
 	CmdUnwatch       = 10 // end the watch whose id is target
-	// Issue 23's sessions (need the backend's sessions feature, else
+	// Sessions (need the backend's sessions feature, else
 	// unsupported): many leases kept alive by one keep-alive.
 	CmdOpenSession  = 11 // open a session: ttl (ms; 0 = the default), clientId
 	CmdRenewSession = 12 // keep sessionId alive for its TTL from now
@@ -84,7 +84,7 @@ const (
 // lists what the gateway's backend offers beyond the protocol's core, comma
 // separated: FeatureWanted when holders get "wanted" pushes, and the names
 // of lock.Features.Names ("shared", "semaphore", "multikey", "watch",
-// "lockdelay") for issue 22's primitives, "sessions" for issue 23's, and
+// "lockdelay") for the other primitives, "sessions" for sessions, and
 // "watchprefix" when a watch (9) may set prefix (lock.FeatureWatchPrefix).
 // REST answers carry it too.
 const (

@@ -9,7 +9,7 @@
 //		})
 //	}
 //
-// Beyond the exclusive lock, the cases of issue 22's primitives run when
+// Beyond the exclusive lock, the other primitives' cases run when
 // lock.FeaturesOf reports the feature they need: SharedExclusion and
 // WriterNotStarved (FeatureShared), Semaphore (FeatureSemaphore), MultiKey
 // (FeatureMultiKey), Watch and Election (FeatureWatch, the latter through
@@ -156,7 +156,7 @@ func Run(t *testing.T, f Factory) {
 		{"InvalidInput", s.invalidInput, 0},
 		{"Wanted", s.wanted, 0},
 		{"Close", s.close, 0},
-		// Issue 22's primitives. Unsupported runs on every backend: it
+		// The primitives beyond the mutex. Unsupported runs on every backend: it
 		// proves that a backend refuses what it does not offer.
 		{"Unsupported", s.unsupported, 0},
 		{"SharedExclusion", s.sharedExclusion, lock.FeatureShared},

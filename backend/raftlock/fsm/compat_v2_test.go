@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The version 2 formats (issue 22's primitives), recorded as the v1 files
+// The version 2 formats (the primitives beyond the mutex), recorded as the v1 files
 // are (compat_test.go): a log of shared, semaphore, lock-delay and group
 // ops, the snapshot after it, and the digest of every result. Regenerate
 // (-update-v2) only together with a new format version.

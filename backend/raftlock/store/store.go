@@ -45,7 +45,7 @@ const (
 
 	// Default is the kind KindAuto gives a new data directory. KindWAL
 	// measured faster (BenchmarkApply, three nodes: half the syncs per
-	// commit, about half the commit latency, 1.6x the throughput; issue 16:
+	// commit, about half the commit latency, 1.6x the throughput; bench latency:
 	// 0.35-0.42x etcd's sequential p50 against bolt's 0.61-0.68x). It was
 	// KindBolt while raft-wal v0.4.0 could not reopen a log whose tail was
 	// truncated (hashicorp/raft-wal#31, fixed by #33 in v0.4.1); the

@@ -141,7 +141,7 @@ def leader_addr(body: Any) -> str:
 
 def validate_primitives(mode: Optional[str], permits: Optional[int],
                         lock_delay: Optional[float]) -> "tuple[str, int, int, list[str]]":
-    """Check issue 22's acquire options as the gateway would: the mode
+    """Check the primitives' acquire options as the gateway would: the mode
     ("exclusive" or "shared"; a semaphore permit is shared), the permits
     (0 … MAX_PERMITS) and the lock-delay (seconds, 0 … MAX_LOCK_DELAY).
     Returns (mode, permits, lock-delay ms, the gateway features needed)."""

@@ -23,7 +23,7 @@ monotonic clock, where ``sent`` is when the first copy of its acquire (or
 its latest successful renew) was sent. A grant that arrives with less than
 half its TTL left is renewed at once.
 
-Sessions (issue 23): when the gateway offers ``sessions``, every lease
+Sessions: when the gateway offers ``sessions``, every lease
 acquired without a TTL (auto-renewed) goes into one session of the client,
 opened on first use, and one keep-alive every ttl/3 renews them all. A
 session lease's deadline is its session's: the same rule, ``sent`` being

@@ -1,4 +1,4 @@
-"""Sessions (issue 23): many leases kept alive by one keep-alive.
+"""Sessions: many leases kept alive by one keep-alive.
 
 A session's leases share its TTL and its deadline; one ``renewSession``
 (command 12) renews them all on the server, whatever their number. A session

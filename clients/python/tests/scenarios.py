@@ -327,7 +327,7 @@ async def lease_cache(r: Run) -> None:
     await lb.release()
 
 
-# -- issue 22's scenarios (clients/scenarios_primitives_go_test.go has their meaning) ------
+# -- the primitives' scenarios (clients/scenarios_primitives_go_test.go has their meaning) -
 
 async def expect_raises(coro: Awaitable[Any], exc: type, what: str) -> Any:
     try:
@@ -519,7 +519,7 @@ async def election_scenario(r: Run) -> None:
         await leaders.aclose()
 
 
-# -- issue 23's scenarios (clients/scenarios_sessions_go_test.go has their meaning) ------
+# -- the sessions scenarios (clients/scenarios_sessions_go_test.go has their meaning) ----
 
 async def still_held(leases: List[lockgate.Lease], hold: float) -> None:
     """Hold for ``hold`` seconds (the scenario's own duration), failing as soon as a lease ends."""

@@ -1,4 +1,4 @@
-"""Issue 22's primitives against scripted fake gateways: the frames of
+"""The primitives beyond the mutex against scripted fake gateways: the frames of
 mode/permits/lockDelayMs, acquire_all and watch as docs/protocol.md and
 gateway/primitives_test.go show them; features from Lockgate-Features and
 unsupported refused before sending; the new codes as typed errors; the lease

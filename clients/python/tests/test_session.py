@@ -1,4 +1,4 @@
-"""Sessions (issue 23) against scripted fake gateways: the client's own
+"""Sessions against scripted fake gateways: the client's own
 session (one openSession, acquires naming it, one keep-alive for every lease
 and no per-lease renewal), the deadline rule (sent of the last open/renew +
 ttl − drift), a refused keep-alive and a passed deadline ending every lease,
