@@ -17,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/lockgate/lockgate/internal/wire"
+	"github.com/lockgate/lockgate/internal/workerpool"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
@@ -85,9 +86,9 @@ func (c *wsClient) recvN(n int) map[string]wire.Reply {
 }
 
 // TestLimitsTryAcquireFlood: 10,000 try-acquires pipelined on one
-// connection are served by at most MaxInFlightPerConn goroutines at a time
-// (once one goroutine each, 2,677 at peak for 5,000), and every frame
-// is answered.
+// connection are served at most MaxInFlightPerConn at a time, on the
+// worker pool's goroutines (once one goroutine each, 2,677 at peak for
+// 5,000), and every frame is answered.
 func TestLimitsTryAcquireFlood(t *testing.T) {
 	_, srv := startGateway(t, Options{})
 	c := dial(t, srv)
@@ -122,7 +123,13 @@ func TestLimitsTryAcquireFlood(t *testing.T) {
 	if grants != 500 {
 		t.Errorf("%d grants, want 500 (one per key)", grants)
 	}
-	if limit := base + DefaultMaxInFlightPerConn + goroutineSlack; peak > limit {
+	// The frames in flight are bounded by the connection's slots; the
+	// goroutines that ran them are the worker pool's, which keeps up to
+	// workerpool.MaxIdle of them between calls. A worker that has freed
+	// its slot but not yet parked as idle still counts (on a loaded
+	// machine many do at once: 129 seen beside a second suite), so the
+	// bound is both, and still far below a goroutine per frame.
+	if limit := base + DefaultMaxInFlightPerConn + workerpool.MaxIdle + goroutineSlack; peak > limit {
 		t.Errorf("%d goroutines at peak (%d before the flood), want at most %d: frames are not bounded per connection", peak, base, limit)
 	}
 	t.Logf("goroutines: %d before the flood, %d at peak", base, peak)
@@ -297,7 +304,13 @@ func TestLimitsRenewDuringMaxWaiters(t *testing.T) {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	if limit := base + DefaultMaxInFlightPerConn + goroutineSlack; peak > limit {
+	// The frames in flight are bounded by the connection's slots; the
+	// goroutines that ran them are the worker pool's, which keeps up to
+	// workerpool.MaxIdle of them between calls. A worker that has freed
+	// its slot but not yet parked as idle still counts (on a loaded
+	// machine many do at once: 129 seen beside a second suite), so the
+	// bound is both, and still far below a goroutine per frame.
+	if limit := base + DefaultMaxInFlightPerConn + workerpool.MaxIdle + goroutineSlack; peak > limit {
 		t.Errorf("%d goroutines at peak (%d with the waiters), want at most %d", peak, base, limit)
 	}
 	t.Logf("goroutines: %d with %d waiters, %d at peak of the renews", base, DefaultMaxWaitersPerConn, peak)
