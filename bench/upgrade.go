@@ -412,10 +412,13 @@ func (r *upgradeRun) awaitGateRise(ctx context.Context) error {
 				want = min(want, v.Reads)
 			}
 			last = fmt.Sprintf("gate %s, voters %+v", st.Gate, st.Voters)
-			if known && st.Gate.Format == want && st.Gate.Offer == want {
-				if want <= r.cfg.DowngradeTo {
-					return fmt.Errorf("every voter reads format %d at most: %s offers nothing a downgrade to %d would take away", want, r.cfg.ToName, r.cfg.DowngradeTo)
-				}
+			if known && want <= r.cfg.DowngradeTo {
+				// An answer of before the last replacement (a node
+				// answers GET /v1/cluster/format at most once a
+				// second), or a newer binary that reads no more.
+				last = fmt.Sprintf("every voter reads format %d at most: %s offers nothing a downgrade to %d would take away (gate %s, voters %+v)",
+					want, r.cfg.ToName, r.cfg.DowngradeTo, st.Gate, st.Voters)
+			} else if known && st.Gate.Format == want && st.Gate.Offer == want {
 				r.rep.GateRoseTo = want
 				r.progress("gate at %s (node %s)", st.Gate, node)
 				return nil

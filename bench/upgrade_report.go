@@ -87,6 +87,8 @@ type UpgradeReport struct {
 	// Failures lists every promise broken (empty: the drill passed).
 	Failures []string `json:"failures"`
 	Command  string   `json:"command,omitempty"`
+
+	history check.History // every operation, for History
 }
 
 // UpgradePhase is one phase of the drill and what the clients did in it.
@@ -180,8 +182,13 @@ func (r *upgradeRun) finish() {
 			rep.GateFellS = floatPtr(g.AtS)
 		}
 	}
+	rep.history = h
 	rep.check(h)
 }
+
+// History is every operation the drill's clients recorded, in the
+// checkers' form: what a failed drill's investigation starts from.
+func (rep *UpgradeReport) History() check.History { return rep.history }
 
 // check runs the checkers over h and lists the failures.
 func (rep *UpgradeReport) check(h check.History) {

@@ -128,7 +128,8 @@ func (n *Node) halt(err error) {
 	})
 }
 
-// FormatStatus answers GET /v1/cluster/format.
+// FormatStatus answers GET /v1/cluster/format. A node answers it at most
+// once a second: an answer may be up to a second old.
 type FormatStatus struct {
 	Gate    fsm.Gate     `json:"gate"`
 	Needs   uint8        `json:"needs"`   // the lowest format that expresses the state now

@@ -3,6 +3,9 @@ package mixedversion
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,7 +24,7 @@ func TestUpgradeDrillSmoke(t *testing.T) {
 	defer cancel()
 	w := &logWriter{t: t}
 	rep, err := bench.RunUpgrade(ctx, bench.UpgradeConfig{From: old, To: cur, FromName: oldRevision, ToName: "today",
-		Duration: 40 * time.Second, Log: w, Progress: w})
+		Duration: 30 * time.Second, Log: w, Progress: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +35,11 @@ func TestUpgradeDrillSmoke(t *testing.T) {
 	t.Logf("report:\n%s", out.String())
 	if !rep.Passed() {
 		t.Errorf("failures: %q", rep.Failures)
+		if f, err := os.Create(filepath.Join(t.ArtifactDir(), "history.json")); err == nil {
+			json.NewEncoder(f).Encode(rep.History())
+			f.Close()
+			t.Logf("history: %s", f.Name())
+		}
 	}
 	if rep.Overlaps != 0 || rep.StaleWritesAccepted != 0 || rep.TokensReused != 0 || rep.TokensReusedAnyKey != 0 ||
 		rep.TokenRegressions != 0 || !rep.Linearizable {
