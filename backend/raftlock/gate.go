@@ -421,8 +421,9 @@ func (n *Node) resumeFormat(ctx context.Context) (FormatReply, error) {
 
 // downgradeFormat runs the downgrade to format to, as far as it can
 // before ctx ends: (1) new work is held to format to (Offer) and the gate
-// stops rising (Ceiling); (2) the state drains: sessions without leases
-// are closed, and the others end as their holders release or expire; (3)
+// stops rising (Ceiling); (2) the state drains: keep-alives of sessions
+// that hold no lease are refused, so they end at their expiry
+// (drainRefuses), and the others end as their holders release or expire; (3)
 // once the state needs no more than format to, the gate's Format goes
 // down, so the leader writes nothing above it; (4) every voter takes a
 // snapshot covering that point, so a voter restarted on an older binary
@@ -438,13 +439,6 @@ func (n *Node) downgradeFormat(ctx context.Context, to uint8) (FormatReply, erro
 		}
 	}
 	for {
-		if to < 3 {
-			for _, id := range n.fsm.EmptySessions() {
-				if _, err := n.applyCtx(ctx, fsm.Op{Type: fsm.OpSessionClose, Key: id}); err != nil {
-					break
-				}
-			}
-		}
 		if n.fsm.NeedsFormat() <= to {
 			break
 		}
@@ -647,6 +641,24 @@ func (n *Node) stillOffered(w *waiter, keys ...string) error {
 	if len(keys) > 1 {
 		all := fsm.Op{Type: fsm.OpAcquireAll, Token: uint64(len(keys))}
 		return gateRefuses(&all, g, false, false)
+	}
+	return nil
+}
+
+// drainRefuses returns why the keep-alive of session id is refused: while
+// a downgrade drains sessions (the gate offers no sessions but still
+// writes them), a session that holds no lease is not kept alive, so that
+// it ends at its expiry and the drain finishes even though its client
+// would renew it for ever. It is not closed: an acquire into it admitted
+// before the downgrade may still commit, and its lease must then live to
+// the session's expiry, its holder's deadline, not end at once.
+func (n *Node) drainRefuses(id string) error {
+	g := n.fsm.Gate()
+	if g.Offer >= 3 || g.Format < 3 {
+		return nil
+	}
+	if si, ok := n.fsm.Session(id); ok && si.Leases == 0 {
+		return errors.New("raftlock: a format downgrade drains the sessions and this one holds no lease: it is not renewed and ends at its expiry; acquire without a session")
 	}
 	return nil
 }

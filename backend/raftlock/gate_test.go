@@ -333,7 +333,10 @@ func TestFormatDowngrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute}); err != nil { // empty: the downgrade closes it
+	// A session without a lease, which its client would renew for ever:
+	// the drain stops renewing it, and it ends at its expiry.
+	empty, err := l.OpenSession(ctx, lock.SessionOptions{TTL: 2 * time.Second})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A semaphore waiter queued behind an exclusive holder before the
@@ -362,8 +365,11 @@ func TestFormatDowngrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Done || rep.Gate.Format != 3 || rep.Gate.Offer != 1 || rep.Drain.Sessions != 1 || rep.Drain.Shared != 1 {
-		t.Fatalf("downgrade with a session lease and a shared holder alive: %+v; want not done, format 3 offer 1, one session (the empty one closed) and one shared holder", rep)
+	if rep.Done || rep.Gate.Format != 3 || rep.Gate.Offer != 1 || rep.Drain.Sessions != 2 || rep.Drain.SessionLeases != 1 || rep.Drain.Shared != 1 {
+		t.Fatalf("downgrade with a session lease and a shared holder alive: %+v; want not done, format 3 offer 1, two sessions with one lease, one shared holder", rep)
+	}
+	if err := l.RenewSession(ctx, empty); !errors.Is(err, lock.ErrSessionExpired) {
+		t.Errorf("renewing a session without a lease while sessions drain: %v, want ErrSessionExpired", err)
 	}
 	refusesBeyondFormat1(t, l, "draining")
 	if err := l.Release(ctx, blocker); err != nil {
@@ -377,6 +383,9 @@ func TestFormatDowngrade(t *testing.T) {
 		t.Errorf("renewing a session while the downgrade drains: %v", err)
 	}
 	if err := l.Release(ctx, inSession); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CloseSession(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Release(ctx, shared); err != nil {

@@ -70,6 +70,9 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 	if err := s.checkSession(sess); err != nil {
 		return err
 	}
+	if err := s.n.drainRefuses(sess.ID); err != nil {
+		return sess.Refused(err)
+	}
 	sent := time.Now()
 	res, err := s.n.applyCtx(ctx, fsm.Op{Type: fsm.OpSessionRenew, Key: sess.ID})
 	if err != nil {

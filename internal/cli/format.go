@@ -97,9 +97,9 @@ func newFormatDowngradeCmd() *cobra.Command {
 steps the leader takes: (1) new work is held to format N's features (a
 client asking for more is answered 'unsupported'; the SDKs fall back to
 per-lease renewal) and the gate stops rising; (2) the state drains:
-sessions that hold no lease are closed, the other sessions, shared
-holders and lock-delays end as their holders release or their leases
-expire; (3) the leader writes only format N from then on; (4) every voter
+sessions that hold no lease are no longer renewed and end at their
+expiry, the other sessions, shared holders and lock-delays end as their
+holders release or their leases expire; (3) the leader writes only format N from then on; (4) every voter
 takes a snapshot past that point, so that a node restarted with an older
 binary starts from a snapshot it reads and replays no entry above format
 N. The command asks again until all four are done or --timeout passes

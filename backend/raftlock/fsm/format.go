@@ -228,19 +228,6 @@ func (f *FSM) Draining() Drain {
 	return d
 }
 
-// EmptySessions returns the ids of the sessions that hold no lease.
-func (f *FSM) EmptySessions() []string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	var ids []string
-	for id, s := range f.sessions {
-		if len(s.leases) == 0 {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // Digest returns the SHA-256 of f's snapshot: two FSMs with equal state
 // (applied index, clock and counter included) have equal digests.
 func (f *FSM) Digest() [32]byte {
