@@ -471,6 +471,10 @@ func (r *upgradeRun) downgrade(ctx context.Context) error {
 		d.Asks++
 		switch {
 		case err == nil && rep.Done:
+			// The leader's answer is the gate's fall: the nodes that
+			// could show it may be replaced by the older binary (which
+			// has no format endpoint) before the watcher asks again.
+			r.noteGate(rep.Gate, rep.LeaderID)
 			d.DoneS, d.Index, d.Message = r.u.now().Seconds(), rep.Index, rep.Message
 			r.progress("downgrade done after %d request(s): %s", d.Asks, rep.Message)
 			return nil

@@ -406,7 +406,13 @@ func (n *Node) handleBackup(w http.ResponseWriter, r *http.Request) {
 		redirect("not the ready leader")
 		return
 	}
+	if !n.backupMu.TryLock() {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusTooManyRequests, Reply{Term: n.term(), Error: "a backup is being taken on this node: one at a time; retry when it is done"})
+		return
+	}
 	data, h, err := n.Backup(r.Context())
+	n.backupMu.Unlock()
 	if errors.Is(err, lock.ErrNotLeader) {
 		redirect(err.Error())
 		return

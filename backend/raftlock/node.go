@@ -52,7 +52,10 @@ type Node struct {
 	// scanMu lets one console scan of the lock table run at a time (each
 	// holds the state machine's read lock for the whole table); the API
 	// transport is the console's to reach the other members (console.go).
-	scanMu           sync.Mutex
+	scanMu sync.Mutex
+	// backupMu lets one backup be built at a time (each holds about
+	// three copies of the state in memory: backup.go).
+	backupMu         sync.Mutex
 	apiTransportOnce sync.Once
 	apiTransport     http.RoundTripper
 

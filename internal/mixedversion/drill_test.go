@@ -24,7 +24,7 @@ func TestUpgradeDrillSmoke(t *testing.T) {
 	defer cancel()
 	w := &logWriter{t: t}
 	rep, err := bench.RunUpgrade(ctx, bench.UpgradeConfig{From: old, To: cur, FromName: oldRevision, ToName: "today",
-		Duration: 30 * time.Second, Log: w, Progress: w})
+		Duration: 40 * time.Second, Log: w, Progress: w})
 	if err != nil {
 		t.Fatal(err)
 	}
