@@ -296,7 +296,7 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("fsm: restore: read snapshot: %w", err)
 	}
-	if len(data) > len(snapMagic) && string(data[:len(snapMagic)]) == snapMagic && data[len(snapMagic)] > f.ReadsFormat() {
+	if newerSnapshot(data, f.ReadsFormat()) {
 		return fmt.Errorf("fsm: restore: %w: a snapshot of format %d, and this node reads up to format %d: run a binary that reads format %d",
 			ErrUnknownFormat, data[len(snapMagic)], f.ReadsFormat(), data[len(snapMagic)])
 	}
@@ -310,6 +310,18 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	}
 	f.install(st)
 	return nil
+}
+
+// newerSnapshot reports whether data is a whole snapshot (its magic and
+// its CRC-32C intact) of a format above reads: a newer binary's, not a
+// corrupt one, which a node must not skip or fall back past.
+func newerSnapshot(data []byte, reads uint8) bool {
+	const head = len(snapMagic) + 1
+	if len(data) < head+4 || string(data[:len(snapMagic)]) != snapMagic || data[len(snapMagic)] <= reads {
+		return false
+	}
+	body := data[:len(data)-4]
+	return binary.LittleEndian.Uint32(data[len(body):]) == crc32.Checksum(body, crcTable)
 }
 
 // install replaces f's state with st.
