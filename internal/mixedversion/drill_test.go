@@ -18,6 +18,7 @@ import (
 // linearizable), the gate rises to format 3 and falls to 1, and the
 // clients used what each phase offered.
 func TestUpgradeDrillSmoke(t *testing.T) {
+	t.Parallel() // both wait on processes far more than they compute
 	old := oldLockgate(t)
 	cur := newLockgate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)

@@ -33,6 +33,7 @@ const aboveFormat1 = lock.FeatureSessions | lock.FeatureShared | lock.FeatureSem
 // sessions are offered and used; (c) over the whole test no fencing token
 // was granted twice.
 func TestMixedBinaryCluster(t *testing.T) {
+	t.Parallel() // both wait on processes far more than they compute
 	old := oldLockgate(t)
 	cur := newLockgate(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
