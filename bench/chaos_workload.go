@@ -158,12 +158,7 @@ func (w *workload) client(ctx context.Context, id int, l lock.Locker, links clie
 		err = l.Release(rctx, lease)
 		cancel()
 		rel.End = w.now()
-		switch {
-		case err == nil:
-			rel.OK = true
-		case errors.Is(err, lock.ErrNotHeld):
-		default:
-			rel.Unknown = true
+		if settleRelease(&rel, err) {
 			w.fail("release", err)
 		}
 		w.record(rel)
@@ -280,4 +275,18 @@ func (u *unfenced) write(key, data string) uint64 {
 	u.seq++
 	u.data[key] = data
 	return u.seq
+}
+
+// settleRelease sets a recorded release's outcome from its error: done,
+// not held (the lease was gone already: it changed nothing), or unknown
+// (true: it may have taken effect or not, and is a failure to report).
+func settleRelease(rel *check.Op, err error) (unknown bool) {
+	switch {
+	case err == nil:
+		rel.OK = true
+	case errors.Is(err, lock.ErrNotHeld):
+	default:
+		rel.Unknown = true
+	}
+	return rel.Unknown
 }

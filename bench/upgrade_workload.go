@@ -282,12 +282,7 @@ func (u *upgradeWorkload) release(ctx context.Context, id int, c *client.Client,
 	err := c.Release(rctx, lease)
 	cancel()
 	rel.End = u.now()
-	switch {
-	case err == nil:
-		rel.OK = true
-	case errors.Is(err, lock.ErrNotHeld):
-	default:
-		rel.Unknown = true
+	if settleRelease(&rel, err) {
 		u.fail("release", err)
 	}
 	u.record(rel)
