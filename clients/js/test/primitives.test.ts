@@ -1,5 +1,5 @@
 /**
- * Issue 22's primitives against scripted in-process gateways: the frames of
+ * The primitives beyond the mutex against scripted in-process gateways: the frames of
  * mode/permits/lockDelayMs, acquireAll and watch exactly as
  * docs/protocol.md and gateway/primitives_test.go show them; features from
  * Lockgate-Features and unsupported refused before sending; the new error

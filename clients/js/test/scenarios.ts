@@ -1,6 +1,6 @@
 /**
  * The TypeScript runner's implementations of clients/scenarios/scenarios.json
- * (their meaning: the shared scenario set of issue 21, mirrored by the Go
+ * (their meaning: the scenario set all three clients share, mirrored by the Go
  * runner in clients/scenarios_go_test.go and the Python runner). Each throws
  * why it failed.
  */
@@ -361,7 +361,7 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
     }
     await free(c, r.key);
   },
-  // Issue 22's scenarios (clients/scenarios_primitives_go_test.go has their meaning).
+  // The primitives' scenarios (clients/scenarios_primitives_go_test.go has their meaning).
 
   async "shared-readers"(r) {
     const a = r.client("A"), b = r.client("B"), c = r.client("C");
@@ -525,7 +525,7 @@ export const scenarios: Record<string, (r: Run) => Promise<void>> = {
       await leaders.return(undefined);
     }
   },
-  // Issue 23's scenarios (clients/scenarios_sessions_go_test.go has their meaning).
+  // The sessions' scenarios (clients/scenarios_sessions_go_test.go has their meaning).
 
   async "session-many-leases"(r) {
     const ttl = r.ttlMs;

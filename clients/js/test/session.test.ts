@@ -1,5 +1,5 @@
 /**
- * Sessions (issue 23) against scripted gateways: the client's own session
+ * Sessions against scripted gateways: the client's own session
  * (one openSession, acquires naming it, one keep-alive for every lease and
  * no per-lease renewal), the deadline rule (sent of the last open/renew +
  * ttl − drift), a refused keep-alive and a passed deadline ending every

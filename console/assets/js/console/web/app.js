@@ -1,5 +1,5 @@
 /**
- * lockgate's web console (issue 24; the contract is docs/console.md): the
+ * lockgate's web console (the contract is docs/console.md): the
  * cluster, the lock table, a live event stream, sparklines of the node's
  * own metrics and, for an admin, force-release. Plain DOM, no framework;
  * served from the binary at /ui/. The bearer token lives in `api` (memory

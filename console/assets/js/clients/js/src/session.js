@@ -1,5 +1,5 @@
 /**
- * Sessions (issue 23): many leases kept alive by one keep-alive. A
+ * Sessions: many leases kept alive by one keep-alive. A
  * session's leases share its TTL and its deadline; one renewSession
  * (command 12) renews them all on the server, whatever their number. A
  * session that ends — its keep-alive refused (session_expired), its
