@@ -301,15 +301,11 @@ func RunChaos(ctx context.Context, cfg ChaosConfig) (*ChaosReport, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "lockgate-chaos-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(cfg.Dir, "lockgate-chaos-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	fmt.Fprintf(cfg.Progress, "campaign: %s under %s, seed %d, %v; %d clients on %d keys, TTL %v, hold < %v, think < %v\n",
 		cfg.Backend, strings.Join(cfg.Faults, ","), cfg.Seed, cfg.Duration, cfg.Clients, cfg.Keys, cfg.TTL, cfg.Hold, cfg.Think)
 	if cfg.Command != "" {
@@ -587,3 +583,16 @@ func (rep *ChaosReport) Failures() []string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// workDir is dir, or, when dir is empty, a new temporary directory named
+// after prefix that cleanup removes.
+func workDir(dir, prefix string) (_ string, cleanup func(), err error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return d, func() { os.RemoveAll(d) }, nil
+}

@@ -165,15 +165,11 @@ func RunUpgrade(ctx context.Context, cfg UpgradeConfig) (*UpgradeReport, error) 
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "lockgate-upgrade-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := workDir(cfg.Dir, "lockgate-upgrade-")
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	store, err := fencedstore.Open(filepath.Join(dir, "fenced.log"), fencedstore.Options{})
 	if err != nil {
 		return nil, err
