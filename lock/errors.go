@@ -59,6 +59,21 @@ var (
 	// ErrNotLeader: the node that was asked is not the leader. Returned
 	// wrapped in a *NotLeaderError that names the leader when known.
 	ErrNotLeader = errors.New("lock: not leader")
+
+	// ErrQuotaExceeded: the caller's identity holds as many of something
+	// (sessions, leases, waiting acquires, watches) as its quota allows
+	// (docs/security.md, "Tenants"). Other identities are unaffected;
+	// releasing or closing some frees room.
+	ErrQuotaExceeded = errors.New("lock: quota exceeded")
+
+	// ErrRateLimited: the caller's identity sent requests faster than its
+	// rate allows; retry after the time the error names. Keep-alives and
+	// renewals are never rate-limited.
+	ErrRateLimited = errors.New("lock: rate limited")
+
+	// ErrForbidden: the caller's identity may not do this on this key (the
+	// policy's permissions, docs/security.md).
+	ErrForbidden = errors.New("lock: forbidden")
 )
 
 // ValidationError says which input was rejected and why. It wraps one of

@@ -54,6 +54,9 @@ const (
 	// Sessions.
 	CodeSessionExpired  = "session_expired"
 	CodeTooManySessions = "too_many_sessions"
+
+	CodeQuotaExceeded = "quota_exceeded"
+	CodeRateLimited   = "rate_limited"
 )
 
 // StatusClientClosed is nginx's 499, the status of cancelled: the client
@@ -147,6 +150,14 @@ var Codes = []Code{
 	// A watch whose id names a watch already open on the connection (its
 	// events and its unwatch could not be told apart).
 	{Name: CodeDuplicateID, Status: http.StatusBadRequest},
+	// The caller's identity is at one of its quotas (the error's quota
+	// field names which: sessions, leases, waiters, watches). Other
+	// identities are not affected; release or close something first.
+	{Name: CodeQuotaExceeded, Status: http.StatusTooManyRequests, Cause: lock.ErrQuotaExceeded, Sentinel: lock.ErrQuotaExceeded},
+	// The caller's identity sent requests faster than its rate: retry
+	// after retryIn ms (REST: Retry-After). Keep-alives and renewals are
+	// never refused so.
+	{Name: CodeRateLimited, Status: http.StatusTooManyRequests, Cause: lock.ErrRateLimited, Sentinel: lock.ErrRateLimited},
 	{Name: CodeBadJSON, Status: http.StatusBadRequest},
 	{Name: CodeUnknownCommand, Status: http.StatusBadRequest},
 	{Name: CodeInvalidWait, Status: http.StatusBadRequest},
@@ -157,7 +168,7 @@ var Codes = []Code{
 	// A valid credential that does not authorize the request (a client
 	// token asking for an admin action of the web console), or a
 	// state-changing console request from another origin.
-	{Name: CodeForbidden, Status: http.StatusForbidden},
+	{Name: CodeForbidden, Status: http.StatusForbidden, Cause: lock.ErrForbidden, Sentinel: lock.ErrForbidden},
 	{Name: CodeMethodNotAllowed, Status: http.StatusMethodNotAllowed},
 	{Name: CodeTooLarge, Status: http.StatusRequestEntityTooLarge},
 	{Name: CodeUnsupportedMediaType, Status: http.StatusUnsupportedMediaType},

@@ -251,6 +251,9 @@ type Error struct {
 	// Feature, on unsupported, names the feature the backend lacks
 	// (lock.Features.Names).
 	Feature string `json:"feature,omitempty"`
+	// Quota, on quota_exceeded, names the quota the caller's identity is
+	// at: "sessions", "leases", "waiters" or "watches".
+	Quota string `json:"quota,omitempty"`
 }
 
 // Leader names the leader in a not_leader error.
