@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,19 +23,65 @@ import (
 // characters. Generate tokens with `openssl rand -hex 32`.
 const MinTokenLen = 16
 
-// Tokens is a set of bearer tokens accepted by a gateway. Only the SHA-256
-// digests are kept; a presented token is hashed and compared with every
-// digest in constant time, without early exit, so that the time an answer
-// takes says nothing about how much of a token was right. It is safe for
+// Tokens is a set of bearer tokens accepted by a gateway, each naming an
+// identity (docs/security.md, "Tenants"). Only the SHA-256 digests are
+// kept; a presented token is hashed and compared with every digest in
+// constant time, without early exit, so that the time an answer takes
+// says nothing about how much of a token was right. It is safe for
 // concurrent use; Reload swaps the set atomically.
 type Tokens struct {
 	mu      sync.RWMutex
 	digests [][sha256.Size]byte
+	names   []string // the identity of each digest
+}
+
+// NamedToken is one line of a tokens file: a token and the identity it
+// names.
+type NamedToken struct {
+	// Identity is the name the line gives, or for a bare token
+	// UnnamedIdentity(Token).
+	Identity string
+	Token    string
+}
+
+// MaxIdentityLen bounds an identity's name: 64 bytes of letters, digits
+// and "-_.:@".
+const MaxIdentityLen = 64
+
+// UnnamedIdentity is the identity of a token its file gives no name:
+// "token-" and the first 8 bytes of its SHA-256 in hex, which names it in
+// logs, metrics and the audit trail without revealing it.
+func UnnamedIdentity(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return "token-" + hex.EncodeToString(d[:8])
+}
+
+// CheckIdentity reports whether name may name an identity.
+func CheckIdentity(name string) error {
+	if name == "" || len(name) > MaxIdentityLen {
+		return fmt.Errorf("an identity's name must be 1 to %d bytes", MaxIdentityLen)
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:@", c) >= 0) {
+			return fmt.Errorf("identity %q: letters, digits and -_.:@ only", name)
+		}
+	}
+	return nil
 }
 
 // NewTokens returns a set of the given tokens (which must be non-empty,
-// at least MinTokenLen characters, without whitespace).
+// at least MinTokenLen characters, without whitespace), each its own
+// unnamed identity.
 func NewTokens(tokens ...string) (*Tokens, error) {
+	named := make([]NamedToken, len(tokens))
+	for i, tok := range tokens {
+		named[i] = NamedToken{Identity: UnnamedIdentity(tok), Token: tok}
+	}
+	return NewNamedTokens(named)
+}
+
+// NewNamedTokens returns a set of the given tokens with their identities.
+func NewNamedTokens(tokens []NamedToken) (*Tokens, error) {
 	t := &Tokens{}
 	if err := t.set(tokens, "the token list"); err != nil {
 		return nil, err
@@ -42,8 +89,7 @@ func NewTokens(tokens ...string) (*Tokens, error) {
 	return t, nil
 }
 
-// LoadTokens reads a tokens file: one token per line; blank lines and lines
-// starting with # are ignored; surrounding whitespace is trimmed.
+// LoadTokens reads a tokens file (ParseNamedTokens has its format).
 func LoadTokens(path string) (*Tokens, error) {
 	t := &Tokens{}
 	if err := t.Reload(path); err != nil {
@@ -59,30 +105,58 @@ func (t *Tokens) Reload(path string) error {
 	if err != nil {
 		return fmt.Errorf("gateway: tokens file: %w", err)
 	}
-	tokens, err := ParseTokens(bytes.NewReader(data))
+	tokens, err := ParseNamedTokens(bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("gateway: tokens file %s: %w", path, err)
 	}
 	return t.set(tokens, path)
 }
 
-// ParseTokens reads tokens in the tokens file format (see LoadTokens). An
-// error names the line at fault, never the token on it.
+// ParseTokens reads the tokens of a tokens file (ParseNamedTokens), without
+// their identities: what a client presents is the first.
 func ParseTokens(r io.Reader) ([]string, error) {
-	var tokens []string
+	named, err := ParseNamedTokens(r)
+	if err != nil {
+		return nil, err
+	}
+	tokens := make([]string, len(named))
+	for i, n := range named {
+		tokens[i] = n.Token
+	}
+	return tokens, nil
+}
+
+// ParseNamedTokens reads a tokens file: one token per line, either alone
+// (its identity is UnnamedIdentity of it) or after the name of its
+// identity and white space ("billing 3f9a…"); several tokens may name one
+// identity (a rotation). Blank lines and lines starting with # are
+// ignored; surrounding whitespace is trimmed. An error names the line at
+// fault, never the token on it.
+func ParseNamedTokens(r io.Reader) ([]NamedToken, error) {
+	var tokens []NamedToken
 	sc := bufio.NewScanner(r)
 	for line := 1; sc.Scan(); line++ {
 		s := strings.TrimSpace(sc.Text())
 		if s == "" || strings.HasPrefix(s, "#") {
 			continue
 		}
-		if strings.ContainsAny(s, " \t") {
-			return nil, fmt.Errorf("line %d: a token must not contain whitespace (one token per line)", line)
+		fields := strings.Fields(s)
+		var nt NamedToken
+		switch len(fields) {
+		case 1:
+			nt = NamedToken{Identity: UnnamedIdentity(fields[0]), Token: fields[0]}
+		case 2:
+			if err := CheckIdentity(fields[0]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", line, err)
+			}
+			nt = NamedToken{Identity: fields[0], Token: fields[1]}
+		default:
+			return nil, fmt.Errorf("line %d: a line is a token, or an identity's name and its token (%d fields)", line, len(fields))
 		}
-		if len(s) < MinTokenLen {
-			return nil, fmt.Errorf("line %d: token is %d characters, the minimum is %d (generate one with `openssl rand -hex 32`)", line, len(s), MinTokenLen)
+		if len(nt.Token) < MinTokenLen {
+			return nil, fmt.Errorf("line %d: token is %d characters, the minimum is %d (generate one with `openssl rand -hex 32`)", line, len(nt.Token), MinTokenLen)
 		}
-		tokens = append(tokens, s)
+		tokens = append(tokens, nt)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -90,19 +164,24 @@ func ParseTokens(r io.Reader) ([]string, error) {
 	return tokens, nil
 }
 
-func (t *Tokens) set(tokens []string, from string) error {
+func (t *Tokens) set(tokens []NamedToken, from string) error {
 	if len(tokens) == 0 {
 		return fmt.Errorf("gateway: no tokens in %s: every request would be refused", from)
 	}
 	ds := make([][sha256.Size]byte, 0, len(tokens))
-	for i, s := range tokens {
-		if len(s) < MinTokenLen || strings.ContainsAny(s, " \t\r\n") {
+	names := make([]string, 0, len(tokens))
+	for i, nt := range tokens {
+		if len(nt.Token) < MinTokenLen || strings.ContainsAny(nt.Token, " \t\r\n") {
 			return fmt.Errorf("gateway: token %d of %s: want at least %d characters and no whitespace", i+1, from, MinTokenLen)
 		}
-		ds = append(ds, sha256.Sum256([]byte(s)))
+		if err := CheckIdentity(nt.Identity); err != nil {
+			return fmt.Errorf("gateway: token %d of %s: %w", i+1, from, err)
+		}
+		ds = append(ds, sha256.Sum256([]byte(nt.Token)))
+		names = append(names, nt.Identity)
 	}
 	t.mu.Lock()
-	t.digests = ds
+	t.digests, t.names = ds, names
 	t.mu.Unlock()
 	return nil
 }
@@ -117,14 +196,26 @@ func (t *Tokens) Len() int {
 // Valid reports whether token is in the set, in time independent of which
 // token (if any) matched and of how much of it matched.
 func (t *Tokens) Valid(token string) bool {
+	_, ok := t.Identify(token)
+	return ok
+}
+
+// Identify returns the identity token names, in time independent of which
+// token (if any) matched and of how much of it matched; ok is false for a
+// token not in the set.
+func (t *Tokens) Identify(token string) (identity string, ok bool) {
 	d := sha256.Sum256([]byte(token))
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	ok := 0
+	match := -1
 	for i := range t.digests {
-		ok |= subtle.ConstantTimeCompare(d[:], t.digests[i][:])
+		eq := subtle.ConstantTimeCompare(d[:], t.digests[i][:])
+		match = subtle.ConstantTimeSelect(eq, i, match)
 	}
-	return ok == 1 && token != ""
+	if match < 0 || token == "" {
+		return "", false
+	}
+	return t.names[match], true
 }
 
 // BearerToken returns the bearer token r presents: its "Authorization:

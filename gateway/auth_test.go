@@ -226,7 +226,8 @@ func TestLoadTokens(t *testing.T) {
 	for name, content := range map[string]string{
 		"empty":  "# nothing\n\n",
 		"short":  "\nshort-secret\n",
-		"spaces": "two words-but-long-enough\n",
+		"spaces": "three fields words-but-long-enough\n",
+		"name":   "bad/name words-but-long-enough\n",
 	} {
 		_, err := LoadTokens(write(name, content))
 		if err == nil {
@@ -236,6 +237,20 @@ func TestLoadTokens(t *testing.T) {
 			t.Fatalf("%s: error shows the token: %v", name, err)
 		}
 		t.Logf("%s: %v", name, err)
+	}
+	// A named line gives its identity; a bare token its digest's.
+	named, err := LoadTokens(write("named", "billing "+goodToken+"\n"+otherToken+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := named.Identify(goodToken); !ok || id != "billing" {
+		t.Fatalf("named token: identity %q %v, want billing", id, ok)
+	}
+	if id, ok := named.Identify(otherToken); !ok || id != UnnamedIdentity(otherToken) || strings.Contains(id, otherToken) {
+		t.Fatalf("bare token: identity %q %v", id, ok)
+	}
+	if id, ok := named.Identify("billing"); ok {
+		t.Fatalf("an identity's name is not a token: %q", id)
 	}
 	// Reload swaps the set; a failed reload keeps the old one.
 	if err := toks.Reload(write("next", otherToken+"\n")); err != nil || toks.Valid(goodToken) || !toks.Valid(otherToken) {

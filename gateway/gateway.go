@@ -89,11 +89,18 @@ type Options struct {
 	// (Authorization: Bearer <token>; for WebSocket, on the upgrade
 	// request), except /healthz and /readyz. /metrics needs one too.
 	Tokens *Tokens
-	// AlsoAuthorized, when not nil, admits a request that carries no
-	// token of Tokens but another credential the server accepts: raftgw
-	// admits a node's admin tokens and client certificates verified
-	// against the cluster CA (the web console's users, docs/console.md).
-	AlsoAuthorized func(*http.Request) bool
+	// AlsoIdentify, when not nil, admits a request that carries no
+	// token of Tokens but another credential the server accepts, and
+	// names its identity: raftgw admits a node's admin tokens and client
+	// certificates verified against the cluster CA (the web console's
+	// users, docs/console.md; a certificate's identity is its subject's
+	// common name).
+	AlsoIdentify func(*http.Request) (identity string, ok bool)
+	// Policy holds the tenants' policy in force (policy.go): each
+	// identity's permissions on key prefixes and its quotas. Nil, or
+	// holding none: every identity may lock every key, with
+	// DefaultQuotas.
+	Policy *PolicyHolder
 	// AllowedOrigins are the Origins whose browser pages may open a
 	// WebSocket ("*": any). A request without Origin (a program, not a
 	// page) and a same-origin page always may. Empty: cross-origin pages
@@ -166,6 +173,10 @@ type Gateway struct {
 	// watchOverflowed, if not nil, is called when a watch ends with
 	// watch_overflow (tests await it).
 	watchOverflowed func()
+	// tenants is the per-identity state; tl the Locker every request
+	// calls, which enforces the policy (tenants_locker.go).
+	tenants *tenancy
+	tl      *tenantLocker
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -176,7 +187,10 @@ type Gateway struct {
 func New(l lock.Locker, opts Options) *Gateway {
 	opts.fill()
 	g := &Gateway{l: l, opts: opts, log: opts.Logger, mux: http.NewServeMux(), conns: map[*conn]struct{}{}}
+	g.tenants = newTenancy(g)
+	g.tl = &tenantLocker{l: l, t: g.tenants}
 	g.metrics = newMetrics(g)
+	g.metrics.reg.MustRegister(usageCollector{g.tenants})
 	g.tickets = newTickets(opts.MaxTicketsPerClient)
 	g.sessions = newSessionTable()
 	g.workers = workerpool.New()
@@ -210,14 +224,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response gets it from upgradeHeader: the upgrader writes its own).
 		w.Header().Set(wire.FeaturesHeader, a.value)
 	}
-	if g.opts.Tokens != nil && !openPath(r.URL.Path) && !g.opts.Tokens.Authorized(r) &&
-		(g.opts.AlsoAuthorized == nil || !g.opts.AlsoAuthorized(r)) {
+	if openPath(r.URL.Path) {
+		g.mux.ServeHTTP(w, r)
+		return
+	}
+	id, ok := g.identify(r)
+	if !ok {
 		g.metrics.errors.WithLabelValues(wire.CodeUnauthorized).Inc()
 		g.log.Debug("unauthorized request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		writeUnauthorized(w)
 		return
 	}
-	g.mux.ServeHTTP(w, r)
+	g.mux.ServeHTTP(w, r.WithContext(withCaller(r.Context(), Caller{Identity: id, Remote: r.RemoteAddr})))
 }
 
 // Registry is the gateway's Prometheus registry (served at /metrics).

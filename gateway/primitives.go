@@ -171,7 +171,7 @@ func (c *conn) acquireAll(req wire.Request) {
 			return
 		}
 	}
-	ml := c.g.l.(lock.MultiLocker) // featuresOf checked the interface
+	ml := c.g.tl // featuresOf checked the backend's interface
 	try := req.CommandType == wire.CmdTryAcquireAll
 	acquire := ml.AcquireAll
 	if try {

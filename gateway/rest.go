@@ -124,12 +124,12 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	}
 	start := time.Now()
 	if b.WaitMS == 0 {
-		lease, err := g.l.TryAcquire(r.Context(), key, opts)
+		lease, err := g.tl.TryAcquire(r.Context(), key, opts)
 		g.answerGrant(w, r, start, lease, err)
 		return
 	}
 	g.restWait(w, r, start, b.WaitMS, false, func(ctx context.Context) ([]*lock.Lease, error) {
-		lease, err := g.l.Acquire(ctx, key, opts)
+		lease, err := g.tl.Acquire(ctx, key, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +176,7 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ml := g.l.(lock.MultiLocker) // featuresOf checked the interface
+	ml := g.tl // featuresOf checked the backend's interface
 	start := time.Now()
 	if b.WaitMS == 0 {
 		leases, err := ml.TryAcquireAll(r.Context(), b.Keys, opts)
@@ -204,7 +204,7 @@ func (g *Gateway) checkWait(w http.ResponseWriter, r *http.Request, waitMS int64
 // comes within the synchronous window, else 202 with a ticket.
 func (g *Gateway) restWait(w http.ResponseWriter, r *http.Request, start time.Time, waitMS int64, multi bool, acquire func(context.Context) ([]*lock.Lease, error)) {
 	wait := time.Duration(waitMS) * time.Millisecond
-	t, ok := g.tickets.start(g, g.clientOf(r), multi, acquire, wait)
+	t, ok := g.tickets.start(g, context.WithoutCancel(r.Context()), g.clientOf(r), multi, acquire, wait)
 	if !ok {
 		g.writeError(w, r, newError(wire.CodeTooManyTickets,
 			fmt.Sprintf("this client already has %d tickets, the maximum: collect or cancel some first", g.opts.MaxTicketsPerClient)))
@@ -302,7 +302,7 @@ func (g *Gateway) restRenew(w http.ResponseWriter, r *http.Request, key string) 
 	if !ok {
 		return
 	}
-	if err := g.l.Renew(r.Context(), lease, ttl); err != nil {
+	if err := g.tl.Renew(r.Context(), lease, ttl); err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
@@ -315,7 +315,7 @@ func (g *Gateway) restRelease(w http.ResponseWriter, r *http.Request, key string
 	if !ok {
 		return
 	}
-	if err := g.l.Release(r.Context(), lease); err != nil {
+	if err := g.tl.Release(r.Context(), lease); err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
@@ -327,7 +327,7 @@ func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
-	info, err := g.l.Inspect(r.Context(), key)
+	info, err := g.tl.Inspect(r.Context(), key)
 	if err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return

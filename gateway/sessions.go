@@ -110,7 +110,7 @@ func (g *Gateway) sessionLockerErr() (lock.SessionLocker, error) {
 	if err := lock.CheckSupported(g.backend, g.Features(), lock.FeatureSessions, nil); err != nil {
 		return nil, err
 	}
-	return g.l.(lock.SessionLocker), nil // featuresOf checked the interface
+	return g.tl, nil // featuresOf checked the backend's interface
 }
 
 // sessionKeeper is sessionLocker for what keeps up or ends a session that
@@ -128,8 +128,8 @@ func (g *Gateway) sessionKeeper() (lock.SessionLocker, *apiError) {
 }
 
 func (g *Gateway) sessionKeeperErr() (lock.SessionLocker, error) {
-	if sl, ok := g.l.(lock.SessionLocker); ok {
-		return sl, nil
+	if _, ok := g.l.(lock.SessionLocker); ok {
+		return g.tl, nil
 	}
 	return nil, &lock.UnsupportedError{Backend: g.backend, Feature: lock.FeatureSessions}
 }

@@ -45,6 +45,9 @@ func (t *ticket) releaseAll(g *Gateway) {
 	if err := lock.ReleaseAll(rctx, g.l, t.leases); err != nil {
 		g.log.Info("releasing an uncollected ticket's grant failed", "err", err)
 	}
+	for _, l := range t.leases {
+		g.tenants.ended(l.Handle)
+	}
 }
 
 // ticketGrace is how long a finished ticket's result waits to be collected;
@@ -60,13 +63,13 @@ func newTickets(max int) *tickets {
 // client already has the maximum number of tickets. acquire waits for the
 // grant under ctx (lock.Locker's Acquire, or a MultiLocker's AcquireAll:
 // multi).
-func (ts *tickets) start(g *Gateway, client string, multi bool, acquire func(ctx context.Context) ([]*lock.Lease, error), wait time.Duration) (*ticket, bool) {
+func (ts *tickets) start(g *Gateway, parent context.Context, client string, multi bool, acquire func(ctx context.Context) ([]*lock.Lease, error), wait time.Duration) (*ticket, bool) {
 	ts.mu.Lock()
 	if ts.byClient[client] >= ts.max {
 		ts.mu.Unlock()
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(parent, wait)
 	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, done: make(chan struct{}), multi: multi}
 	ts.m[t.id] = t
 	ts.byClient[client]++

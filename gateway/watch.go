@@ -28,6 +28,10 @@ type watch struct {
 	prefix bool
 	ctx    context.Context // ends with the watch (unwatch) or the connection
 	cancel context.CancelFunc
+	// identity is the caller's: a prefix watch's events are of the keys
+	// it may read. free gives its watch back to its quota.
+	identity string
+	free     func()
 
 	mu       sync.Mutex
 	queue    []wire.Reply // messages not yet written
@@ -61,22 +65,46 @@ func (c *conn) watch(req wire.Request) {
 		c.fail(req.ID, aerr)
 		return
 	}
+	id := CallerOf(c.ctx).Identity
+	if req.Prefix && !c.g.Policy().Reaches(id, PermRead, req.Key) {
+		c.fail(req.ID, toAPIError(c.g.tenants.refused(id, "forbidden", forbidden(id, PermRead, []string{req.Key}))))
+		return
+	}
+	if !req.Prefix {
+		if err := c.g.tenants.allow(id, PermRead, req.Key); err != nil {
+			c.fail(req.ID, toAPIError(err))
+			return
+		}
+	}
+	if err := c.g.tenants.rate(id); err != nil {
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
+	free, err := c.g.tenants.reserve(id, "watches", 1)
+	if err != nil {
+		c.fail(req.ID, toAPIError(err))
+		return
+	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	w := &watch{c: c, id: req.ID, key: req.Key, prefix: req.Prefix, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	w := &watch{c: c, id: req.ID, key: req.Key, prefix: req.Prefix, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		identity: id, free: free}
 	c.mu.Lock()
 	switch {
 	case c.watches == nil: // the connection ended
 		c.mu.Unlock()
 		cancel()
+		free()
 		return
 	case c.watches[req.ID] != nil:
 		c.mu.Unlock()
 		cancel()
+		free()
 		c.fail(req.ID, newError(wire.CodeDuplicateID, fmt.Sprintf("a watch with id %q is already open on this connection", req.ID)))
 		return
 	case len(c.watches) >= c.g.opts.MaxWatchesPerConn:
 		c.mu.Unlock()
 		cancel()
+		free()
 		c.fail(req.ID, newError(wire.CodeTooManyWatches,
 			fmt.Sprintf("this connection already has %d watches open, the maximum (unwatch some first)", c.g.opts.MaxWatchesPerConn)))
 		return
@@ -85,6 +113,7 @@ func (c *conn) watch(req wire.Request) {
 	c.mu.Unlock()
 	if !c.takeSlot() {
 		cancel()
+		free()
 		return
 	}
 	open := c.g.l.(lock.Watcher).Watch // featuresOf checked the interfaces
@@ -100,6 +129,7 @@ func (c *conn) watch(req wire.Request) {
 				c.fail(req.ID, toAPIError(err))
 			}
 			cancel()
+			free()
 			return
 		}
 		c.g.metrics.watches.Inc()
@@ -148,6 +178,7 @@ func (c *conn) dropWatch(w *watch) bool {
 // sender never waits for us) until the backend closes it.
 func (w *watch) pump(ch <-chan lock.Event) {
 	defer w.c.g.metrics.watches.Dec()
+	defer w.free()
 	defer func() {
 		w.cancel()
 		for range ch {
@@ -157,6 +188,9 @@ func (w *watch) pump(ch <-chan lock.Event) {
 		if ev.Type == lock.EventError {
 			w.final(toAPIError(ev.Err))
 			return
+		}
+		if ev.Key != "" && ev.Type != lock.EventSynced && !w.c.g.Readable(w.identity, ev.Key) {
+			continue // a key of the prefix this identity may not read
 		}
 		if !w.push(w.eventReply(ev)) {
 			return

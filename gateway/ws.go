@@ -88,7 +88,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(withCaller(context.Background(), CallerOf(r.Context())))
 	c := g.newConn(ws, ctx, cancel)
 	if !g.track(c) {
 		ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
@@ -274,9 +274,9 @@ func (c *conn) acquire(req wire.Request) {
 		}
 	}
 	try := req.CommandType == wire.CmdTryAcquire
-	acquire := c.g.l.Acquire
+	acquire := c.g.tl.Acquire
 	if try {
-		acquire = c.g.l.TryAcquire
+		acquire = c.g.tl.TryAcquire
 	}
 	c.launch(req, 1, try, func(ctx context.Context, outcome func(error) error) {
 		start := time.Now()
@@ -533,7 +533,7 @@ func (c *conn) release(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
-		err := c.g.l.Release(ctx, lease)
+		err := c.g.tl.Release(ctx, lease)
 		c.forget(req.LockToken)
 		switch {
 		case err != nil:
@@ -565,7 +565,7 @@ func (c *conn) renew(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
-		if err := c.g.l.Renew(ctx, lease, ttl); err != nil {
+		if err := c.g.tl.Renew(ctx, lease, ttl); err != nil {
 			c.fail(req.ID, toAPIError(err))
 			return
 		}
@@ -594,7 +594,7 @@ func (c *conn) inspect(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
-		info, err := c.g.l.Inspect(ctx, req.Key)
+		info, err := c.g.tl.Inspect(ctx, req.Key)
 		if err != nil {
 			c.fail(req.ID, toAPIError(err))
 			return
@@ -780,7 +780,7 @@ func (c *conn) finish() {
 func (c *conn) releaseQuietly(l *lock.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := c.g.l.Release(ctx, l); err != nil {
+	if err := c.g.tl.Release(ctx, l); err != nil {
 		c.g.log.Info("release on disconnect failed", "key", l.Key, "token", l.Token, "err", err)
 	}
 }

@@ -148,6 +148,12 @@ type AcquireOptions struct {
 	// one returns that grant instead of waiting behind it. Backends that
 	// do not support it mint their own handle.
 	Handle string
+
+	// Identity is the named identity of the caller, as the gateway's
+	// credential check found it (docs/security.md, "Tenants"); never a
+	// client's own word. A backend that records identities
+	// (IdentityRecorder) keeps it with the lease; others ignore it.
+	Identity string
 }
 
 // LockInfo is what Inspect reports about a held key.

@@ -57,6 +57,8 @@ type SessionOptions struct {
 	// Owner identifies the client; empty means the Locker's own client id.
 	// Leases acquired in the session report it as their owner.
 	Owner string
+	// Identity is the caller's named identity (AcquireOptions.Identity).
+	Identity string
 }
 
 // SessionLocker is a Locker whose leases can belong to sessions

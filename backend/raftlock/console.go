@@ -99,6 +99,24 @@ type Credential struct {
 	// a token by the first 8 bytes of its SHA-256, a certificate by its
 	// subject.
 	Who string
+	// Identity is the credential's named identity (docs/security.md,
+	// "Tenants"): a token's name in its tokens file, a certificate's
+	// subject common name, "anonymous" for an open node.
+	Identity string
+}
+
+// identityOf is the identity set names tok by: its name when the set
+// names its tokens (gateway.Tokens does), else the unnamed form.
+func identityOf(set TokenSet, tok string) string {
+	if ids, ok := set.(interface {
+		Identify(string) (string, bool)
+	}); ok {
+		if id, ok := ids.Identify(tok); ok {
+			return id
+		}
+	}
+	d := sha256.Sum256([]byte(tok))
+	return "token-" + hex.EncodeToString(d[:8])
 }
 
 // Credential reports the credential r carries and whether it may read the
@@ -117,7 +135,12 @@ func (n *Node) Credential(r *http.Request) (Credential, bool) {
 func (n *Node) CredentialWith(r *http.Request, tok string, hasToken bool) (Credential, bool) {
 	p := n.membershipPolicy()
 	if p.peerAuth && peerVerified(r) {
-		return Credential{Kind: "certificate", Admin: true, Who: "certificate " + r.TLS.VerifiedChains[0][0].Subject.String()}, true
+		subj := r.TLS.VerifiedChains[0][0].Subject
+		id := subj.CommonName
+		if id == "" {
+			id = subj.String()
+		}
+		return Credential{Kind: "certificate", Admin: true, Who: "certificate " + subj.String(), Identity: id}, true
 	}
 	if hasToken {
 		who := func(kind string) string {
@@ -125,15 +148,15 @@ func (n *Node) CredentialWith(r *http.Request, tok string, hasToken bool) (Crede
 			return kind + " sha256:" + hex.EncodeToString(d[:8])
 		}
 		if p.admin != nil && p.admin.Valid(tok) {
-			return Credential{Kind: "admin-token", Admin: true, Who: who("admin-token")}, true
+			return Credential{Kind: "admin-token", Admin: true, Who: who("admin-token"), Identity: identityOf(p.admin, tok)}, true
 		}
 		if p.client != nil && p.client.Valid(tok) {
-			return Credential{Kind: "token", Who: who("token")}, true
+			return Credential{Kind: "token", Who: who("token"), Identity: identityOf(p.client, tok)}, true
 		}
 	}
 	if p.client == nil {
 		code, _ := p.decide(r) // no admin credential: admin only in loopback development
-		return Credential{Kind: "open", Admin: code == 0, Who: "open"}, true
+		return Credential{Kind: "open", Admin: code == 0, Who: "open", Identity: "anonymous"}, true
 	}
 	return Credential{}, false
 }
@@ -207,7 +230,7 @@ func (n *Node) consoleLock(key string) ConsoleLock {
 		if i == 0 {
 			c.Mode, c.Permits = lock.Mode(l.Mode), int(l.Permits)
 		}
-		c.Holders = append(c.Holders, ConsoleHolder{Owner: l.Owner, Token: lock.Token(l.Token),
+		c.Holders = append(c.Holders, ConsoleHolder{Owner: plainOwner(l.Owner), Token: lock.Token(l.Token),
 			ExpiresIn: time.Duration(l.Expires - now), Value: l.Value})
 	}
 	if until := n.fsm.Delay(key); until > now {

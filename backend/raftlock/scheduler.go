@@ -322,7 +322,7 @@ func (s *scheduler) heldErr(key string, l *fsm.HolderRef) error {
 	if l == nil {
 		return &lock.HeldError{Key: key}
 	}
-	return &lock.HeldError{Key: key, Owner: l.Owner, Token: lock.Token(l.Token),
+	return &lock.HeldError{Key: key, Owner: plainOwner(l.Owner), Token: lock.Token(l.Token),
 		Expires: time.Now().Add(time.Duration(l.Expires - s.n.cfg.Clock.Now()))}
 }
 
@@ -707,7 +707,7 @@ func (s *scheduler) multiRoundLocked(w *waiter, freed map[uint64]bool, now int64
 }
 
 func acquireOp(w *waiter, key string) fsm.Op {
-	op := fsm.Op{Type: fsm.OpAcquire, Key: key, Owner: w.opts.Owner, Handle: w.handle, TTL: w.opts.TTL, Value: w.opts.Value,
+	op := fsm.Op{Type: fsm.OpAcquire, Key: key, Owner: fsm.TagOwner(w.opts.Identity, w.opts.Owner), Handle: w.handle, TTL: w.opts.TTL, Value: w.opts.Value,
 		Mode: uint8(w.opts.Mode), Permits: uint32(w.opts.Permits), LockDelay: w.opts.LockDelay}
 	if w.opts.Session != nil {
 		op.Session = w.opts.Session.ID
@@ -832,7 +832,7 @@ func (s *scheduler) settleLocked(p pending, sent time.Time, res *fsm.ApplyResult
 			if r.Status == fsm.StatusDelayed {
 				finish(result{err: &lock.DelayedError{Key: w.key, Until: time.Now().Add(time.Duration(r.Expires - s.n.cfg.Clock.Now()))}})
 			} else {
-				finish(result{err: &lock.HeldError{Key: w.key, Owner: r.Owner, Token: lock.Token(r.Token)}})
+				finish(result{err: &lock.HeldError{Key: w.key, Owner: plainOwner(r.Owner), Token: lock.Token(r.Token)}})
 			}
 			return
 		}

@@ -379,12 +379,12 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 	}
 	sc.mu.Unlock()
 	info := &lock.LockInfo{
-		Key: key, Owner: l.Owner, Token: lock.Token(l.Token), Value: l.Value,
+		Key: key, Owner: plainOwner(l.Owner), Token: lock.Token(l.Token), Value: l.Value,
 		Expires: time.Now().Add(time.Duration(l.Expires - now)), Waiters: waiters,
 		Mode: lock.Mode(l.Mode), Permits: int(l.Permits),
 	}
 	for _, h := range live {
-		info.Holders = append(info.Holders, lock.HolderInfo{Owner: h.Owner, Token: lock.Token(h.Token), Value: h.Value,
+		info.Holders = append(info.Holders, lock.HolderInfo{Owner: plainOwner(h.Owner), Token: lock.Token(h.Token), Value: h.Value,
 			Expires: time.Now().Add(time.Duration(h.Expires - now))})
 	}
 	return info, nil
@@ -511,6 +511,6 @@ func (n *Node) ForceRelease(ctx context.Context, key string) error {
 			return fmt.Errorf("%w: %q changed hands while being released", lock.ErrNotHeld, key)
 		}
 	}
-	n.log.Warn("lock force-released", "key", key, "holders", len(ls), "owner", ls[0].Owner, "token", ls[0].Token)
+	n.log.Warn("lock force-released", "key", key, "holders", len(ls), "owner", plainOwner(ls[0].Owner), "token", ls[0].Token)
 	return nil
 }

@@ -49,7 +49,7 @@ func (s *Session) OpenSession(ctx context.Context, opts lock.SessionOptions) (*l
 		return nil, fmt.Errorf("%w: %d open, the limit (Config.MaxSessions)", ErrTooManySessions, n)
 	}
 	id := lock.NewHandle()
-	open := fsm.Op{Type: fsm.OpSessionOpen, Key: id, Owner: opts.Owner, TTL: opts.TTL}
+	open := fsm.Op{Type: fsm.OpSessionOpen, Key: id, Owner: fsm.TagOwner(opts.Identity, opts.Owner), TTL: opts.TTL}
 	if err := s.n.batch.admit(open); err != nil {
 		return nil, err
 	}

@@ -123,7 +123,7 @@ func (h *watchHub) watchPrefix(ctx context.Context, s *Session, prefix string) (
 }
 
 func event(t lock.EventType, key string, l fsm.Lock) lock.Event {
-	ev := lock.Event{Type: t, Key: key, Owner: l.Owner, Token: lock.Token(l.Token), Value: l.Value,
+	ev := lock.Event{Type: t, Key: key, Owner: plainOwner(l.Owner), Token: lock.Token(l.Token), Value: l.Value,
 		Mode: lock.Mode(l.Mode), Permits: int(l.Permits)}
 	return ev
 }

@@ -46,12 +46,15 @@ func Serve(s *raftlock.Server, opts gateway.Options) *gateway.Gateway {
 			return ErrNoLeader
 		}
 	}
-	if opts.AlsoAuthorized == nil {
-		opts.AlsoAuthorized = func(r *http.Request) bool {
+	if opts.AlsoIdentify == nil {
+		opts.AlsoIdentify = func(r *http.Request) (string, bool) {
 			// The header's token, or a browser's from its subprotocol.
 			tok, has := gateway.BearerToken(r)
 			c, ok := s.CredentialWith(r, tok, has)
-			return ok && c.Kind != "open"
+			if !ok || c.Kind == "open" {
+				return "", false
+			}
+			return c.Identity, true
 		}
 	}
 	g := gateway.New(s.Node, opts)

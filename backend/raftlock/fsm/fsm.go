@@ -80,6 +80,9 @@ type FSM struct {
 	index    uint64              // raft index of the last applied entry
 	nlocks   int                 // exclusive lock records in kv
 	nshared  int                 // shared holders in groups
+	// idLeases and idSessions count each identity's leases and sessions
+	// (identity.go): derived state.
+	idLeases, idSessions map[string]int
 	observer func(index uint64, ev Event)
 	// The format gate (format.go): the replicated gate, the highest
 	// format this FSM reads (0: MaxFormat), why it halted, and whom to
@@ -397,6 +400,7 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 	if r := f.kv[lk]; r != nil { // expired (checkAcquire): taken over
 		delete(f.kv, lk)
 		f.nlocks--
+		f.countLease(r, -1)
 		r.unlink(o.Key)
 		addChange(ev, change{kind: EventExpired, key: o.Key, rec: r})
 	}
@@ -409,6 +413,7 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 				continue
 			}
 			f.nshared--
+			f.countLease(h, -1)
 			h.unlink(o.Key)
 			addChange(ev, change{kind: EventExpired, key: o.Key, rec: h, mode: ModeShared, permits: g.permits})
 		}
@@ -435,6 +440,7 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 		}
 		r.link(lk[len(lockPrefix):]) // shares the table key's bytes: the op's copy can go
 	}
+	f.countLease(r, 1)
 	if o.Mode == ModeExclusive {
 		f.kv[lk] = r
 		f.nlocks++
@@ -484,6 +490,7 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 			if o.Type == OpRelease {
 				delete(f.kv, k)
 				f.nlocks--
+				f.countLease(r, -1)
 				r.unlink(o.Key)
 				addChange(ev, change{kind: EventReleased, key: o.Key, rec: r})
 				return Result{Status: StatusOK}
@@ -542,6 +549,7 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 			}
 			delete(f.kv, k)
 			f.nlocks--
+			f.countLease(r, -1)
 			r.unlink(o.Key)
 			addChange(ev, change{kind: EventExpired, key: o.Key, rec: r, until: f.expired(o.Key, r)})
 			return Result{Status: StatusOK}
@@ -638,6 +646,7 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 // or deletes the group when i was its last holder.
 func (f *FSM) removeShared(key string, g *group, i int) {
 	f.nshared--
+	f.countLease(g.holders[i], -1)
 	g.holders[i].unlink(key)
 	if len(g.holders) == 1 {
 		delete(f.groups, key)

@@ -60,6 +60,7 @@ func (f *FSM) DropLeases() {
 	f.delays = make(map[string]int64)
 	f.sessions = make(map[string]*session)
 	f.nlocks, f.nshared = 0, 0
+	f.idLeases, f.idSessions = nil, nil
 }
 
 // SetData sets a data key outside the log: for building a restored

@@ -125,6 +125,7 @@ func (f *FSM) applySession(o *Op, ev *[]change) Result {
 		s = &session{id: o.Key, owner: o.Owner, ttl: int64(o.TTL), leases: make(map[sessKey]struct{})}
 		s.expires.Store(addTTL(now, int64(o.TTL)))
 		f.sessions[o.Key] = s
+		f.countSession(s, 1)
 		addChange(ev, change{kind: EventSession, sess: s.info()})
 		return s.result(StatusOK)
 
@@ -180,6 +181,7 @@ func (f *FSM) endSession(s *session, expired bool, ev *[]change) int {
 		if r := f.kv[lockPrefix+k.key]; r != nil && r.token == k.token {
 			delete(f.kv, lockPrefix+k.key)
 			f.nlocks--
+			f.countLease(r, -1)
 			c := change{kind: kind, key: k.key, rec: r}
 			if expired {
 				c.until = f.expired(k.key, r)
@@ -200,6 +202,7 @@ func (f *FSM) endSession(s *session, expired bool, ev *[]change) int {
 		}
 	}
 	delete(f.sessions, s.id)
+	f.countSession(s, -1)
 	addChange(ev, change{kind: EventSessionEnded, sess: s.info()})
 	return len(keys)
 }

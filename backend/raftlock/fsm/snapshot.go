@@ -339,6 +339,7 @@ func (f *FSM) install(st *state) {
 	}
 	f.counter, f.index, f.now, f.nlocks, f.nshared = st.counter, st.index, st.now, st.nlocks, st.nshared
 	f.gate = gateOf(f.kv[dataPrefix+GateKey])
+	f.recount()
 	f.mu.Unlock()
 }
 
