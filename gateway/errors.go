@@ -35,7 +35,13 @@ func toAPIError(err error) *apiError {
 	var he *lock.HeldError
 	var de *lock.DelayedError
 	var ue *lock.UnsupportedError
+	var qe *QuotaError
+	var re *RateError
 	switch {
+	case e.Code == wire.CodeQuotaExceeded && errors.As(err, &qe):
+		e.Quota = qe.Quota
+	case e.Code == wire.CodeRateLimited && errors.As(err, &re):
+		e.RetryIn = max(durationMS(re.RetryIn), 1)
 	case e.Code == wire.CodeDelayed && errors.As(err, &de):
 		e.RetryIn = max(durationMS(time.Until(de.Until)), 1)
 	case e.Code == wire.CodeUnsupported && errors.As(err, &ue):

@@ -477,9 +477,15 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 	}
 	if e.RetryIn > 0 {
 		body["retry_in_ms"] = e.RetryIn
+		if e.Code == wire.CodeRateLimited {
+			w.Header().Set("Retry-After", strconv.FormatInt((e.RetryIn+999)/1000, 10))
+		}
 	}
 	if e.Feature != "" {
 		body["feature"] = e.Feature
+	}
+	if e.Quota != "" {
+		body["quota"] = e.Quota
 	}
 	writeJSON(w, status, map[string]any{"error": body})
 }

@@ -112,10 +112,15 @@ func (tl *tenantLocker) Release(ctx context.Context, l *lock.Lease) error {
 	return err
 }
 
-// Renew implements lock.Locker (never rate-limited).
+// Renew implements lock.Locker (never rate-limited). Releases are never
+// refused by the policy: giving a key back is always allowed.
 func (tl *tenantLocker) Renew(ctx context.Context, l *lock.Lease, ttl time.Duration) error {
-	if !tl.t.ownsLease(CallerOf(ctx).Identity, l.Key, l.Handle) {
+	id := CallerOf(ctx).Identity
+	if !tl.t.ownsLease(id, l.Key, l.Handle) {
 		return notYours("lease")
+	}
+	if err := tl.t.allow(id, PermLock, l.Key); err != nil {
+		return err // the policy no longer lets it hold the key
 	}
 	err := tl.l.Renew(ctx, l, ttl)
 	if err == nil {

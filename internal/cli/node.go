@@ -138,7 +138,12 @@ loopback API without client tokens. See docs/security.md.`,
 			if err != nil {
 				return err
 			}
-			gw := raftgw.Serve(s, sec.gatewayOptions(toks))
+			gwOpts, err := sec.gatewayOptions(ctx, toks)
+			if err != nil {
+				s.Shutdown()
+				return err
+			}
+			gw := raftgw.Serve(s, gwOpts)
 			defer gw.Close()
 			scheme := "http"
 			if nodeTLS != nil {

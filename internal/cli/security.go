@@ -27,6 +27,7 @@ type securityFlags struct {
 	adminTokensFile string // node only
 	allowedOrigins  []string
 	node            bool
+	tenancy         tenancyFlags
 }
 
 func (f *securityFlags) register(cmd *cobra.Command, node bool) {
@@ -41,11 +42,17 @@ func (f *securityFlags) register(cmd *cobra.Command, node bool) {
 	}
 	fl.StringVar(&f.tokensFile, "auth-tokens-file", "", "file of bearer tokens, one per line (# comments): every request but /healthz and /readyz needs one; re-read on SIGHUP")
 	fl.StringSliceVar(&f.allowedOrigins, "allowed-origins", nil, "Origins (scheme://host[:port], or *) whose browser pages may open WebSocket connections; default: cross-origin pages only with --auth-tokens-file or on a loopback address (docs/security.md)")
+	f.tenancy.register(cmd)
 }
 
-// gatewayOptions are the gateway's security options from the flags.
-func (f *securityFlags) gatewayOptions(toks *gateway.Tokens) gateway.Options {
-	return gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins}
+// gatewayOptions are the gateway's security options from the flags: the
+// tokens, and the policy (re-read on SIGHUP until ctx ends).
+func (f *securityFlags) gatewayOptions(ctx context.Context, toks *gateway.Tokens) (gateway.Options, error) {
+	policy, err := f.tenancy.policy(ctx)
+	if err != nil {
+		return gateway.Options{}, err
+	}
+	return gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins, Policy: policy}, nil
 }
 
 // check validates the combination of flags before anything starts.
@@ -151,11 +158,11 @@ func loadTokens(ctx context.Context, flag, path string) (toks *gateway.Tokens, f
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", flag, err)
 	}
-	list, err := gateway.ParseTokens(bytes.NewReader(data))
+	list, err := gateway.ParseNamedTokens(bytes.NewReader(data))
 	if err != nil {
 		return nil, "", fmt.Errorf("%s %s: %w", flag, path, err)
 	}
-	if toks, err = gateway.NewTokens(list...); err != nil {
+	if toks, err = gateway.NewNamedTokens(list); err != nil {
 		return nil, "", fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	hup := make(chan os.Signal, 1)
@@ -175,7 +182,7 @@ func loadTokens(ctx context.Context, flag, path string) (toks *gateway.Tokens, f
 			}
 		}
 	}()
-	return toks, list[0], nil
+	return toks, list[0].Token, nil
 }
 
 // clientSecurity are the TLS and token flags of the client commands.

@@ -200,7 +200,12 @@ func serveGateway(ctx context.Context, cmd *cobra.Command, listen string, sec *s
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
-	g := gateway.New(l, sec.gatewayOptions(toks))
+	gwOpts, err := sec.gatewayOptions(ctx, toks)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	g := gateway.New(l, gwOpts)
 	defer g.Close()
 	srv := netguard.NewServer(g, lim, slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug))
 	go func() {

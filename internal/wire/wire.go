@@ -246,7 +246,8 @@ type Error struct {
 	Leader  *Leader `json:"leader,omitempty"`
 	Holder  *Holder `json:"holder,omitempty"`
 	// RetryIn, on delayed, is about how long (ms) until the key's
-	// lock-delay ends.
+	// lock-delay ends; on rate_limited, how long until the caller's
+	// identity may send the request again.
 	RetryIn int64 `json:"retryIn,omitempty"`
 	// Feature, on unsupported, names the feature the backend lacks
 	// (lock.Features.Names).
