@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/internal/workerpool"
 	"github.com/lockgate/lockgate/lock"
@@ -101,6 +102,10 @@ type Options struct {
 	// holding none: every identity may lock every key, with
 	// DefaultQuotas.
 	Policy *PolicyHolder
+	// Audit, when not nil, receives the audit trail of what requests
+	// asked for: grants, releases, session opens and closes, and the
+	// policy's refusals (docs/security.md, "Audit trail").
+	Audit *audit.Log
 	// AllowedOrigins are the Origins whose browser pages may open a
 	// WebSocket ("*": any). A request without Origin (a program, not a
 	// page) and a same-origin page always may. Empty: cross-origin pages

@@ -2,10 +2,32 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/audit"
+	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
+
+// record writes the audit line of a request's outcome: every success, and
+// the refusals of the policy (forbidden, quota_exceeded); other failures
+// (a key held, a lease gone) changed nothing and are not recorded.
+func (tl *tenantLocker) record(ctx context.Context, op audit.Op, keys []string, token lock.Token, err error) {
+	log := tl.t.g.opts.Audit
+	if log == nil {
+		return
+	}
+	result := audit.ResultOK
+	if err != nil {
+		if !errors.Is(err, lock.ErrForbidden) && !errors.Is(err, lock.ErrQuotaExceeded) {
+			return
+		}
+		result = wire.CodeOf(err)
+	}
+	c := CallerOf(ctx)
+	log.Record(audit.Event{Op: op, Identity: c.Identity, Remote: c.Remote, Keys: keys, FencingToken: uint64(token), Result: result})
+}
 
 // tenantLocker is the gateway's Locker as every request calls it: the
 // caller's identity (CallerOf its context) is checked against the policy's
@@ -52,12 +74,14 @@ func (tl *tenantLocker) acquire(ctx context.Context, key string, opts lock.Acqui
 	call func(context.Context, string, lock.AcquireOptions) (*lock.Lease, error)) (*lock.Lease, error) {
 	done, err := tl.admitAcquire(ctx, []string{key}, &opts, wait)
 	if err != nil {
+		tl.record(ctx, audit.OpGrant, []string{key}, 0, err)
 		return nil, err
 	}
 	defer done()
 	lease, err := call(ctx, key, opts)
 	if err == nil {
 		tl.t.granted(opts.Identity, lease)
+		tl.record(ctx, audit.OpGrant, []string{key}, lease.Token, nil)
 	}
 	return lease, err
 }
@@ -75,6 +99,7 @@ func (tl *tenantLocker) TryAcquire(ctx context.Context, key string, opts lock.Ac
 func (tl *tenantLocker) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions, wait bool) ([]*lock.Lease, error) {
 	done, err := tl.admitAcquire(ctx, keys, &opts, wait)
 	if err != nil {
+		tl.record(ctx, audit.OpGrant, keys, 0, err)
 		return nil, err
 	}
 	defer done()
@@ -86,6 +111,9 @@ func (tl *tenantLocker) acquireAll(ctx context.Context, keys []string, opts lock
 	leases, err := call(ctx, keys, opts)
 	if err == nil {
 		tl.t.granted(opts.Identity, leases...)
+		for _, l := range leases {
+			tl.record(ctx, audit.OpGrant, []string{l.Key}, l.Token, nil)
+		}
 	}
 	return leases, err
 }
@@ -109,6 +137,7 @@ func (tl *tenantLocker) Release(ctx context.Context, l *lock.Lease) error {
 	}
 	err := tl.l.Release(ctx, l)
 	tl.t.ended(l.Handle)
+	tl.record(ctx, audit.OpRelease, []string{l.Key}, l.Token, err)
 	return err
 }
 
@@ -147,6 +176,12 @@ func (tl *tenantLocker) Close() error { return nil }
 // OpenSession implements lock.SessionLocker: an identity that may lock
 // some key, within its session quota and rate.
 func (tl *tenantLocker) OpenSession(ctx context.Context, opts lock.SessionOptions) (*lock.Session, error) {
+	s, err := tl.openSession(ctx, opts)
+	tl.record(ctx, audit.OpSessionOpen, nil, 0, err)
+	return s, err
+}
+
+func (tl *tenantLocker) openSession(ctx context.Context, opts lock.SessionOptions) (*lock.Session, error) {
 	id := CallerOf(ctx).Identity
 	if !tl.t.g.Policy().Reaches(id, PermLock, "") {
 		return nil, tl.t.refused(id, "forbidden", forbidden(id, PermLock, nil))
@@ -186,7 +221,9 @@ func (tl *tenantLocker) CloseSession(ctx context.Context, s *lock.Session) error
 	if !tl.t.ownsSession(CallerOf(ctx).Identity, s.ID) {
 		return notYours("session")
 	}
-	return tl.l.(lock.SessionLocker).CloseSession(ctx, s)
+	err := tl.l.(lock.SessionLocker).CloseSession(ctx, s)
+	tl.record(ctx, audit.OpSessionClose, nil, 0, err)
+	return err
 }
 
 var (

@@ -1,6 +1,8 @@
 package raftlock
 
 import (
+	"github.com/lockgate/lockgate/internal/audit"
+
 	"errors"
 	"fmt"
 	"io"
@@ -162,6 +164,10 @@ type Config struct {
 	// RaftLogOutput receives hashicorp/raft's own log (at warn level and
 	// above). Default io.Discard.
 	RaftLogOutput io.Writer
+	// Audit, when not nil, receives the audit trail of what this node
+	// decides (audit.go): expiries while it leads, force-releases,
+	// membership changes, backups.
+	Audit *audit.Log
 }
 
 // TokenSet is a set of bearer tokens (gateway.Tokens is one). Valid must

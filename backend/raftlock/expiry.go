@@ -94,6 +94,7 @@ func (s *scheduler) expireDue() {
 	seen := map[expiryItem]bool{}
 	kick := map[string]bool{}
 	sessionLeases, sessions, held := 0, 0, false
+	var ended []fsm.SessionInfo // the sessions this entry expires, for the audit trail
 	for len(s.expiry) > 0 && s.expiry[0].expires <= now && len(entry.Ops) < maxExpireBatch {
 		if it := s.expiry[0]; it.session != "" {
 			si, ok := s.n.fsm.Session(it.session)
@@ -110,6 +111,7 @@ func (s *scheduler) expireDue() {
 			sessions++
 			sessionLeases += si.Leases
 			items = append(items, expiryItem{expires: si.Expires, session: it.session})
+			ended = append(ended, si)
 			entry.Ops = append(entry.Ops, fsm.Op{Type: fsm.OpSessionExpire, Key: it.session})
 			continue
 		}
@@ -156,6 +158,9 @@ func (s *scheduler) expireDue() {
 			if sessions > 0 {
 				s.expiringSessions = false
 				s.armLocked() // the sessions held back are due
+			}
+			if a.err == nil {
+				s.n.auditSessionsExpired(ended, a.res)
 			}
 			if a.err != nil {
 				s.n.log.Warn("expiring locks failed; will retry", "locks", len(items), "err", a.err)

@@ -857,6 +857,7 @@ func (s *scheduler) settleLocked(p pending, sent time.Time, res *fsm.ApplyResult
 // its watches.
 func (s *scheduler) observe(index uint64, ev fsm.Event) {
 	s.n.watches.dispatch(index, ev)
+	s.n.auditObserved(ev)
 	s.mu.Lock()
 	defer s.unlockAndRun(false) // never commit on the state machine's goroutine
 	if !s.active {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -512,5 +513,11 @@ func (n *Node) ForceRelease(ctx context.Context, key string) error {
 		}
 	}
 	n.log.Warn("lock force-released", "key", key, "holders", len(ls), "owner", plainOwner(ls[0].Owner), "token", ls[0].Token)
+	who := auditCallerOf(ctx)
+	for _, l := range ls {
+		holder, _ := fsm.SplitOwner(l.Owner)
+		n.audit(audit.Event{Op: audit.OpForceRelease, Identity: who.Identity, Remote: who.Remote, Keys: []string{key},
+			FencingToken: l.Token, Detail: "holder identity " + holder})
+	}
 	return nil
 }

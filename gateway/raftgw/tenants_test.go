@@ -18,6 +18,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -48,6 +49,13 @@ const tenantPolicy = `{
 // maxSessions sessions.
 func tenantNode(t *testing.T, policy string, maxSessions int) string {
 	t.Helper()
+	return tenantServer(t, policy, maxSessions, nil).APIAddr()
+}
+
+// tenantServer is tenantNode's server, recording its audit trail in log
+// (nil: none).
+func tenantServer(t *testing.T, policy string, maxSessions int, log *audit.Log) *raftlock.Server {
+	t.Helper()
 	toks, err := gateway.NewNamedTokens([]gateway.NamedToken{
 		{Identity: "victim", Token: victimToken}, {Identity: "attacker", Token: attackerToken}, {Identity: "reader", Token: readerToken}})
 	if err != nil {
@@ -65,14 +73,16 @@ func tenantNode(t *testing.T, policy string, maxSessions int) string {
 		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.ClientTokens = toks
 		cfg.MaxSessions = maxSessions
+		cfg.Audit = log
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Shutdown)
-	Serve(c.Servers[0], gateway.Options{Tokens: toks, Policy: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	return leaderAPI(t, c)
+	Serve(c.Servers[0], gateway.Options{Tokens: toks, Policy: holder, Audit: log, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	leaderAPI(t, c)
+	return c.Servers[0]
 }
 
 // rest sends a JSON request as token and returns the status and body.

@@ -115,6 +115,10 @@ loopback API without client tokens. See docs/security.md.`,
 				return err
 			}
 			cfg.InsecureNoPeerAuth = insecure
+			if cfg.Audit, err = sec.tenancy.openAudit(id); err != nil {
+				return err
+			}
+			defer sec.tenancy.closeAudit()
 			ctx, stop := signalContext()
 			defer stop()
 			toks, _, err := sec.tokens(ctx)

@@ -52,7 +52,7 @@ func (f *securityFlags) gatewayOptions(ctx context.Context, toks *gateway.Tokens
 	if err != nil {
 		return gateway.Options{}, err
 	}
-	return gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins, Policy: policy}, nil
+	return gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins, Policy: policy, Audit: f.tenancy.log}, nil
 }
 
 // check validates the combination of flags before anything starts.

@@ -65,6 +65,10 @@ a CA made in memory at start. See docs/security.md.`,
 			if err := sec.check(); err != nil {
 				return err
 			}
+			if _, err := sec.tenancy.openAudit("serve"); err != nil {
+				return err
+			}
+			defer sec.tenancy.closeAudit()
 			if backend != backends.Raft {
 				spec := backends.Spec{Redlock: redisAddrs, Postgres: pgURL, Etcd: etcdEPs}
 				info, err := backends.ForServing(backend)
@@ -114,6 +118,7 @@ a CA made in memory at start. See docs/security.md.`,
 			var tlsErr error
 			c, err := raftlock.StartLocalCluster(startCtx, nodes, dataDir, func(cfg *raftlock.Config) {
 				cfg.Logger = slog.Default()
+				cfg.Audit = sec.tenancy.log
 				addrs.configure(cfg)
 				if internal != nil {
 					// Each node its own certificate; the internal CA
