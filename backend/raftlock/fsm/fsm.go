@@ -83,7 +83,7 @@ type FSM struct {
 	// idLeases and idSessions count each identity's leases and sessions
 	// (identity.go): derived state.
 	idLeases, idSessions map[string]int
-	observer func(index uint64, ev Event)
+	observer             func(index uint64, ev Event)
 	// The format gate (format.go): the replicated gate, the highest
 	// format this FSM reads (0: MaxFormat), why it halted, and whom to
 	// tell.
