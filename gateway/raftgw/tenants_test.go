@@ -32,6 +32,7 @@ const (
 	victimToken   = "victim-token-0123456789abcdef"
 	attackerToken = "attacker-token-0123456789abcdef"
 	readerToken   = "reader-token-0123456789abcdef"
+	opsToken      = "ops-admin-token-0123456789abcdef"
 )
 
 const tenantPolicy = `{
@@ -61,6 +62,10 @@ func tenantServer(t *testing.T, policy string, maxSessions int, log *audit.Log) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	admin, err := gateway.NewNamedTokens([]gateway.NamedToken{{Identity: "ops", Token: opsToken}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := gateway.ParsePolicy([]byte(policy))
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +77,7 @@ func tenantServer(t *testing.T, policy string, maxSessions int, log *audit.Log) 
 	c, err := raftlock.StartLocalCluster(ctx, 1, t.TempDir(), func(cfg *raftlock.Config) {
 		cfg.RaftAddr, cfg.APIAddr = "127.0.0.1:0", "127.0.0.1:0"
 		cfg.ClientTokens = toks
+		cfg.AdminTokens = admin
 		cfg.MaxSessions = maxSessions
 		cfg.Audit = log
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -402,5 +408,58 @@ func TestTenantRate(t *testing.T) {
 	}
 	if st, m := rest(t, victimToken, "POST", base+"/locks/v", map[string]any{"ttl_ms": 60_000}); st != http.StatusOK {
 		t.Fatalf("another identity: %d %v", st, m)
+	}
+}
+
+// An admin lists what each identity holds and closes a flooding one's
+// sessions and leases without a restart; a client token may do neither.
+func TestTenantAdminClose(t *testing.T) {
+	t.Parallel()
+	addr := tenantNode(t, tenantPolicy, 1000)
+	base := "http://" + addr
+	for i := 0; i < 4; i++ {
+		if st, m := rest(t, attackerToken, "POST", base+"/sessions", map[string]any{"ttl_ms": 86_400_000}); st != http.StatusCreated {
+			t.Fatalf("session: %d %v", st, m)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if st, m := rest(t, attackerToken, "POST", base+fmt.Sprintf("/locks/attacker/%d", i), map[string]any{"ttl_ms": 86_400_000}); st != http.StatusOK {
+			t.Fatalf("lease: %d %v", st, m)
+		}
+	}
+	if st, m := rest(t, victimToken, "POST", base+"/locks/victim/kept", map[string]any{"ttl_ms": 60_000}); st != http.StatusOK {
+		t.Fatalf("victim: %d %v", st, m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := (&raftlock.MembershipClient{Token: attackerToken}).CloseIdentity(ctx, addr, "victim"); err == nil {
+		t.Fatal("a client token closed an identity")
+	}
+	mc := &raftlock.MembershipClient{Token: opsToken}
+	l, err := mc.ListIdentities(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := map[string]raftlock.IdentityUsage{}
+	for _, u := range l.Identities {
+		usage[u.Identity] = u
+	}
+	if u := usage["attacker"]; u.Sessions != 4 || u.Leases != 3 {
+		t.Fatalf("attacker holds %+v, want 4 sessions and 3 leases (all: %+v)", u, l.Identities)
+	}
+	rep, err := mc.CloseIdentity(ctx, addr, "attacker")
+	if err != nil || rep.Sessions != 4 || rep.Leases != 3 {
+		t.Fatalf("close: %+v %v, want 4 sessions and 3 leases", rep, err)
+	}
+	if l, err = mc.ListIdentities(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range l.Identities {
+		if u.Identity == "attacker" {
+			t.Fatalf("attacker still holds %+v", u)
+		}
+	}
+	if st, m := rest(t, victimToken, "GET", base+"/locks/victim/kept", nil); st != http.StatusOK {
+		t.Fatalf("the victim's lease after the close: %d %v", st, m)
 	}
 }

@@ -67,6 +67,7 @@ Redlock over Redis, PostgreSQL, and the ZooKeeper lock recipe on etcd.`,
 	root.AddCommand(newRecoverCmd())
 	root.AddCommand(newFormatCmd())
 	root.AddCommand(newSnapshotCmd())
+	root.AddCommand(newAdminCmd())
 	// cobra adds `completion bash|zsh|fish|powershell` only inside Execute;
 	// adding it here makes it visible to Find (tests, config print).
 	root.InitDefaultCompletionCmd()
