@@ -49,6 +49,15 @@ func newMetrics(g *Gateway) *metrics {
 		Name: "lockgate_held_locks",
 		Help: "Leases granted over WebSocket connections of this gateway and not yet released or expired.",
 	}, func() float64 { return float64(g.heldLeases()) })
+	if a := g.opts.Audit; a != nil {
+		m.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockgate_audit_events_written_total", Help: "Audit trail lines written (--audit-log)."},
+				func() float64 { return float64(a.Written()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockgate_audit_events_dropped_total", Help: "Audit trail events lost: the queue stayed full, or a write failed."},
+				func() float64 { return float64(a.Dropped()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lockgate_audit_errors_total", Help: "Audit trail I/O errors (write, flush, rotation)."},
+				func() float64 { return float64(a.Errors()) }))
+	}
 	m.reg.MustRegister(m.acquire, m.grants, m.wantedPushes, m.waiters, m.errors, m.connections, held, m.watches, m.watchEvents, m.renewals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -21,10 +21,12 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
 	"github.com/hashicorp/raft"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/backend/raftlock/store"
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -432,6 +434,9 @@ func (n *Node) handleBackup(w http.ResponseWriter, r *http.Request) {
 	}
 	n.log.Info("backup taken", "remote", r.RemoteAddr, "bytes", len(data), "applied_index", h.AppliedIndex,
 		"fencing_counter", h.FencingCounter, "leases", h.Leases, "took", time.Duration(h.Seconds*float64(time.Second)))
+	cred, _ := n.Credential(r)
+	n.audit(audit.Event{Op: audit.OpSnapshot, Identity: cred.Identity, Remote: r.RemoteAddr, FencingToken: h.FencingCounter,
+		Detail: fmt.Sprintf("backup at log index %d, %d leases", h.AppliedIndex, h.Leases)})
 }
 
 // finalError is an answer every endpoint would give too (a refused
