@@ -22,6 +22,7 @@ func newBenchCmd() *cobra.Command {
 	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(),
 		newBenchElectionCmd(), newBenchCampaignCmd(), newBenchScaleCmd())
 	cmd.AddCommand(newBenchUpgradeCmd())
+	cmd.AddCommand(newBenchTenantsCmd())
 	return cmd
 }
 
