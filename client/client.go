@@ -66,9 +66,21 @@
 // reconnects and to a new leader like any request. When the server
 // refuses it, the session ends and so does every lease in it (Done
 // closes, Err matches lock.ErrSessionExpired and lock.ErrNotHeld); the
-// next acquire opens a new one. Options.NoSession turns this off; leases
+// next acquire opens a new one. A gateway that refuses to open the
+// session (quota_exceeded, too_many_sessions) never fails an acquire: the
+// lease renews itself instead, the client's logger warns once, and
+// SessionStats counts it; the session is tried again after
+// Options.SessionRetry. Options.NoSession turns sessions off; leases
 // with an explicit TTL keep their own renewals. The Client is also a
 // lock.SessionLocker for callers that manage their own sessions.
+//
+// # Rate limits
+//
+// A gateway that enforces per-identity rates answers requests sent too
+// fast rate_limited, with the time to wait. TryAcquire and TryAcquireAll
+// then return a *RateLimitedError (matching lock.ErrRateLimited) that
+// carries it; Acquire and AcquireAll wait it out and try again, within
+// their context. Keep-alives and renewals are never rate-limited.
 //
 // # Limits
 //
@@ -172,8 +184,16 @@ type Options struct {
 	// client has no session of its own either.
 	NoSession bool
 	// SessionTTL is the TTL of the client's own session (and so of the
-	// leases in it). Default lock.DefaultSessionTTL (20 s).
+	// leases in it, and of the auto-renewed leases that renew themselves
+	// because the session was refused or turned out unsupported). Default
+	// lock.DefaultSessionTTL (20 s).
 	SessionTTL time.Duration
+	// SessionRetry is how long after the gateway refused to open the
+	// client's own session (quota_exceeded, too_many_sessions) its
+	// auto-renewed leases renew themselves one by one before an acquire
+	// tries to open the session again (session.go). Default
+	// DefaultSessionRetry (30 s).
+	SessionRetry time.Duration
 	// Token, when not empty, is sent as "Authorization: Bearer <token>" on
 	// every connection (the gateway's --auth-tokens-file). A gateway that
 	// refuses it makes calls fail with an error matching ErrUnauthorized.
@@ -209,6 +229,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxCachedLeases <= 0 {
 		o.MaxCachedLeases = DefaultMaxCachedLeases
+	}
+	if o.SessionRetry <= 0 {
+		o.SessionRetry = DefaultSessionRetry
 	}
 }
 

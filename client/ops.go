@@ -39,9 +39,44 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if _, err := opts.Normalize(key, c.opts.ClientID); err != nil {
 		return nil, err // before a session is opened for it
 	}
-	return withOwnSession(c, ctx, opts, func(opts lock.AcquireOptions) (*lock.Lease, error) {
-		return c.acquireIn(ctx, key, opts, wait)
+	return waitOutRateLimits(c, ctx, wait, func() string { return fmt.Sprintf("acquire %q", key) }, func() (*lock.Lease, error) {
+		return withOwnSession(c, ctx, opts, func(opts lock.AcquireOptions) (*lock.Lease, error) {
+			return c.acquireIn(ctx, key, opts, wait)
+		})
 	})
+}
+
+// waitOutRateLimits runs try, an acquire, and with wait (Acquire,
+// AcquireAll) tries again after each rate_limited answer — to the acquire,
+// or to the open of the client's session it needed — once the time the
+// gateway named has passed (the backoff when it named none), until ctx
+// ends: then the error matches ctx.Err() and the last refusal. Without
+// wait the *RateLimitedError is returned. Nothing was done for a refused
+// request, so the next try is a new one. what names the acquire in errors
+// and logs (built only then).
+func waitOutRateLimits[T any](c *Client, ctx context.Context, wait bool, what func() string, try func() (T, error)) (T, error) {
+	for n := 1; ; n++ {
+		got, err := try()
+		var rl *RateLimitedError
+		if !wait || !errors.As(err, &rl) {
+			return got, err
+		}
+		d := rl.RetryIn
+		if d <= 0 {
+			d, _ = c.opts.Backoff.Backoff(n)
+		}
+		c.log.Debug("lockgate client: rate-limited by the gateway; waiting to try again", "what", what(), "wait", d)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+			continue
+		case <-ctx.Done():
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+		var zero T
+		return zero, c.gaveUp(ctx, ctx, what(), err)
+	}
 }
 
 // acquireIn is acquire with the session, if any, chosen.

@@ -72,8 +72,10 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 	if _, err := opts.Normalize(keys[0], c.opts.ClientID); err != nil {
 		return nil, err // before a session is opened for it
 	}
-	return withOwnSession(c, ctx, opts, func(opts lock.AcquireOptions) ([]*lock.Lease, error) {
-		return c.acquireAllIn(ctx, keys, opts, wait)
+	return waitOutRateLimits(c, ctx, wait, func() string { return fmt.Sprintf("acquire-all %q", keys) }, func() ([]*lock.Lease, error) {
+		return withOwnSession(c, ctx, opts, func(opts lock.AcquireOptions) ([]*lock.Lease, error) {
+			return c.acquireAllIn(ctx, keys, opts, wait)
+		})
 	})
 }
 

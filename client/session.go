@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/wire"
@@ -24,8 +25,55 @@ import (
 // lock.ErrSessionExpired and lock.ErrNotHeld); the next acquire opens a
 // new one. Close stops the keep-alive without closing the session: its
 // leases then run out, as auto-renewed leases do.
+//
+// A gateway that refuses to open the session — quota_exceeded (the
+// caller's identity is at its quota of sessions) or too_many_sessions
+// (the connection's or the backend's cap) — never fails an acquire: the
+// acquire goes ahead without a session and its lease renews itself
+// (with the session's TTL when Options.SessionTTL sets one), as on a
+// gateway without sessions. For Options.SessionRetry after a refusal
+// acquires go straight to that fallback; the first acquire after it tries
+// to open the session again. The client's logger says so at Warn once per
+// fallback period (from the first refusal until a session opens again),
+// and SessionStats counts the refusals and the acquires that fell back.
+// Any other refusal of the open (forbidden, unauthorized, …) fails the
+// acquire.
 
 var _ lock.SessionLocker = (*Client)(nil)
+
+// DefaultSessionRetry is how long after a refused open of the client's own
+// session its auto-renewed leases renew themselves before an acquire tries
+// to open it again (Options.SessionRetry).
+const DefaultSessionRetry = 30 * time.Second
+
+// SessionStats counts what became of the client's own session
+// (Client.SessionStats).
+type SessionStats struct {
+	// Opened are the sessions the client opened for its own use.
+	Opened uint64
+	// Refused are opens of its own session that the gateway refused with
+	// quota_exceeded or too_many_sessions.
+	Refused uint64
+	// Fallbacks are the acquires (Acquire, TryAcquire, AcquireAll,
+	// TryAcquireAll) whose leases would have gone into the client's
+	// session but were made without one, renewed on their own, because
+	// opening the session was refused (now or less than
+	// Options.SessionRetry before).
+	Fallbacks uint64
+	// FallingBack reports whether the client is in a fallback period now:
+	// its last open was refused and none has succeeded since.
+	FallingBack bool
+}
+
+// SessionStats reports what became of the client's own session: zero
+// with Options.NoSession, the lease cache, or a gateway without sessions.
+func (c *Client) SessionStats() SessionStats {
+	o := &c.own
+	o.mu.Lock()
+	falling := o.fallingBack
+	o.mu.Unlock()
+	return SessionStats{Opened: o.opened.Load(), Refused: o.refused.Load(), Fallbacks: o.fallbacks.Load(), FallingBack: falling}
+}
 
 // ownSession is the client's own session (Options.NoSession off).
 type ownSession struct {
@@ -33,6 +81,37 @@ type ownSession struct {
 	s       *lock.Session // the live one, or nil (none yet, or ended)
 	opening chan struct{} // closed when an open in flight finishes
 	stop    func()        // stops the current session's keep-alive
+
+	// refusal is the error of the last open, refused (sessionRefused),
+	// and retryAt when an acquire may try again; fallingBack is set from
+	// that refusal until a session opens (the Warn is logged once per
+	// period).
+	refusal     error
+	retryAt     time.Time
+	fallingBack bool
+
+	opened, refused, fallbacks atomic.Uint64
+}
+
+// sessionRefused reports whether err is a gateway's refusal to open a
+// session that the client's acquires fall back from: the caller's quota
+// of sessions, or the connection's or the backend's cap. A refusal for
+// any other reason (forbidden, unauthorized) is the acquire's error too.
+func sessionRefused(err error) bool {
+	return errors.Is(err, lock.ErrQuotaExceeded) || errors.Is(err, lock.ErrTooManySessions)
+}
+
+// outsideSession is opts (an auto-renewed acquire's: zero TTL) for a lease
+// that would have gone into the client's session and renews itself
+// instead: with the session's TTL when Options.SessionTTL sets one, so
+// that it outlives a stopped client by as long as the session's leases
+// would have.
+func (c *Client) outsideSession(opts lock.AcquireOptions) lock.AcquireOptions {
+	opts.Session = nil
+	if c.opts.SessionTTL > 0 && opts.TTL == 0 {
+		opts.TTL, opts.AutoRenew = c.opts.SessionTTL, true
+	}
+	return opts
 }
 
 // wantsSession reports whether an acquire with opts (as the caller gave
@@ -56,10 +135,15 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := c.ownSessionFor(ctx)
-		if errors.Is(err, lock.ErrUnsupported) {
-			return acquire(opts) // a gateway without sessions after all: renew one by one
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, lock.ErrUnsupported):
+			return acquire(c.outsideSession(opts)) // a gateway without sessions after all: renew one by one
+		case sessionRefused(err):
+			// The gateway refused the session (now, or within
+			// SessionRetry): the lease renews itself.
+			c.own.fallbacks.Add(1)
+			return acquire(c.outsideSession(opts))
+		case err != nil:
 			var zero T
 			return zero, err
 		}
@@ -70,8 +154,7 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 			// drains them): this lease is renewed on its own, and the
 			// session, with whatever it still holds, lives on until
 			// those are released.
-			opts.Session = nil
-			return acquire(opts)
+			return acquire(c.outsideSession(opts))
 		}
 		if attempt == 0 && errors.Is(err, lock.ErrSessionExpired) {
 			s.Refused(err)
@@ -82,7 +165,8 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 }
 
 // ownSessionFor returns the client's live session, opening it (once, for
-// every caller waiting) when there is none.
+// every caller waiting) when there is none. Within Options.SessionRetry of
+// a refused open it returns that refusal without asking again.
 func (c *Client) ownSessionFor(ctx context.Context) (*lock.Session, error) {
 	o := &c.own
 	for {
@@ -90,6 +174,11 @@ func (c *Client) ownSessionFor(ctx context.Context) (*lock.Session, error) {
 		if s := o.s; s != nil && s.Err() == nil {
 			o.mu.Unlock()
 			return s, nil
+		}
+		if o.refusal != nil && time.Now().Before(o.retryAt) {
+			err := o.refusal
+			o.mu.Unlock()
+			return nil, err
 		}
 		if ch := o.opening; ch != nil {
 			o.mu.Unlock()
@@ -108,9 +197,28 @@ func (c *Client) ownSessionFor(ctx context.Context) (*lock.Session, error) {
 		o.opening = nil
 		close(ch)
 		if err != nil {
+			if !sessionRefused(err) {
+				o.mu.Unlock()
+				return nil, err
+			}
+			o.refusal, o.retryAt = err, time.Now().Add(c.opts.SessionRetry)
+			first := !o.fallingBack
+			o.fallingBack = true
 			o.mu.Unlock()
+			o.refused.Add(1)
+			if first {
+				c.log.Warn("lockgate client: the gateway refused the client's session; auto-renewed leases renew themselves one by one until it opens",
+					"err", err, "retry_in", c.opts.SessionRetry)
+			} else {
+				c.log.Debug("lockgate client: the gateway refused the client's session again", "err", err, "retry_in", c.opts.SessionRetry)
+			}
 			return nil, err
 		}
+		o.opened.Add(1)
+		if o.fallingBack {
+			c.log.Info("lockgate client: the client's session opened after refusals; auto-renewed leases go into it again")
+		}
+		o.refusal, o.fallingBack = nil, false
 		kctx, cancel := context.WithCancel(c.ctx)
 		if o.stop != nil {
 			o.stop()

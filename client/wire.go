@@ -43,25 +43,67 @@ func leaderOf(e *wire.Error) (id, addr string) {
 }
 
 // ServerError is an error reply of the gateway that has no more specific Go
-// type (HeldError, NotLeaderError and ValidationError have their own). It
-// matches, with errors.Is, the lock sentinel wire.Codes gives its code:
-// not_held → lock.ErrNotHeld, not_found → lock.ErrNotFound,
-// unavailable/closed/too_many_waiters → lock.ErrUnavailable.
+// type (HeldError, NotLeaderError, ValidationError and RateLimitedError
+// have their own). It matches, with errors.Is, the lock sentinel
+// wire.Codes gives its code: not_held → lock.ErrNotHeld, not_found →
+// lock.ErrNotFound, unavailable/closed/too_many_waiters →
+// lock.ErrUnavailable, quota_exceeded → lock.ErrQuotaExceeded, forbidden →
+// lock.ErrForbidden, too_many_sessions → lock.ErrTooManySessions.
 type ServerError struct {
 	Code    string // the protocol's error code, e.g. wire.CodeNotHeld
 	Message string // the gateway's explanation
-	err     error  // the sentinel, or nil
+	// Quota, on quota_exceeded, names the quota the caller's identity is
+	// at: "sessions", "leases", "waiters" or "watches" ("" when the
+	// gateway did not say).
+	Quota string
+	err   error // the sentinel, or nil
 }
 
 func (e *ServerError) Error() string {
-	if e.err != nil {
-		return fmt.Sprintf("%v (gateway: %s: %s)", e.err, e.Code, e.Message)
+	msg := e.Message
+	if e.Quota != "" {
+		msg = fmt.Sprintf("quota %q: %s", e.Quota, msg)
 	}
-	return fmt.Sprintf("lockgate gateway: %s: %s", e.Code, e.Message)
+	if e.err != nil {
+		return fmt.Sprintf("%v (gateway: %s: %s)", e.err, e.Code, msg)
+	}
+	return fmt.Sprintf("lockgate gateway: %s: %s", e.Code, msg)
 }
 
 // Unwrap returns the lock sentinel of the code, if any.
 func (e *ServerError) Unwrap() error { return e.err }
+
+// RateLimitedError is the gateway's rate_limited answer: the caller's
+// identity sent requests faster than its rate allows, and the request was
+// not carried out (retrying it is safe). It matches lock.ErrRateLimited.
+// TryAcquire and TryAcquireAll return it; Acquire and AcquireAll wait it
+// out within their context and try again. Keep-alives and renewals are
+// never rate-limited.
+type RateLimitedError struct {
+	Key     string        // the request's key ("" for a request without one)
+	Message string        // the gateway's explanation
+	RetryIn time.Duration // how long the gateway said to wait (its retryIn); 0 when it did not say
+	// Until is when the wait ends on the caller's clock: the answer's
+	// arrival plus RetryIn.
+	Until time.Time
+}
+
+func (e *RateLimitedError) Error() string {
+	s := lock.ErrRateLimited.Error()
+	if e.Key != "" {
+		s += fmt.Sprintf(": key %q", e.Key)
+	}
+	if e.RetryIn > 0 {
+		s += fmt.Sprintf(": retry in %v", e.RetryIn)
+	}
+	if e.Message != "" {
+		s += " (gateway: " + e.Message + ")"
+	}
+	return s
+}
+
+// Unwrap returns lock.ErrRateLimited.
+func (e *RateLimitedError) Unwrap() error { return lock.ErrRateLimited }
 
 // replyError turns an error reply about key into the lock contract's error
 // for its code (wire.Codes): the structured error where the lock package
@@ -90,13 +132,16 @@ func replyError(r *reply, key string) error {
 	case c.Name == wire.CodeUnsupported:
 		f, _ := lock.ParseFeatures([]string{e.Feature})
 		return &lock.UnsupportedError{Backend: "the lockgate gateway's backend", Feature: f, Reason: e.Message}
+	case c.Name == wire.CodeRateLimited:
+		d := time.Duration(max(e.RetryIn, 0)) * time.Millisecond
+		return &RateLimitedError{Key: key, Message: e.Message, RetryIn: d, Until: r.arrived.Add(d)}
 	case c.Name == wire.CodeNotLeader:
 		id, addr := leaderOf(e)
 		return &lock.NotLeaderError{LeaderID: id, LeaderAddr: addr}
 	case c.Field != "":
 		return &lock.ValidationError{Field: c.Field, Value: strconv.Quote(key), Reason: "rejected by the gateway: " + e.Message, Err: c.Sentinel}
 	}
-	return &ServerError{Code: e.Code, Message: e.Message, err: c.Sentinel}
+	return &ServerError{Code: e.Code, Message: e.Message, Quota: e.Quota, err: c.Sentinel}
 }
 
 // errDropped is the cause recorded when the connection carrying a request

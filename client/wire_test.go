@@ -1,8 +1,10 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +144,64 @@ func TestNewRejects(t *testing.T) {
 	}
 	if _, err := New([]string{"ftp://x"}, Options{}); err == nil {
 		t.Error("New with a bad endpoint succeeded")
+	}
+}
+
+// TestReplyErrorTenants: rate_limited is a *RateLimitedError carrying
+// retryIn, quota_exceeded a ServerError naming the quota, forbidden a
+// ServerError matching lock.ErrForbidden.
+func TestReplyErrorTenants(t *testing.T) {
+	r := &reply{Reply: wire.Reply{Type: wire.TypeError, Error: &wire.Error{Code: wire.CodeRateLimited, Message: "slow down", RetryIn: 250}}, arrived: time.Now()}
+	err := replyError(r, "k")
+	var rl *RateLimitedError
+	if !errors.As(err, &rl) || rl.RetryIn != 250*time.Millisecond || !rl.Until.Equal(r.arrived.Add(250*time.Millisecond)) || rl.Key != "k" {
+		t.Errorf("rate_limited: %#v, want a *RateLimitedError for k, retry in 250ms", err)
+	}
+	if !errors.Is(err, lock.ErrRateLimited) || !strings.Contains(err.Error(), "250ms") {
+		t.Errorf("rate_limited: %v does not match ErrRateLimited or name its wait", err)
+	}
+	r.Error = &wire.Error{Code: wire.CodeQuotaExceeded, Message: "at most 2", Quota: "sessions"}
+	err = replyError(r, "")
+	var se *ServerError
+	if !errors.As(err, &se) || se.Quota != "sessions" || !errors.Is(err, lock.ErrQuotaExceeded) || !strings.Contains(err.Error(), `"sessions"`) {
+		t.Errorf("quota_exceeded: %#v, want a ServerError naming quota sessions, matching ErrQuotaExceeded", err)
+	}
+	r.Error = &wire.Error{Code: wire.CodeForbidden, Message: "not yours"}
+	if err := replyError(r, "k"); !errors.Is(err, lock.ErrForbidden) {
+		t.Errorf("forbidden: %v does not match ErrForbidden", err)
+	}
+}
+
+// TestWaitOutRateLimits: a waiting acquire waits the retryIn each refusal
+// names before it tries again; a try returns the refusal at once.
+func TestWaitOutRateLimits(t *testing.T) {
+	c, err := New([]string{"127.0.0.1:1"}, Options{Backoff: lock.ConstantBackoff{Interval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const retryIn = 120 * time.Millisecond
+	tries := 0
+	try := func() (int, error) {
+		tries++
+		if tries <= 2 {
+			return 0, &RateLimitedError{Key: "k", RetryIn: retryIn}
+		}
+		return 7, nil
+	}
+	what := func() string { return "acquire" }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	got, err := waitOutRateLimits(c, ctx, true, what, try)
+	if err != nil || got != 7 || tries != 3 {
+		t.Fatalf("waitOutRateLimits = %d, %v after %d tries; want 7 after 3", got, err, tries)
+	}
+	if took := time.Since(start); took < 2*retryIn {
+		t.Errorf("two refusals of %v waited only %v", retryIn, took)
+	}
+	tries = 0
+	if _, err := waitOutRateLimits(c, ctx, false, what, try); !errors.Is(err, lock.ErrRateLimited) || tries != 1 {
+		t.Errorf("a try: %v after %d tries, want the refusal after 1", err, tries)
 	}
 }

@@ -48,6 +48,27 @@ export const DefaultRequestTimeoutMs = 10_000;
 export const DefaultMaxHops = 5;
 /** A redirect to an address whose dial failed less than this long ago is not followed. */
 const DeadForMs = 1_000;
+/** How long after a refused open of the client's own session its leases renew themselves before an acquire tries again (ClientOptions.sessionRetryMs). */
+export const DefaultSessionRetryMs = 30_000;
+
+/** What became of the client's own session (Client.sessionStats()); like the Go SDK's client.SessionStats. */
+export interface SessionStats {
+  /** Sessions the client opened for its own use. */
+  opened: number;
+  /** Opens of its own session the gateway refused with quota_exceeded or too_many_sessions. */
+  refused: number;
+  /**
+   * Acquires whose leases would have gone into the client's session but
+   * were made without one, renewed on their own, because opening it was
+   * refused (now, or less than sessionRetryMs before).
+   */
+  fallbacks: number;
+  /** Whether the client is falling back now: its last open was refused and none has succeeded since. */
+  fallingBack: boolean;
+}
+
+/** Marks an acquire whose lease would have gone into the client's own session and renews itself instead. */
+const Outside = Symbol("outside the session");
 
 export interface ClientOptions {
   /** Owner recorded with locks acquired without AcquireOptions.clientId. Default "js-" + 12 random hex digits. */
@@ -64,7 +85,11 @@ export interface ClientOptions {
   tls?: TlsOptions | boolean;
   /** A WebSocket constructor (standard API) to use instead of `ws` in Node or globalThis.WebSocket. */
   webSocket?: unknown;
-  /** Receives connection events (reconnects, redirects). Default: none. */
+  /**
+   * Receives connection events (reconnects, redirects) and warnings.
+   * Default: events go nowhere, warnings (a refused session) to
+   * console.warn.
+   */
   logger?: (msg: string) => void;
   /**
    * The lease cache (docs/lease-cache.md), off by default: release keeps a
@@ -88,10 +113,19 @@ export interface ClientOptions {
    * keep-alive every ttl/3 renews them all instead of one renewal per
    * lease. false: every auto-renewed lease renews itself. With cacheLeases
    * on the client has no session of its own either (as the Go SDK).
+   *
+   * A gateway that refuses to open the session — quota_exceeded (the
+   * identity's quota of sessions) or too_many_sessions — never fails an
+   * acquire: the lease renews itself instead (with sessionTtlMs when set),
+   * a warning is logged once until a session opens again, sessionStats()
+   * counts it, and the session is asked for again at the first acquire
+   * after sessionRetryMs. A forbidden open fails the acquire.
    */
   sessions?: boolean;
-  /** The TTL of the client's session (10 ms … 24 h). Default: the server's (20 s). */
+  /** The TTL of the client's session (10 ms … 24 h), and of the auto-renewed leases that renew themselves because it could not be had. Default: the server's (20 s). */
   sessionTtlMs?: number;
+  /** How long after a refused open of the client's session acquires go without one before they ask again. Default 30 s. */
+  sessionRetryMs?: number;
 }
 
 /** openSession's options. */
@@ -280,8 +314,16 @@ export class Client {
   #sessionOps: SessionOps;
   #sessions = new Set<Session>();
   #ownSession: Session | undefined;
-  #ownOpening: Promise<Session | undefined> | undefined;
+  #ownOpening: Promise<Session | typeof Outside | undefined> | undefined;
   #noSessionsOn: Conn | undefined;
+  // A refused open of the client's own session: none is asked for before
+  // #ownRetryAt; #fallingBack from the refusal until one opens (warned
+  // once); what became of the session, for sessionStats().
+  #sessionRetryMs: number;
+  #ownRetryAt = 0;
+  #fallingBack = false;
+  #sessionCounts = { opened: 0, refused: 0, fallbacks: 0 };
+  #warn: (msg: string) => void;
 
   constructor(endpoints: string | string[], opts: ClientOptions = {}) {
     const list = typeof endpoints === "string" ? endpoints.split(",").map((s) => s.trim()).filter(Boolean) : [...endpoints];
@@ -306,6 +348,7 @@ export class Client {
     this.#token = opts.token;
     this.#webSocket = opts.webSocket;
     this.#log = opts.logger ?? (() => {});
+    this.#warn = opts.logger ?? ((m) => console.warn(m));
     this.#ops = {
       renew: (lease, ttlMs, signal) => this.#track(this.#renew(lease.key, lease.lockToken, lease.fencingToken, ttlMs, signal)),
       release: (lease) => this.#track(this.#releaseOrKeep(lease)),
@@ -317,6 +360,8 @@ export class Client {
     this.#useSessions = (opts.sessions ?? true) && !opts.cacheLeases;
     if (opts.sessionTtlMs !== undefined) checkTtl(opts.sessionTtlMs);
     this.#sessionTtlMs = opts.sessionTtlMs;
+    this.#sessionRetryMs = opts.sessionRetryMs ?? DefaultSessionRetryMs;
+    if (!(this.#sessionRetryMs >= 0)) throw new LockgateError("bad_json", `lockgate: sessionRetryMs ${opts.sessionRetryMs} is not a non-negative number`);
     this.#sessionOps = {
       renew: (s, signal) => this.#track(this.#renewSession(s, signal)),
       close: (s) => this.#track(this.#closeSession(s)),
@@ -339,6 +384,11 @@ export class Client {
         max,
       );
     }
+  }
+
+  /** What became of the client's own session (ClientOptions.sessions): all zero with sessions off or a gateway without them. */
+  sessionStats(): SessionStats {
+    return { ...this.#sessionCounts, fallingBack: this.#fallingBack };
   }
 
   /** What the lease cache did (ClientOptions.cacheLeases); all zero when it is off. */
@@ -645,11 +695,13 @@ export class Client {
       for (const stale of cache.evict([key])) await this.#releaseQuietly(stale);
     }
     for (let gone = 0; ; ) {
-      const session = await this.#sessionFor(opts, p);
+      const chosen = await this.#sessionFor(opts, p);
+      const session = chosen === Outside ? undefined : chosen;
+      const lp = chosen === Outside ? this.#outside(p) : p;
       const handle = newHandle();
       this.#early.set(handle, false);
       try {
-        const req: Request = { commandType: wait ? Cmd.acquire : Cmd.tryAcquire, key, clientId: owner, ttl: ttlMs, lockToken: handle };
+        const req: Request = { commandType: wait ? Cmd.acquire : Cmd.tryAcquire, key, clientId: owner, ttl: lp.ttlMs, lockToken: handle };
         if (opts.value !== undefined) req.value = opts.value;
         if (opts.releaseOnDisconnect) req.releaseOnDisconnect = true;
         if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
@@ -659,7 +711,7 @@ export class Client {
         const r = await this.#runAcquire(k, opts, wait, JSON.stringify(key));
         if (this.#sessionGone(r, k, opts, session, gone++)) continue;
         if (r.type !== "grant") throw this.#unexpected(r, k, "grant");
-        const lease = await this.#lease(r, key, p, k.first, opts.value, session);
+        const lease = await this.#lease(r, key, lp, k.first, opts.value, session);
         if (lease) {
           if (plain) cache?.hold(lease, ck);
           return lease;
@@ -730,11 +782,13 @@ export class Client {
     // Never cached; an unused cached lease of one of the keys would hold it against us.
     if (this.#cache) for (const stale of this.#cache.evict(keys)) await this.#releaseQuietly(stale);
     for (let gone = 0; ; ) {
-      const session = await this.#sessionFor(opts, p);
+      const chosen = await this.#sessionFor(opts, p);
+      const session = chosen === Outside ? undefined : chosen;
+      const lp = chosen === Outside ? this.#outside(p) : p;
       const handle = newHandle();
       this.#early.set(handle, false);
       try {
-        const req: Request = { commandType: wait ? Cmd.acquireAll : Cmd.tryAcquireAll, keys, clientId: p.owner, ttl: p.ttlMs, lockToken: handle };
+        const req: Request = { commandType: wait ? Cmd.acquireAll : Cmd.tryAcquireAll, keys, clientId: lp.owner, ttl: lp.ttlMs, lockToken: handle };
         if (opts.value !== undefined) req.value = opts.value;
         if (wait && opts.waitMs !== undefined) req.waitMs = opts.waitMs;
         this.#primitiveFields(req, p);
@@ -757,7 +811,7 @@ export class Client {
             lost = new LockgateError("unavailable", `lockgate: ${k.op} ${what}: lease ${i} is for ${JSON.stringify(g.key)}, not ${JSON.stringify(keys[i])}`);
             break;
           }
-          const lease = await this.#lease({ ...g, type: "grant" }, keys[i]!, p, k.first, opts.value, session);
+          const lease = await this.#lease({ ...g, type: "grant" }, keys[i]!, lp, k.first, opts.value, session);
           if (!lease) {
             expired = true;
             lost = new NotHeldError(`lockgate: ${k.op} ${what}: the grant of ${JSON.stringify(keys[i])} expired before it could be renewed`);
@@ -829,9 +883,12 @@ export class Client {
   /**
    * #sessionFor is the session an acquire's lease goes into: the caller's
    * (opts.session, checked), none (null, an explicit ttlMs, no auto-renew,
-   * sessions off), or the client's own, opened on first use.
+   * sessions off), or the client's own, opened on first use; Outside when
+   * the lease would have gone into the client's own session but cannot
+   * (the gateway refused it, now or less than sessionRetryMs ago, or
+   * opening it failed).
    */
-  async #sessionFor(opts: AcquireOptions, p: Prepared): Promise<Session | undefined> {
+  async #sessionFor(opts: AcquireOptions, p: Prepared): Promise<Session | typeof Outside | undefined> {
     const s = opts.session;
     if (s === null) return undefined;
     if (s !== undefined) {
@@ -847,34 +904,68 @@ export class Client {
     if (own && own.alive) return own;
     const conn = this.#conn;
     if (conn && !conn.closed && (this.#noSessionsOn === conn || (conn.featuresKnown && !conn.features.includes("sessions")))) return undefined;
+    if (this.#fallingBack && now() < this.#ownRetryAt) {
+      this.#sessionCounts.fallbacks++;
+      return Outside;
+    }
     this.#ownOpening ??= this.#openOwn().finally(() => (this.#ownOpening = undefined));
-    if (!opts.signal) return this.#ownOpening;
-    const signal = opts.signal;
-    return abortable(this.#ownOpening, signal).catch((e) => {
-      throw signal.aborted ? new CancelledError("lockgate: acquire: cancelled by the caller", signal.reason) : e;
-    });
+    const got = opts.signal
+      ? await abortable(this.#ownOpening, opts.signal).catch((e) => {
+          throw opts.signal!.aborted ? new CancelledError("lockgate: acquire: cancelled by the caller", opts.signal!.reason) : e;
+        })
+      : await this.#ownOpening;
+    if (got === Outside && this.#fallingBack) this.#sessionCounts.fallbacks++;
+    return got;
+  }
+
+  /** #outside is p for a lease that would have gone into the client's session and renews itself: the session's TTL when sessionTtlMs sets one. */
+  #outside(p: Prepared): Prepared {
+    return this.#sessionTtlMs !== undefined ? { ...p, ttlMs: this.#sessionTtlMs } : p;
   }
 
   /**
    * #openOwn opens the client's own session. A gateway without sessions
    * (not announced, or an older one answering unknown_command) is
-   * remembered for its connection; that and any other failure but the
-   * client's close leave the acquire to a lease that renews itself.
+   * remembered for its connection (undefined: the lease renews itself, as
+   * everywhere on that gateway). A refusal — quota_exceeded,
+   * too_many_sessions — starts a fallback period: acquires go without the
+   * session (Outside) and ask again after sessionRetryMs; it is warned of
+   * once per period and counted. forbidden and unauthorized fail the
+   * acquire; any other failure but the client's close leaves it to a
+   * lease that renews itself (Outside).
    */
-  async #openOwn(): Promise<Session | undefined> {
+  async #openOwn(): Promise<Session | typeof Outside | undefined> {
     try {
       const s = await this.#openSession({});
       if (this.#closed) return undefined;
       this.#ownSession = s;
+      this.#sessionCounts.opened++;
+      if (this.#fallingBack) this.#log("the client's session opened after refusals; auto-renewed leases go into it again");
+      this.#fallingBack = false;
       return s;
     } catch (e) {
       if (this.#closed || (e instanceof LockgateError && e.code === "closed")) throw this.#closedError();
-      if (e instanceof UnsupportedError || (e instanceof LockgateError && e.code === "unknown_command")) {
+      const code = e instanceof LockgateError ? e.code : "";
+      if (e instanceof UnsupportedError || code === "unknown_command") {
         this.#noSessionsOn = this.#conn;
-      } else {
-        this.#log(`opening the client's session failed; the lease renews itself: ${(e as Error).message}`);
+        return undefined;
       }
-      return undefined;
+      if (code === "forbidden" || code === "unauthorized") throw e;
+      if (code === "quota_exceeded" || code === "too_many_sessions") {
+        this.#sessionCounts.refused++;
+        this.#ownRetryAt = now() + this.#sessionRetryMs;
+        if (!this.#fallingBack) {
+          this.#fallingBack = true;
+          this.#warn(
+            `lockgate: the gateway refused the client's session (${(e as Error).message}); auto-renewed leases renew themselves one by one until it opens (asked again after ${this.#sessionRetryMs} ms)`,
+          );
+        } else {
+          this.#log(`the gateway refused the client's session again: ${(e as Error).message}`);
+        }
+        return Outside;
+      }
+      this.#log(`opening the client's session failed; the lease renews itself: ${(e as Error).message}`);
+      return Outside;
     }
   }
 
@@ -1179,6 +1270,17 @@ export class Client {
           // gateway dropped the wait. Queue again.
           await sleep(backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs), signal);
           continue;
+        case "rate_limited": {
+          if (!k.wait) break;
+          // A waiting acquire waits out the identity's rate (the request
+          // was not carried out) and sends it again, within its waitMs
+          // and signal; the others throw RateLimitedError.
+          const retryIn = r.error.retryIn;
+          const ms = typeof retryIn === "number" && retryIn > 0 ? retryIn : backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs);
+          this.#log(`${k.op} ${this.#what(k)} rate-limited by ${conn.addr}; sending it again in ${ms} ms`);
+          await sleep(ms, signal);
+          continue;
+        }
       }
       conn.good();
       return r;

@@ -9,7 +9,8 @@
 export { DefaultCacheIdleMs, DefaultMaxCachedLeases } from "./cache.js";
 export type { CacheStats } from "./cache.js";
 export { Client, DefaultDialTimeoutMs, DefaultMaxHops, DefaultRequestTimeoutMs } from "./client.js";
-export type { AcquireOptions, ClientOptions, HolderDetail, LockInfo, SessionOptions } from "./client.js";
+export { DefaultSessionRetryMs } from "./client.js";
+export type { AcquireOptions, ClientOptions, HolderDetail, LockInfo, SessionOptions, SessionStats } from "./client.js";
 export { Session, SessionLostError } from "./session.js";
 export { Lease, LeaseLostError } from "./lease.js";
 export type { LostReason, Mode } from "./lease.js";
@@ -21,10 +22,13 @@ export {
   CancelledError,
   DelayedError,
   ErrorCodes,
+  ForbiddenError,
   HeldError,
   LockgateError,
   NotHeldError,
   PermitsMismatchError,
+  QuotaExceededError,
+  RateLimitedError,
   SessionExpiredError,
   TimeoutError,
   UnsupportedError,

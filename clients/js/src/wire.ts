@@ -82,7 +82,7 @@ export interface Reply extends GrantInfo {
   holders?: GrantInfo[];
   /** "grants": one lease per key of the acquireAll, in order. */
   leases?: GrantInfo[];
-  error?: { code: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo; retryIn?: number; feature?: string };
+  error?: { code: string; message?: string; leader?: LeaderInfo; holder?: HolderInfo; retryIn?: number; feature?: string; quota?: string };
 }
 
 // Limits shared with the server (lock/validate.go).

@@ -7,9 +7,9 @@
  * opting out (option, explicit ttlMs, a gateway without "sessions"), the
  * explicit API (open, renew, close, acquire in a session) and close.
  */
-import { test } from "node:test";
+import { mock, test } from "node:test";
 import assert from "node:assert/strict";
-import { Client, LockgateError, Session, SessionExpiredError, deadlineOf } from "../src/index.js";
+import { Client, ForbiddenError, LockgateError, RateLimitedError, Session, SessionExpiredError, deadlineOf } from "../src/index.js";
 import { fakeGateway, type FakeGateway, type Msg } from "./gateway.js";
 import type { WebSocket } from "ws";
 
@@ -20,6 +20,8 @@ interface Script {
   /** Answers a renewSession; default: sessionRenewed. Return false to send nothing. */
   renew?: (m: Msg, reply: (r: Msg) => void, ws: WebSocket, conn: number) => boolean | void;
   acquire?: (m: Msg, reply: (r: Msg) => void) => boolean | void;
+  /** Answers an openSession; default: a new session. Return false to send nothing more. */
+  open?: (m: Msg, reply: (r: Msg) => void) => boolean | void;
   features?: string;
   /** The TTL the gateway answers openSession with when none is asked. */
   ttl?: number;
@@ -43,6 +45,7 @@ async function sessionGateway(script: Script = {}): Promise<SessionGateway> {
       at.set(`${conn}/${m.id}`, performance.now());
       switch (m.commandType) {
         case 11: {
+          if (script.open?.(m, reply) === false) return;
           const id = `s${sessions.length + 1}`.padEnd(32, "0");
           sessions.push(id);
           reply({ type: "session", sessionId: id, ttl: m.ttl ?? script.ttl ?? 20_000 });
@@ -362,6 +365,130 @@ test("the client's own session is replaced once: an acquire refused session_expi
     assert.equal(l.session, undefined, "as the Go SDK: the cache keeps and renews leases of its own");
     assert.equal(f.of(11).length, 2);
     await cached.close();
+  } finally {
+    await f.close();
+  }
+});
+
+for (const code of ["quota_exceeded", "too_many_sessions"]) {
+  test(`a session refused ${code} never fails an acquire: the lease renews itself, one warning, counted, asked for again after sessionRetryMs`, async () => {
+    let refuse = true;
+    const f = await sessionGateway({
+      open: (m, reply) => {
+        if (!refuse) return;
+        reply({ type: "error", error: { code, message: "at the identity's quota", quota: "sessions" } });
+        return false;
+      },
+    });
+    const warn = mock.method(console, "warn", () => {});
+    try {
+      const retry = 600;
+      const c = new Client([f.addr], { sessionTtlMs: 300, sessionRetryMs: retry });
+      const leases = [await c.acquire("a"), await c.tryAcquire("b"), ...(await c.acquireAll(["c", "d"]))];
+      for (const l of leases) {
+        assert.equal(l.session, undefined, "no session: the gateway refused it");
+        assert.equal(l.autoRenew, true);
+        assert.equal(l.ttlMs, 300, "the session's TTL");
+      }
+      assert.equal(f.of(11).length, 1, "not asked again within sessionRetryMs");
+      for (const m of [...f.of(1), ...f.of(5), ...f.of(7)]) {
+        assert.equal(m.sessionId, undefined);
+        assert.equal(m.ttl, 300);
+      }
+      assert.deepEqual(c.sessionStats(), { opened: 0, refused: 1, fallbacks: 3, fallingBack: true });
+      assert.equal(warn.mock.callCount(), 1, "warned once");
+      assert.match(String(warn.mock.calls[0]!.arguments[0]), /refused the client's session/);
+
+      // Each lease renews itself past its TTL.
+      const first = leases[0]!.deadline;
+      await f.count(3, 3 * leases.length);
+      assert.ok(performance.now() > first, "three renewals of every lease take longer than its TTL");
+      for (const l of leases) {
+        assert.ok(l.held, "alive past its first deadline");
+        assert.ok(l.deadline > first);
+      }
+
+      // Allowed again: the first acquire after sessionRetryMs opens the session.
+      refuse = false;
+      let inSession;
+      for (let i = 0; !inSession; i++) {
+        const l = await c.acquire(`again/${i}`);
+        if (l.session) inSession = l;
+        else await sleep(25);
+      }
+      const opens = f.of(11);
+      assert.equal(opens.length, 2, "the refused open and one after sessionRetryMs");
+      const gap = f.at.get(`${opens[1]!.conn}/${opens[1]!.id}`)! - f.at.get(`${opens[0]!.conn}/${opens[0]!.id}`)!;
+      assert.ok(gap >= retry - 5, `asked again ${gap} ms after the refusal, before sessionRetryMs`);
+      const st = c.sessionStats();
+      assert.equal(st.opened, 1);
+      assert.equal(st.fallingBack, false);
+      assert.equal(st.refused, 1);
+      assert.equal(c.session, inSession.session);
+      for (const l of leases) assert.ok(l.held, "the fallback leases go on renewing themselves");
+      assert.equal(warn.mock.callCount(), 1, "still one warning");
+      await c.close();
+    } finally {
+      warn.mock.restore();
+      await f.close();
+    }
+  });
+}
+
+test("a forbidden session fails the acquire; a logger given gets the warnings instead of console.warn", async () => {
+  let code = "forbidden";
+  const f = await sessionGateway({
+    open: (m, reply) => {
+      reply({ type: "error", error: { code, message: "no" } });
+      return false;
+    },
+  });
+  const warn = mock.method(console, "warn", () => {});
+  try {
+    const logged: string[] = [];
+    const c = new Client([f.addr], { logger: (m) => logged.push(m) });
+    await assert.rejects(c.acquire("k"), ForbiddenError);
+    assert.deepEqual(c.sessionStats(), { opened: 0, refused: 0, fallbacks: 0, fallingBack: false });
+    code = "quota_exceeded";
+    const l = await c.acquire("k");
+    assert.equal(l.session, undefined);
+    assert.equal(c.sessionStats().fallbacks, 1);
+    assert.equal(logged.filter((m) => m.includes("refused the client's session")).length, 1);
+    assert.equal(warn.mock.callCount(), 0);
+    await c.close();
+  } finally {
+    warn.mock.restore();
+    await f.close();
+  }
+});
+
+test("rate_limited: tryAcquire throws RateLimitedError with retryInMs; acquire waits it out and sends the same acquire again", async () => {
+  let limit = 1;
+  const f = await sessionGateway({
+    acquire: (m, reply) => {
+      if (limit <= 0) return;
+      limit--;
+      reply({ type: "error", error: { code: "rate_limited", message: "slow down", retryIn: 120 } });
+      return false;
+    },
+  });
+  try {
+    const c = new Client([f.addr], { sessions: false });
+    await assert.rejects(c.tryAcquire("k"), (e: RateLimitedError) => e instanceof RateLimitedError && e.retryInMs === 120 && e.retryable);
+    limit = 2;
+    const start = performance.now();
+    const l = await c.acquire("k");
+    assert.ok(performance.now() - start >= 2 * 120 - 5, "waited retryIn twice");
+    const sent = f.of(1);
+    assert.equal(sent.length, 3, "two refused, one granted");
+    assert.equal(new Set(sent.map((m) => m.lockToken)).size, 1, "the same acquire");
+    assert.ok(l.held);
+    limit = 1000;
+    const ctl = new AbortController();
+    setTimeout(() => ctl.abort(), 300);
+    await assert.rejects(c.acquire("k2", { signal: ctl.signal }), (e: LockgateError) => e.code === "cancelled");
+    await assert.rejects(c.acquire("k3", { waitMs: 200 }), (e: LockgateError) => e.code === "timeout");
+    await c.close();
   } finally {
     await f.close();
   }

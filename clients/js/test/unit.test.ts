@@ -7,7 +7,18 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { backoffMs, deadlineOf, needsEarlyRenew, renewDelayMs } from "../src/timing.js";
 import { checkKey, checkTtl, decodeReply, encodeRequest, newHandle, parseToken, base64url } from "../src/wire.js";
-import { errorFromReply, HeldError, LockgateError, NotHeldError, TimeoutError, CancelledError } from "../src/errors.js";
+import {
+  errorFromReply,
+  CancelledError,
+  ErrorCodes,
+  ForbiddenError,
+  HeldError,
+  LockgateError,
+  NotHeldError,
+  QuotaExceededError,
+  RateLimitedError,
+  TimeoutError,
+} from "../src/errors.js";
 import { parseFeatures, protocolsFor, redirectOf, wsUrl } from "../src/socket.js";
 import { Lease, LeaseLostError, type LeaseOps } from "../src/lease.js";
 import { Client } from "../src/index.js";
@@ -112,6 +123,21 @@ test("error replies become typed errors with the protocol's code", () => {
   assert.equal(nl.leader?.addr, "h:2");
   assert.equal(errorFromReply(undefined, "x").code, "internal");
   assert.ok(nl instanceof LockgateError && nl instanceof Error);
+});
+
+test("the tenants' codes: forbidden, quota_exceeded naming its quota, rate_limited retryable with retryIn", () => {
+  for (const c of ["forbidden", "quota_exceeded", "rate_limited", "too_many_sessions"]) assert.ok((ErrorCodes as readonly string[]).includes(c), c);
+  const f = errorFromReply({ code: "forbidden", message: "not yours" }, "acquire k");
+  assert.ok(f instanceof ForbiddenError && f.code === "forbidden");
+  const q = errorFromReply({ code: "quota_exceeded", message: "at most 2", quota: "sessions" }, "open-session");
+  assert.ok(q instanceof QuotaExceededError);
+  assert.equal(q.quota, "sessions");
+  assert.match(q.message, /quota "sessions"/);
+  const r = errorFromReply({ code: "rate_limited", message: "slow down", retryIn: 250 }, "try-acquire k");
+  assert.ok(r instanceof RateLimitedError && r instanceof LockgateError);
+  assert.equal(r.retryInMs, 250);
+  assert.equal(r.retryable, true);
+  assert.equal((errorFromReply({ code: "rate_limited" }, "x") as RateLimitedError).retryInMs, 0);
 });
 
 test("endpoints and handshakes", () => {

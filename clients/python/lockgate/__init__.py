@@ -9,12 +9,12 @@ from . import election
 from ._cache import CacheStats
 from .client import Client
 from .errors import (
-    ClosedError, DelayedError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError,
-    NotLeaderError, PermitsMismatchError, SessionExpiredError, UnauthorizedError, UnavailableError, UnsupportedError,
-    ValidationError, WatchOverflowError,
+    ClosedError, DelayedError, ForbiddenError, HeldError, LockgateError, LockTimeoutError, NotFoundError, NotHeldError,
+    NotLeaderError, PermitsMismatchError, QuotaExceededError, RateLimitedError, SessionExpiredError, UnauthorizedError,
+    UnavailableError, UnsupportedError, ValidationError, WatchOverflowError,
 )
 from .lease import HolderInfo, Lease, LockInfo
-from .session import Session
+from .session import Session, SessionStats
 from .watch import Watch, WatchEvent
 
 __version__ = "0.1.0"
@@ -23,5 +23,6 @@ __all__ = [
     "Client", "CacheStats", "Lease", "LockInfo", "LockgateError", "HeldError", "NotHeldError", "NotFoundError",
     "NotLeaderError", "UnavailableError", "ClosedError", "LockTimeoutError", "ValidationError",
     "UnauthorizedError", "UnsupportedError", "DelayedError", "PermitsMismatchError", "WatchOverflowError",
-    "HolderInfo", "Watch", "WatchEvent", "election", "Session", "SessionExpiredError",
+    "HolderInfo", "Watch", "WatchEvent", "election", "Session", "SessionExpiredError", "SessionStats",
+    "ForbiddenError", "QuotaExceededError", "RateLimitedError",
 ]

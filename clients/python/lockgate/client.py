@@ -55,7 +55,7 @@ from .errors import (
     UnauthorizedError, UnavailableError, UnsupportedError, ValidationError, error_from_reply,
 )
 from .lease import HolderInfo, Lease, LockInfo
-from .session import Session
+from .session import Session, SessionStats
 from .watch import Watch
 
 __all__ = ["Client"]
@@ -67,6 +67,20 @@ DEFAULT_DIAL_TIMEOUT = 5.0
 DEFAULT_MAX_HOPS = 5
 DEAD_FOR = 1.0  #: seconds a redirect to an address that just failed a dial is not followed
 MAX_EARLY_WANTED = 1024
+#: seconds after a refused open of the client's own session before an acquire asks for it again
+DEFAULT_SESSION_RETRY = 30.0
+
+
+class _Outside:
+    """Marks an acquire whose lease would have gone into the client's own
+    session and renews itself instead (the session was refused, or could
+    not be opened)."""
+
+    def __repr__(self) -> str:
+        return "OUTSIDE"
+
+
+OUTSIDE = _Outside()
 
 
 def _acquire_defaults(ttl: Optional[float], auto_renew: Optional[bool],
@@ -143,7 +157,17 @@ class Client:
     ends every lease in it. ``sessions=False``: every auto-renewed lease
     renews itself; with ``cache_leases`` the client has no session of its
     own either (as the Go SDK). :meth:`open_session` opens sessions of your
-    own.
+    own. A gateway that refuses to open the client's session —
+    ``quota_exceeded`` (the identity's quota of sessions) or
+    ``too_many_sessions`` — never fails an acquire: the lease renews itself
+    instead (with ``session_ttl`` when set), a warning is logged once until a
+    session opens again, :meth:`session_stats` counts it, and the first
+    acquire after ``session_retry`` seconds asks again. A ``forbidden`` open
+    fails the acquire.
+
+    A waiting acquire answered ``rate_limited`` waits the time the gateway
+    names and sends it again (within its ``wait``); a try-acquire raises
+    RateLimitedError (``retry_in``).
 
     Use it as an async context manager, or call :meth:`close`.
     """
@@ -153,7 +177,8 @@ class Client:
                  dial_timeout: float = DEFAULT_DIAL_TIMEOUT, max_hops: int = DEFAULT_MAX_HOPS,
                  ssl: Optional[_ssl.SSLContext] = None, cache_leases: bool = False,
                  cache_idle: float = DEFAULT_CACHE_IDLE, max_cached_leases: int = DEFAULT_MAX_CACHED_LEASES,
-                 sessions: bool = True, session_ttl: Optional[float] = None) -> None:
+                 sessions: bool = True, session_ttl: Optional[float] = None,
+                 session_retry: float = DEFAULT_SESSION_RETRY) -> None:
         if isinstance(endpoints, str):
             endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         self.endpoints: List[str] = list(endpoints)
@@ -201,6 +226,20 @@ class Client:
         self._own_opening: Optional["asyncio.Future[Optional[Session]]"] = None
         self._sessions: Dict[Session, None] = {}
         self._no_sessions_on: Optional[Conn] = None
+        # A refused open of the client's own session: none is asked for
+        # before _own_retry_at; falling_back from the refusal until one
+        # opens (warned once); what became of the session.
+        if session_retry < 0:
+            raise ValueError("lockgate: session_retry must be ≥ 0 seconds")
+        self._session_retry = float(session_retry)
+        self._own_retry_at = 0.0
+        self._session_stats = SessionStats()
+
+    def session_stats(self) -> SessionStats:
+        """What became of the client's own session (``sessions=True``): all
+        zero with sessions off or a gateway without them."""
+        s = self._session_stats
+        return SessionStats(s.opened, s.refused, s.fallbacks, s.falling_back)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -492,6 +531,18 @@ class Client:
                 k.last_error = error_from_reply(r.get("error"), k.req.get("key"))
                 retry += 1
                 await asyncio.sleep(backoff(retry))
+            elif code == "rate_limited" and k.wait:
+                # A waiting acquire waits out the identity's rate (the
+                # request was not carried out) and sends it again, within
+                # its wait; the others raise RateLimitedError.
+                err = error_from_reply(r.get("error"), k.req.get("key"))
+                k.last_error = err
+                pause = getattr(err, "retry_in", 0.0)
+                if pause <= 0:
+                    retry += 1
+                    pause = backoff(retry)
+                log.debug("lockgate: %s rate-limited by %s; sending it again in %.3f s", k.what(), wc.addr, pause)
+                await asyncio.sleep(pause)
             else:
                 wc.good()
                 return r
@@ -698,10 +749,12 @@ class Client:
             wait_until = time.monotonic() + wait if wait is not None else None
             gone = 0
             while True:
-                s = await self._session_for(session, explicit_ttl, auto_renew)
+                chosen = await self._session_for(session, explicit_ttl, auto_renew)
+                s = chosen if isinstance(chosen, Session) else None
+                lttl = self._outside_ttl(ttl) if chosen is OUTSIDE else ttl
                 h = handle or new_handle()
                 req: Dict[str, Any] = {"commandType": CMD_ACQUIRE if waiting else CMD_TRY_ACQUIRE, "key": key,
-                                       "clientId": self.client_id, "ttl": ms(ttl), "lockToken": h}
+                                       "clientId": self.client_id, "ttl": ms(lttl), "lockToken": h}
                 if value is not None:
                     req["value"] = value
                 self._primitive_fields(req, prim)
@@ -714,7 +767,7 @@ class Client:
                     continue
                 if r.get("type") != "grant":
                     raise self._unexpected(r, key, "grant")
-                lease = await self._lease(r, key, ttl, value, auto_renew, k.first, s)
+                lease = await self._lease(r, key, lttl, value, auto_renew, k.first, s)
                 if lease is None:
                     if waiting and user_handle is None:
                         log.info("lockgate: grant of %r expired on arrival; queueing again", key)
@@ -786,9 +839,11 @@ class Client:
             wait_until = time.monotonic() + wait if wait is not None else None
             gone = 0
             while True:
-                s = await self._session_for(session, explicit_ttl, auto_renew)
+                chosen = await self._session_for(session, explicit_ttl, auto_renew)
+                s = chosen if isinstance(chosen, Session) else None
+                lttl = self._outside_ttl(ttl) if chosen is OUTSIDE else ttl
                 req: Dict[str, Any] = {"commandType": CMD_ACQUIRE_ALL if waiting else CMD_TRY_ACQUIRE_ALL,
-                                       "keys": keys, "clientId": self.client_id, "ttl": ms(ttl),
+                                       "keys": keys, "clientId": self.client_id, "ttl": ms(lttl),
                                        "lockToken": new_handle()}
                 if value is not None:
                     req["value"] = value
@@ -812,7 +867,7 @@ class Client:
                     if not isinstance(g, dict) or g.get("key") != keys[i]:
                         lost = UnavailableError("unavailable", f"lease {i} is not for {keys[i]!r}", keys[0])
                         break
-                    lease = await self._lease(dict(g, type="grant"), keys[i], ttl, value, auto_renew, k.first, s)
+                    lease = await self._lease(dict(g, type="grant"), keys[i], lttl, value, auto_renew, k.first, s)
                     if lease is None:
                         expired = True
                         lost = NotHeldError("the grant expired before it could be renewed", keys[i])
@@ -1133,10 +1188,13 @@ class Client:
             self._own = None
 
     async def _session_for(self, session: "Union[Session, bool, None]", ttl: Optional[float],
-                           auto_renew: bool) -> Optional[Session]:
+                           auto_renew: bool) -> "Union[Session, _Outside, None]":
         """The session an acquire's lease goes into: the caller's (checked),
         none (False, an explicit ttl, no auto-renewal, sessions off, a gateway
-        without them), or the client's own, opened on first use."""
+        without them), or the client's own, opened on first use; OUTSIDE
+        when the lease would have gone into the client's own session but
+        cannot (the gateway refused it, now or less than ``session_retry``
+        ago, or opening it failed)."""
         if session is False:
             return None
         if isinstance(session, Session):
@@ -1156,6 +1214,10 @@ class Client:
         wc = self._cur
         if wc is not None and not wc.closed and (wc is self._no_sessions_on or "sessions" not in wc.features):
             return None
+        st = self._session_stats
+        if st.falling_back and time.monotonic() < self._own_retry_at:
+            st.fallbacks += 1
+            return OUTSIDE
         if self._own_opening is None:
             fut = asyncio.ensure_future(self._open_own())
             self._own_opening = fut
@@ -1164,12 +1226,26 @@ class Client:
                 if self._own_opening is fut:
                     self._own_opening = None
             fut.add_done_callback(done)
-        return await asyncio.shield(self._own_opening)
+        got = await asyncio.shield(self._own_opening)
+        if got is OUTSIDE and st.falling_back:
+            st.fallbacks += 1
+        return got
 
-    async def _open_own(self) -> Optional[Session]:
+    def _outside_ttl(self, ttl: float) -> float:
+        """The TTL of a lease that would have gone into the client's session
+        and renews itself: the session's when ``session_ttl`` sets one."""
+        return self._session_ttl if self._session_ttl is not None else ttl
+
+    async def _open_own(self) -> "Union[Session, _Outside, None]":
         """Open the client's own session. A gateway without sessions is
-        remembered for its connection; that and any other failure but the
-        client's close leave the acquire to a lease that renews itself."""
+        remembered for its connection (None: the lease renews itself, as
+        everywhere on that gateway). A refusal — quota_exceeded,
+        too_many_sessions — starts a fallback period: acquires go without
+        the session (OUTSIDE) and ask again after ``session_retry``; it is
+        warned of once per period and counted. forbidden and unauthorized
+        fail the acquire; any other failure but the client's close leaves it
+        to a lease that renews itself (OUTSIDE)."""
+        st = self._session_stats
         try:
             s = await self.open_session()
         except ClosedError:
@@ -1180,12 +1256,28 @@ class Client:
         except LockgateError as e:
             if e.code == "unknown_command":
                 self._no_sessions_on = self._cur
-            else:
-                log.warning("lockgate: opening the client's session failed; the lease renews itself: %s", e)
-            return None
+                return None
+            if e.code in ("forbidden", "unauthorized"):
+                raise
+            if e.code in ("quota_exceeded", "too_many_sessions"):
+                st.refused += 1
+                self._own_retry_at = time.monotonic() + self._session_retry
+                if not st.falling_back:
+                    st.falling_back = True
+                    log.warning("lockgate: the gateway refused the client's session (%s); auto-renewed leases renew "
+                                "themselves one by one until it opens (asked again after %g s)", e, self._session_retry)
+                else:
+                    log.info("lockgate: the gateway refused the client's session again: %s", e)
+                return OUTSIDE
+            log.warning("lockgate: opening the client's session failed; the lease renews itself: %s", e)
+            return OUTSIDE
         if self._closed:
             return None
         self._own = s
+        st.opened += 1
+        if st.falling_back:
+            log.info("lockgate: the client's session opened after refusals; auto-renewed leases go into it again")
+        st.falling_back = False
         return s
 
     @staticmethod

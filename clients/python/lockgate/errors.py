@@ -28,6 +28,9 @@ __all__ = [
     "PermitsMismatchError",
     "WatchOverflowError",
     "SessionExpiredError",
+    "ForbiddenError",
+    "QuotaExceededError",
+    "RateLimitedError",
     "error_from_reply",
 ]
 
@@ -162,6 +165,45 @@ class SessionExpiredError(LockgateError):
         super().__init__("session_expired", message, key)
 
 
+class ForbiddenError(LockgateError):
+    """The caller's identity may not do this (on this key): the gateway's
+    policy, or an admin action with a client's credential (code
+    ``forbidden``)."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None) -> None:
+        super().__init__("forbidden", message, key)
+
+
+class QuotaExceededError(LockgateError):
+    """The caller's identity holds as many of something as its quota allows
+    (code ``quota_exceeded``); ``quota`` names which: ``"sessions"``,
+    ``"leases"``, ``"waiters"`` or ``"watches"`` ("" when the gateway did not
+    say). Other identities are not affected: release or close something
+    first. A refused open of the client's own session never fails an
+    acquire (``Client(sessions=…)``)."""
+
+    def __init__(self, message: str = "", key: Optional[str] = None, quota: str = "") -> None:
+        super().__init__("quota_exceeded", message, key)
+        self.quota = quota
+        if quota:
+            self.args = (f"{self.args[0]} (quota {quota!r})",)
+
+
+class RateLimitedError(LockgateError):
+    """The caller's identity sent requests faster than its rate allows, and
+    this one was not carried out (code ``rate_limited``): retry after
+    ``retry_in`` seconds (0.0: the gateway did not say; back off).
+    ``retryable`` is True. A waiting acquire waits it out and tries again
+    by itself (within its ``wait``); a try-acquire raises it. Keep-alives
+    and renewals are never rate-limited."""
+
+    retryable = True
+
+    def __init__(self, message: str = "", key: Optional[str] = None, retry_in: float = 0.0) -> None:
+        super().__init__("rate_limited", message, key)
+        self.retry_in = retry_in
+
+
 _VALIDATION = {
     "bad_json", "unknown_command", "missing_field", "invalid_key", "invalid_ttl", "invalid_value",
     "invalid_owner", "invalid_handle", "invalid_wait", "too_large",
@@ -205,6 +247,14 @@ def error_from_reply(err: Any, key: Optional[str] = None) -> LockgateError:
         return WatchOverflowError(msg, key)
     if code == "session_expired":
         return SessionExpiredError(msg, key)
+    if code == "forbidden":
+        return ForbiddenError(msg, key)
+    if code == "quota_exceeded":
+        q = err.get("quota")
+        return QuotaExceededError(msg, key, q if isinstance(q, str) else "")
+    if code == "rate_limited":
+        r = err.get("retryIn")
+        return RateLimitedError(msg, key, r / 1000.0 if isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 else 0.0)
     if code in _VALIDATION:
         return ValidationError(code, msg, key)
     if code in _UNAVAILABLE:

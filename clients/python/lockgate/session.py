@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Set
 
 from ._wire import deadline as _deadline
@@ -23,7 +24,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
     from .lease import Lease
 
-__all__ = ["Session"]
+__all__ = ["Session", "SessionStats"]
+
+
+@dataclass
+class SessionStats:
+    """What became of the client's own session (``Client.session_stats()``;
+    the Go SDK's ``client.SessionStats``): all zero with sessions off or a
+    gateway without them."""
+
+    opened: int = 0  #: sessions the client opened for its own use
+    refused: int = 0  #: opens of its own session refused quota_exceeded or too_many_sessions
+    #: acquires whose leases would have gone into the client's session but were made without one, renewed on
+    #: their own, because opening it was refused (now, or less than ``session_retry`` before)
+    fallbacks: int = 0
+    falling_back: bool = False  #: the last open was refused and none has succeeded since
 
 
 class Session:

@@ -35,14 +35,16 @@ def error(ws: Any, req: Dict[str, Any], code: str, message: str = "") -> Any:
 
 class SessionGateway(Fake):
     """A fake gateway that offers sessions: it opens, renews and closes
-    sessions and grants every acquire (in the session named). ``on_renew``
-    and ``on_acquire`` may answer instead (returning True)."""
+    sessions and grants every acquire (in the session named). ``on_renew``,
+    ``on_acquire`` and ``on_open`` may answer instead (returning True)."""
 
     def __init__(self, features: str = "wanted,multikey,sessions",
-                 on_renew: Optional[Callable[..., Any]] = None, on_acquire: Optional[Callable[..., Any]] = None) -> None:
+                 on_renew: Optional[Callable[..., Any]] = None, on_acquire: Optional[Callable[..., Any]] = None,
+                 on_open: Optional[Callable[..., Any]] = None) -> None:
         super().__init__(self._answer, features=features)
         self.on_renew = on_renew
         self.on_acquire = on_acquire
+        self.on_open = on_open
         self.at: Dict[str, float] = {}  # time.monotonic() each request arrived, by id
         self.sessions: List[str] = []
         self.token = 0
@@ -54,6 +56,8 @@ class SessionGateway(Fake):
         self.at[req["id"]] = time.monotonic()
         t = req["commandType"]
         if t == 11:
+            if self.on_open is not None and await self.on_open(ws, req):
+                return
             sid = ("%02d" % (len(self.sessions) + 1)).ljust(32, "a")
             self.sessions.append(sid)
             await reply(ws, req, type="session", sessionId=sid, ttl=req.get("ttl") or 20000)
@@ -291,6 +295,102 @@ class TestSessions(unittest.IsolatedAsyncioTestCase):
             self.assertEqual(await lost(lease), ["expired"])
             self.assertEqual(len(gw.of(12)), sent, "no keep-alive after close")
             self.assertEqual(gw.of(13) + gw.of(2), [], "close neither closes the session nor releases")
+
+
+class TestRefusals(unittest.IsolatedAsyncioTestCase):
+    """What an identity's quotas and rates refuse: the client's session
+    (quota_exceeded, too_many_sessions: the acquire falls back; forbidden:
+    it fails) and acquires sent too fast (rate_limited)."""
+
+    async def test_refused_session_falls_back(self) -> None:
+        for code in ("quota_exceeded", "too_many_sessions"):
+            with self.subTest(code=code):
+                await self._refused_session_falls_back(code)
+
+    async def _refused_session_falls_back(self, code: str) -> None:
+        refuse = [True]
+
+        async def on_open(ws: Any, req: Dict[str, Any]) -> bool:
+            if not refuse[0]:
+                return False
+            await reply(ws, req, type="error", error={"code": code, "message": "at the quota", "quota": "sessions"})
+            return True
+        retry = 0.6
+        async with SessionGateway(on_open=on_open) as gw, \
+                lockgate.Client([gw.addr], session_ttl=0.3, session_retry=retry) as c:
+            with self.assertLogs("lockgate", "WARNING") as logs:
+                leases = [await c.acquire("a"), await c.try_acquire("b")] + await c.acquire_all(["c", "d"])
+            warned = [m for m in logs.output if "refused the client's session" in m]
+            self.assertEqual(len(warned), 1, logs.output)
+            for lease in leases:
+                self.assertIsNone(lease.session, "the gateway refused the session")
+                self.assertIsNotNone(lease._keepalive, "it renews itself")
+                self.assertEqual(lease.ttl, 0.3, "the session's TTL")
+            self.assertEqual(len(gw.of(11)), 1, "not asked again within session_retry")
+            self.assertTrue(all("sessionId" not in r and r["ttl"] == 300 for r in gw.of(1) + gw.of(5) + gw.of(7)))
+            self.assertEqual(c.session_stats(), lockgate.SessionStats(opened=0, refused=1, fallbacks=3, falling_back=True))
+
+            # Each lease renews itself past its TTL.
+            first = leases[0].deadline
+            await gw.wait_for(cmd(3), 3 * len(leases))
+            self.assertGreater(time.monotonic(), first, "three renewals of every lease take longer than its TTL")
+            for lease in leases:
+                self.assertTrue(lease.held, "alive past its first deadline")
+                self.assertGreater(lease.deadline, first)
+
+            # Allowed again: the first acquire after session_retry opens the session.
+            refuse[0] = False
+            got: Optional[lockgate.Lease] = None
+            i = 0
+            while got is None:
+                lease = await c.acquire("again/%d" % i)
+                i += 1
+                if lease.session is not None:
+                    got = lease
+                else:
+                    await asyncio.sleep(0.025)
+            opens = gw.of(11)
+            self.assertEqual(len(opens), 2, "the refused open and one after session_retry")
+            gap = gw.at[opens[1]["id"]] - gw.at[opens[0]["id"]]
+            self.assertGreaterEqual(gap, retry - 0.005, "asked again before session_retry")
+            st = c.session_stats()
+            self.assertEqual((st.opened, st.refused, st.falling_back), (1, 1, False))
+            self.assertIs(c.session, got.session)
+            self.assertTrue(all(lease.held for lease in leases), "the fallback leases go on renewing themselves")
+
+    async def test_forbidden_session_fails_the_acquire(self) -> None:
+        async def on_open(ws: Any, req: Dict[str, Any]) -> bool:
+            await error(ws, req, "forbidden", "no sessions for you")
+            return True
+        async with SessionGateway(on_open=on_open) as gw, lockgate.Client([gw.addr]) as c:
+            with self.assertRaises(lockgate.ForbiddenError):
+                await c.acquire("k")
+            self.assertEqual(c.session_stats(), lockgate.SessionStats())
+
+    async def test_rate_limited(self) -> None:
+        limit = [1]
+
+        async def on_acquire(ws: Any, req: Dict[str, Any]) -> bool:
+            if limit[0] <= 0:
+                return False
+            limit[0] -= 1
+            await reply(ws, req, type="error", error={"code": "rate_limited", "message": "slow down", "retryIn": 120})
+            return True
+        async with SessionGateway(on_acquire=on_acquire) as gw, lockgate.Client([gw.addr], sessions=False) as c:
+            with self.assertRaises(lockgate.RateLimitedError) as e:
+                await c.try_acquire("k")
+            self.assertEqual((e.exception.retry_in, e.exception.key), (0.12, "k"))
+            limit[0] = 2
+            start = time.monotonic()
+            lease = await c.acquire("k")
+            self.assertGreaterEqual(time.monotonic() - start, 0.24 - 0.005, "waited retryIn twice")
+            sent = gw.of(1)
+            self.assertEqual(len(sent), 3, "two refused, one granted")
+            self.assertEqual(len({r["lockToken"] for r in sent}), 1, "the same acquire")
+            self.assertTrue(lease.held)
+            limit[0] = 1000
+            with self.assertRaises(lockgate.LockTimeoutError):
+                await c.acquire("k2", wait=0.3)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,19 @@ class TestErrors(unittest.TestCase):
         self.assertEqual((e.leader_id, e.leader_addr), ("2", "h:2"))
         self.assertEqual(error_from_reply(None).code, "internal")
 
+    def test_tenants_codes(self) -> None:
+        f = error_from_reply({"code": "forbidden", "message": "not yours"}, "k")
+        self.assertIsInstance(f, lockgate.ForbiddenError)
+        q = error_from_reply({"code": "quota_exceeded", "message": "at most 2", "quota": "sessions"})
+        self.assertIsInstance(q, lockgate.QuotaExceededError)
+        self.assertEqual((q.code, q.quota), ("quota_exceeded", "sessions"))
+        self.assertIn("'sessions'", str(q))
+        r = error_from_reply({"code": "rate_limited", "message": "slow down", "retryIn": 250}, "k")
+        self.assertIsInstance(r, lockgate.RateLimitedError)
+        self.assertEqual((r.code, r.retry_in, r.retryable), ("rate_limited", 0.25, True))
+        self.assertNotIsInstance(r, lockgate.UnavailableError, "nothing was done: the outcome is known")
+        self.assertEqual(error_from_reply({"code": "rate_limited"}).retry_in, 0.0)
+
 
 if __name__ == "__main__":
     unittest.main()
