@@ -479,6 +479,9 @@ func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 		body["retry_in_ms"] = e.RetryIn
 		if e.Code == wire.CodeRateLimited {
 			w.Header().Set("Retry-After", strconv.FormatInt((e.RetryIn+999)/1000, 10))
+			// The answer waits: a client sending faster than its rate
+			// holds its connections instead of the server's CPU.
+			throttle(r.Context(), time.Duration(e.RetryIn)*time.Millisecond)
 		}
 	}
 	if e.Feature != "" {

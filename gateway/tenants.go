@@ -31,6 +31,10 @@ const otherIdentities = "other"
 type Caller struct {
 	Identity string
 	Remote   string
+	// rated: the entry point took the request's token from the rate
+	// bucket itself (a WebSocket connection's reader, which throttles the
+	// connection on a refusal): tenantLocker must not take another.
+	rated bool
 }
 
 type callerKey struct{}
@@ -211,6 +215,34 @@ func (t *tenancy) allow(identity string, perm Perm, keys ...string) error {
 		return t.refused(identity, "forbidden", forbidden(identity, perm, keys))
 	}
 	return nil
+}
+
+// maxThrottle bounds how long an entry point holds a rate-limited
+// identity's connection (the reader of a WebSocket connection, a REST
+// answer) before it reads or answers again: refusals then cost the
+// server one per connection per throttle, not one per request the client
+// can send. Kubernetes' API Priority and Fairness queues the excess the
+// same way rather than answering it at once.
+const maxThrottle = time.Second
+
+// throttle waits min(retry, maxThrottle) or until ctx ends.
+func throttle(ctx context.Context, retry time.Duration) {
+	t := time.NewTimer(min(retry, maxThrottle))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// rateOf takes one request from ctx's caller's bucket, unless its entry
+// point did.
+func (t *tenancy) rateOf(ctx context.Context) error {
+	c := CallerOf(ctx)
+	if c.rated {
+		return nil
+	}
+	return t.rate(c.Identity)
 }
 
 // rate takes one request from identity's token bucket.

@@ -50,7 +50,7 @@ func (tl *tenantLocker) admitAcquire(ctx context.Context, keys []string, opts *l
 	if opts.Session != nil && !tl.t.ownsSession(id, opts.Session.ID) {
 		return nil, notYours("session")
 	}
-	if err := tl.t.rate(id); err != nil {
+	if err := tl.t.rateOf(ctx); err != nil {
 		return nil, err
 	}
 	freeLeases, err := tl.t.reserve(id, "leases", len(keys))
@@ -164,7 +164,7 @@ func (tl *tenantLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo
 	if err := tl.t.allow(id, PermRead, key); err != nil {
 		return nil, err
 	}
-	if err := tl.t.rate(id); err != nil {
+	if err := tl.t.rateOf(ctx); err != nil {
 		return nil, err
 	}
 	return tl.l.Inspect(ctx, key)
@@ -186,7 +186,7 @@ func (tl *tenantLocker) openSession(ctx context.Context, opts lock.SessionOption
 	if !tl.t.g.Policy().Reaches(id, PermLock, "") {
 		return nil, tl.t.refused(id, "forbidden", forbidden(id, PermLock, nil))
 	}
-	if err := tl.t.rate(id); err != nil {
+	if err := tl.t.rateOf(ctx); err != nil {
 		return nil, err
 	}
 	done, err := tl.t.reserve(id, "sessions", 1)

@@ -76,10 +76,6 @@ func (c *conn) watch(req wire.Request) {
 			return
 		}
 	}
-	if err := c.g.tenants.rate(id); err != nil {
-		c.fail(req.ID, toAPIError(err))
-		return
-	}
 	free, err := c.g.tenants.reserve(id, "watches", 1)
 	if err != nil {
 		c.fail(req.ID, toAPIError(err))

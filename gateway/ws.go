@@ -88,7 +88,9 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the upgrader has answered with an HTTP error
 	}
-	ctx, cancel := context.WithCancel(withCaller(context.Background(), CallerOf(r.Context())))
+	caller := CallerOf(r.Context())
+	caller.rated = true // the reader takes the rate (handle)
+	ctx, cancel := context.WithCancel(withCaller(context.Background(), caller))
 	c := g.newConn(ws, ctx, cancel)
 	if !g.track(c) {
 		ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseGoingAway, "gateway closing"), time.Now().Add(time.Second))
@@ -181,6 +183,16 @@ func (c *conn) handle(data []byte) bool {
 	if aerr := misplacedFields(req); aerr != nil {
 		c.fail(req.ID, aerr)
 		return true
+	}
+	if rated(req.CommandType) {
+		if err := c.g.tenants.rate(CallerOf(c.ctx).Identity); err != nil {
+			c.fail(req.ID, toAPIError(err))
+			var re *RateError
+			if errors.As(err, &re) {
+				throttle(c.ctx, re.RetryIn) // the connection's next frame waits: back-pressure
+			}
+			return true
+		}
 	}
 	switch req.CommandType {
 	case wire.CmdAcquire, wire.CmdTryAcquire:
@@ -783,4 +795,15 @@ func (c *conn) releaseQuietly(l *lock.Lease) {
 	if err := c.g.tl.Release(ctx, l); err != nil {
 		c.g.log.Info("release on disconnect failed", "key", l.Key, "token", l.Token, "err", err)
 	}
+}
+
+// rated reports whether a command takes a token from its identity's rate
+// bucket: what asks for something new. Renewals, keep-alives, releases,
+// closes, cancels and unwatches never do.
+func rated(cmd int) bool {
+	switch cmd {
+	case wire.CmdAcquire, wire.CmdTryAcquire, wire.CmdAcquireAll, wire.CmdTryAcquireAll, wire.CmdInspect, wire.CmdWatch, wire.CmdOpenSession:
+		return true
+	}
+	return false
 }
