@@ -47,6 +47,9 @@ func rawRequest(t *testing.T, method, url, auth, body string) (int, string, http
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

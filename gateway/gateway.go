@@ -233,6 +233,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.mux.ServeHTTP(w, r)
 		return
 	}
+	if g.refuseCrossSite(w, r) {
+		return
+	}
 	id, ok := g.identify(r)
 	if !ok {
 		g.metrics.errors.WithLabelValues(wire.CodeUnauthorized).Inc()

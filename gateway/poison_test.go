@@ -202,6 +202,9 @@ func poisonDo(client *http.Client, method, url, body string) (int, map[string]an
 	if err != nil {
 		return 0, nil, err
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err

@@ -12,8 +12,12 @@ func TestRESTLifecycle(t *testing.T) {
 	_, srv := startGateway(t, Options{})
 	u := srv.URL + "/locks/jobs%2Fnightly"
 
-	// curl -d sends form encoding; the body is JSON all the same.
-	code, a, _ := do(t, "POST", u, "application/x-www-form-urlencoded", `{"client_id":"a","ttl_ms":5000}`)
+	// curl -d sends form encoding, which a page of another origin can
+	// send too: refused, only JSON is taken.
+	if code, m, _ := do(t, "POST", u, "application/x-www-form-urlencoded", `{"client_id":"a","ttl_ms":5000}`); code != 415 || errCode(m) != "unsupported_media_type" {
+		t.Fatalf("form-encoded POST = %d %v, want 415", code, m)
+	}
+	code, a, _ := do(t, "POST", u, "application/json", `{"client_id":"a","ttl_ms":5000}`)
 	if code != 200 || a["lock_token"] == "" || a["fencing_token"] == nil || a["key"] != "jobs/nightly" || a["owner"] != "a" {
 		t.Fatalf("POST = %d %v", code, a)
 	}
