@@ -31,6 +31,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/gateway"
+	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -52,20 +54,31 @@ const (
 	// maxBody bounds a force-release request body.
 	maxBody = 4 << 10
 	// forwardedHeader marks a request a follower forwarded to the leader,
-	// so that the leader answers it itself (no forwarding loops).
+	// so that the leader answers it itself (no forwarding loops). It is
+	// honoured only from a member (forwardedByMember): any client can send
+	// it.
 	forwardedHeader = "X-Lockgate-Console-Forwarded"
+	// hopsHeader counts the forwards of a request that no member vouched
+	// for; past maxHops it is answered where it lands.
+	hopsHeader = "X-Lockgate-Console-Hops"
+	maxHops    = raftlock.DefaultMaxJoinHops
 )
 
 // Path prefixes served.
 const (
 	PathUI   = "/ui/"
 	PathData = "/v1/console/"
+	// PathRelay carries the page's WebSocket (the lock protocol, /v1/ws)
+	// to the leader: a watch needs the leader, and the page connects to
+	// its own node only.
+	PathRelay = PathData + "ws"
 )
 
 // csp is the page's Content-Security-Policy: its scripts and styles come
-// from the node only, it connects to the node and (WebSocket redirects) to
-// the other members, and nothing frames it.
-const csp = "default-src 'self'; connect-src 'self' ws: wss: http: https:; style-src 'self'; script-src 'self'; " +
+// from the node only, it connects to the node only ('self' covers its
+// ws:/wss: address too; the event stream reaches the leader through the
+// node's relay, PathRelay), and nothing frames it.
+const csp = "default-src 'self'; connect-src 'self'; style-src 'self'; script-src 'self'; " +
 	"img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
 // Options configures Mount.
@@ -115,6 +128,7 @@ func New(n *raftlock.Node, opts Options) *Console {
 	m.HandleFunc("GET "+PathData+"locks", c.locks)
 	m.HandleFunc("GET "+PathData+"lock", c.lock)
 	m.HandleFunc("POST "+PathData+"force-release", c.forceRelease)
+	m.HandleFunc("GET "+PathRelay, c.relay)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such console endpoint: "+r.Method+" "+r.URL.Path+" (see docs/console.md)")
 	})
@@ -130,7 +144,43 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
+	if !c.forwardedByMember(r) {
+		// Not a member's forward: a client sent the header, and it counts
+		// for nothing.
+		r.Header.Del(forwardedHeader)
+		if ref := crossorigin.Check(r, nil); ref != nil {
+			c.log.Warn("console: cross-site request refused", "method", r.Method, "path", r.URL.Path, "code", ref.Code,
+				"origin", r.Header.Get("Origin"), "content_type", r.Header.Get("Content-Type"), "remote", r.RemoteAddr)
+			writeError(w, ref.Status, ref.Code, ref.Message)
+			return
+		}
+	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// forwardedByMember reports whether r says a member forwarded it
+// (forwardedHeader) and carries the credential a member forwards with,
+// which a browser page cannot make its user's browser send: over TLS, a
+// client certificate verified against the cluster CA (the follower's own,
+// APITransport; anyone holding one is a member, raftlock.TLS); without
+// TLS, an admin token (what authorizes joining the cluster; a follower
+// forwards a force-release with the admin token its user presented). A
+// client token, or none on an open node, never makes the header count.
+// Such a request skips the cross-site check (the member checked the
+// page's request) and is answered where it lands (no forwarding loops);
+// the audit line names the member and the browser's address it reports.
+func (c *Console) forwardedByMember(r *http.Request) bool {
+	if r.Header.Get(forwardedHeader) == "" {
+		return false
+	}
+	cred, ok := c.n.Credential(r)
+	if !ok {
+		return false
+	}
+	if c.n.APIScheme() == "https" {
+		return cred.Kind == "certificate"
+	}
+	return cred.Kind == "admin-token"
 }
 
 func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
@@ -392,9 +442,19 @@ func (c *Console) lock(w http.ResponseWriter, r *http.Request) {
 
 // forward sends a read that needs the leader's queues to the leader, when
 // this node is a follower that knows it, and reports whether it did. A
-// forwarded request is answered where it lands.
+// request a member forwarded is answered where it lands; one that others
+// forwarded (or claim to have), after maxHops forwards.
+//
+// The forwarded request carries no Origin or Sec-Fetch-* headers: this
+// node checked them (ServeHTTP), and to the leader the browser's page is
+// another origin; the leader would refuse a force-release that a client
+// token or an open node forwards (forwardedByMember).
 func (c *Console) forward(w http.ResponseWriter, r *http.Request) bool {
 	if c.n.IsLeader() || r.Header.Get(forwardedHeader) != "" {
+		return false
+	}
+	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	if hops < 0 || hops >= maxHops {
 		return false
 	}
 	_, addr := c.n.Leader()
@@ -407,6 +467,8 @@ func (c *Console) forward(w http.ResponseWriter, r *http.Request) bool {
 			pr.SetURL(target)
 			pr.SetXForwarded() // the audit line names the browser's address
 			pr.Out.Header.Set(forwardedHeader, c.n.ID())
+			pr.Out.Header.Set(hopsHeader, strconv.Itoa(hops+1))
+			stripBrowserHeaders(pr.Out.Header)
 		},
 		Transport: c.n.APITransport(),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -431,11 +493,8 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !sameOrigin(r) {
-		c.log.Warn("console: cross-origin force-release refused", "origin", r.Header.Get("Origin"), "host", r.Host, "remote", r.RemoteAddr)
-		writeError(w, http.StatusForbidden, wire.CodeForbidden, "a force-release must come from the node's own page (Origin "+r.Header.Get("Origin")+" is not this node)")
-		return
-	}
+	// ServeHTTP refused a page of another origin and a body not typed
+	// JSON; a force-release needs a body, so its type is checked again.
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "send the body as Content-Type: application/json")
 		return
@@ -457,9 +516,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b forceBody
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
+	if err := decodeObject(raw, &b); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: want {\"key\": \"...\"}: "+err.Error())
 		return
 	}
@@ -492,28 +549,94 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.Status(code), code, err.Error())
 		return
 	}
-	// The audit line: who freed what.
-	c.log.Warn("console: force-release", "key", b.Key, "holders", holders, "credential", cred.Who,
-		"remote", r.RemoteAddr, "forwardedBy", r.Header.Get(forwardedHeader), "forwardedFor", r.Header.Get("X-Forwarded-For"))
+	// The audit line: who freed what. forwardedBy and forwardedFor (the
+	// browser's address as the member saw it) only from a member's
+	// forward: ServeHTTP dropped the header of anyone else's, whose
+	// X-Forwarded-For would be the client's own say.
+	attrs := []any{"key", b.Key, "holders", holders, "credential", cred.Who, "remote", r.RemoteAddr}
+	if by := r.Header.Get(forwardedHeader); by != "" {
+		attrs = append(attrs, "forwardedBy", by, "forwardedFor", r.Header.Get("X-Forwarded-For"))
+	}
+	c.log.Warn("console: force-release", attrs...)
 	writeJSON(w, http.StatusOK, forceReply{Key: b.Key, Released: len(before.Holders)})
 }
 
-// sameOrigin reports whether a browser request came from the node's own
-// page: no Origin (not a browser's cross-origin request, or a forwarded
-// one) or an Origin naming this host.
-func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
+// decodeObject decodes data, which must be one JSON object and nothing
+// after it, into v, refusing unknown fields. (A json.Decoder alone stops
+// after the first value.)
+func decodeObject(data []byte, v any) error {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return errors.New("not a JSON object")
 	}
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return false
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
 	}
-	if r.Header.Get(forwardedHeader) != "" {
-		return true // the follower that forwarded it checked its Origin
+	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
+		return errors.New("data after the JSON object")
 	}
-	return strings.EqualFold(u.Host, r.Host)
+	return nil
+}
+
+// stripBrowserHeaders removes from a request this node passes on the
+// headers by which a browser says which page sent it: this node judged
+// them, and the next one would take this node's page for another origin.
+func stripBrowserHeaders(h http.Header) {
+	h.Del("Origin")
+	h.Del("Referer")
+	for k := range h {
+		if strings.HasPrefix(k, "Sec-Fetch-") {
+			delete(h, k)
+		}
+	}
+}
+
+// relay carries the page's WebSocket to the leader's lock protocol
+// (/v1/ws): the page connects to its own node only (csp), and a watch
+// needs the leader, which a follower names in a not_leader redirect; the
+// page dials such a redirect here (console/web/app.ts). It admits the
+// node's own page (or a program) with a credential that may read the
+// lock table — Credential's, the lock API's own — and, like the reads,
+// passes the connection on with this node's transport (over TLS its
+// certificate), the browser's token in its subprotocol.
+func (c *Console) relay(w http.ResponseWriter, r *http.Request) {
+	if ref := crossorigin.CheckOrigin(r, nil); ref != nil {
+		c.log.Warn("console: cross-site WebSocket relay refused", "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
+		writeError(w, ref.Status, ref.Code, ref.Message)
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "the relay carries WebSocket upgrades only")
+		return
+	}
+	tok, has := gateway.BearerToken(r)
+	if _, ok := c.n.CredentialWith(r, tok, has); !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
+		writeError(w, http.StatusUnauthorized, wire.CodeUnauthorized,
+			"a credential is required: a bearer token (in the lockgate.bearer. subprotocol), an admin token, or a client certificate from the cluster CA")
+		return
+	}
+	addr := c.n.APIAddr()
+	if !c.n.IsLeader() {
+		if _, addr = c.n.Leader(); addr == "" {
+			writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, "no leader known: try again")
+			return
+		}
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(&url.URL{Scheme: c.n.APIScheme(), Host: addr})
+			pr.Out.URL.Path, pr.Out.URL.RawPath, pr.Out.URL.RawQuery = "/v1/ws", "", ""
+			pr.SetXForwarded()
+			stripBrowserHeaders(pr.Out.Header)
+		},
+		Transport: c.n.APITransport(),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusBadGateway, wire.CodeUnavailable, "the leader at "+addr+" did not answer: "+err.Error())
+		},
+	}
+	p.ServeHTTP(w, r)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

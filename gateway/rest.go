@@ -401,9 +401,10 @@ func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
 // optional. It answers 400/413/415 itself and reports false.
 func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, v any, required bool) bool {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
+		// ServeHTTP refused other types already (refuseCrossSite); this
+		// keeps readBody right on its own.
 		mt, _, err := mime.ParseMediaType(ct)
-		// curl -d sends form encoding by default; the body is still JSON.
-		if err != nil || (mt != "application/json" && mt != "application/x-www-form-urlencoded") {
+		if err != nil || mt != "application/json" {
 			g.writeError(w, r, newError(wire.CodeUnsupportedMediaType, "the body must be JSON (Content-Type: application/json), not "+ct))
 			return false
 		}

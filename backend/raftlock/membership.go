@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/netguard"
 )
 
@@ -125,7 +127,31 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathStatus, n.handleStatus)
 	mux.HandleFunc("GET "+PathFormat, n.handleFormatGet)
 	mux.HandleFunc("POST "+PathFormat, n.handleFormatPost)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !n.sameSite(w, r) {
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// sameSite refuses, before any credential is looked at, a request that
+// changes state (join, remove, snapshot, gc, format) and could come from
+// a browser page of another origin: one with a body not typed
+// application/json (415), or with a foreign Origin (403; docs/security.md,
+// "Cross-site requests"). A page could otherwise make the browser of
+// anyone who reaches an open loopback node remove a member with a plain
+// form. No origin but the node's own is allowed: no page needs these
+// endpoints. It reports whether r may go on.
+func (n *Node) sameSite(w http.ResponseWriter, r *http.Request) bool {
+	ref := crossorigin.Check(r, nil)
+	if ref == nil {
+		return true
+	}
+	n.log.Warn("cross-site membership request refused", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path,
+		"status", ref.Status, "origin", r.Header.Get("Origin"), "content_type", r.Header.Get("Content-Type"))
+	writeJSON(w, ref.Status, Reply{Error: ref.Code + ": " + ref.Message})
+	return false
 }
 
 func (n *Node) term() uint64 {
@@ -554,15 +580,47 @@ func (mc *MembershipClient) postJSON(ctx context.Context, addr, path string, hop
 	return resp.StatusCode, nil
 }
 
+// maxRequestBody bounds the body of a membership request.
+const maxRequestBody = 1 << 16
+
+// readJSON decodes r's body, which must be one JSON object sent as
+// Content-Type: application/json, into v, refusing unknown fields and
+// anything after the object; it answers 415, 413 or 400 itself and reports
+// false. (A json.Decoder alone stops after the first value: a body with
+// more behind its object passed.)
 func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeJSON(w, http.StatusUnsupportedMediaType, Reply{Error: "unsupported_media_type: send the body as Content-Type: application/json"})
+		return false
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, Reply{Error: fmt.Sprintf("the body exceeds %d bytes", tooBig.Limit)})
+		} else {
+			writeJSON(w, http.StatusBadRequest, Reply{Error: "reading the body: " + err.Error()})
+		}
+		return false
+	}
+	if i := bytes.IndexFunc(data, notJSONSpace); i < 0 || data[i] != '{' {
+		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: want one JSON object"})
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: " + err.Error()})
 		return false
 	}
+	if rest := data[dec.InputOffset():]; bytes.IndexFunc(rest, notJSONSpace) >= 0 {
+		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: data after the JSON object"})
+		return false
+	}
 	return true
 }
+
+func notJSONSpace(r rune) bool { return r != ' ' && r != '\t' && r != '\n' && r != '\r' }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

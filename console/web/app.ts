@@ -765,6 +765,28 @@ function eventText(ev: WatchEvent): string {
   return parts.join(" ");
 }
 
+/** The node's WebSocket relay to the leader (console.PathRelay). */
+const RelayPath = "/v1/console/ws";
+
+/**
+ * NodeWebSocket is the page's WebSocket. The page may connect to its own
+ * node only (the console's Content-Security-Policy: connect-src 'self'),
+ * and a watch needs the leader, which a follower names in a not_leader
+ * redirect: a dial to any other address goes to the node's relay instead,
+ * which carries it to the leader.
+ */
+class NodeWebSocket extends WebSocket {
+  constructor(url: string | URL, protocols?: string | string[]) {
+    const u = new URL(url);
+    if (u.host !== location.host) {
+      u.host = location.host;
+      u.pathname = RelayPath;
+      u.search = "";
+    }
+    super(u, protocols);
+  }
+}
+
 function startWatch(gen: number): void {
   const stop = new AbortController();
   const secure = location.protocol === "https:";
@@ -773,6 +795,7 @@ function startWatch(gen: number): void {
   try {
     client = new Client([(secure ? "wss://" : "ws://") + location.host], {
       clientId: "console-" + randomId(),
+      webSocket: NodeWebSocket,
       ...(token !== undefined ? { token } : {}),
     });
   } catch (e) {

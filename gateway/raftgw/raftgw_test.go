@@ -168,8 +168,11 @@ func do(t *testing.T, method, url, contentType, body string) (int, map[string]an
 	if err != nil {
 		t.Fatal(err)
 	}
-	if contentType != "" {
+	switch {
+	case contentType != "":
 		req.Header.Set("Content-Type", contentType)
+	case body != "":
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
 	if err != nil {

@@ -216,8 +216,8 @@ func testREST(t *testing.T, s *spec, n *node) {
 	gb := r.do("acquire without a body", call{method: "POST", path: locks, key: "r/b", status: 200, ctype: "-"})
 	ltb, _, ftb := ftOf(t, gb)
 	r.do("held", call{method: "POST", path: locks, key: "r/b", body: `{"client_id":"bob"}`, status: 409, code: "held"})
-	r.do("held, curl -d's form encoding", call{method: "POST", path: locks, key: "r/b", body: `{"client_id":"bob"}`,
-		ctype: "application/x-www-form-urlencoded", req: reqSkip, status: 409, code: "held"})
+	r.do("curl -d's form encoding, which a page of another origin can send", call{method: "POST", path: locks, key: "r/b", body: `{"client_id":"bob"}`,
+		ctype: "application/x-www-form-urlencoded", req: reqSkip, status: 415, code: "unsupported_media_type"})
 	r.do("inspect", call{method: "GET", path: locks, key: "r/a", status: 200})
 	r.do("renew", call{method: "PUT", path: locks, key: "r/a", status: 200,
 		body: fmt.Sprintf(`{"lock_token":%q,"fencing_token":%s,"ttl_ms":6000}`, lt, ft)})

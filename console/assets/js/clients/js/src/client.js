@@ -26,6 +26,10 @@ export const DefaultRequestTimeoutMs = 10_000;
 export const DefaultMaxHops = 5;
 /** A redirect to an address whose dial failed less than this long ago is not followed. */
 const DeadForMs = 1_000;
+/** How long after a refused open of the client's own session its leases renew themselves before an acquire tries again (ClientOptions.sessionRetryMs). */
+export const DefaultSessionRetryMs = 30_000;
+/** Marks an acquire whose lease would have gone into the client's own session and renews itself instead. */
+const Outside = Symbol("outside the session");
 /** The #held map's key: raftlock gives every lease of an acquireAll the same lock token. */
 function heldKey(key, lockToken) {
     return lockToken + "\u0000" + key;
@@ -107,6 +111,14 @@ export class Client {
     #ownSession;
     #ownOpening;
     #noSessionsOn;
+    // A refused open of the client's own session: none is asked for before
+    // #ownRetryAt; #fallingBack from the refusal until one opens (warned
+    // once); what became of the session, for sessionStats().
+    #sessionRetryMs;
+    #ownRetryAt = 0;
+    #fallingBack = false;
+    #sessionCounts = { opened: 0, refused: 0, fallbacks: 0 };
+    #warn;
     constructor(endpoints, opts = {}) {
         const list = typeof endpoints === "string" ? endpoints.split(",").map((s) => s.trim()).filter(Boolean) : [...endpoints];
         if (list.length === 0)
@@ -132,6 +144,7 @@ export class Client {
         this.#token = opts.token;
         this.#webSocket = opts.webSocket;
         this.#log = opts.logger ?? (() => { });
+        this.#warn = opts.logger ?? ((m) => console.warn(m));
         this.#ops = {
             renew: (lease, ttlMs, signal) => this.#track(this.#renew(lease.key, lease.lockToken, lease.fencingToken, ttlMs, signal)),
             release: (lease) => this.#track(this.#releaseOrKeep(lease)),
@@ -145,6 +158,9 @@ export class Client {
         if (opts.sessionTtlMs !== undefined)
             checkTtl(opts.sessionTtlMs);
         this.#sessionTtlMs = opts.sessionTtlMs;
+        this.#sessionRetryMs = opts.sessionRetryMs ?? DefaultSessionRetryMs;
+        if (!(this.#sessionRetryMs >= 0))
+            throw new LockgateError("bad_json", `lockgate: sessionRetryMs ${opts.sessionRetryMs} is not a non-negative number`);
         this.#sessionOps = {
             renew: (s, signal) => this.#track(this.#renewSession(s, signal)),
             close: (s) => this.#track(this.#closeSession(s)),
@@ -166,6 +182,10 @@ export class Client {
                 log: (m) => this.#log(m),
             }, idle, max);
         }
+    }
+    /** What became of the client's own session (ClientOptions.sessions): all zero with sessions off or a gateway without them. */
+    sessionStats() {
+        return { ...this.#sessionCounts, fallingBack: this.#fallingBack };
     }
     /** What the lease cache did (ClientOptions.cacheLeases); all zero when it is off. */
     cacheStats() {
@@ -478,11 +498,13 @@ export class Client {
                 await this.#releaseQuietly(stale);
         }
         for (let gone = 0;;) {
-            const session = await this.#sessionFor(opts, p);
+            const chosen = await this.#sessionFor(opts, p);
+            const session = chosen === Outside ? undefined : chosen;
+            const lp = chosen === Outside ? this.#outside(p) : p;
             const handle = newHandle();
             this.#early.set(handle, false);
             try {
-                const req = { commandType: wait ? Cmd.acquire : Cmd.tryAcquire, key, clientId: owner, ttl: ttlMs, lockToken: handle };
+                const req = { commandType: wait ? Cmd.acquire : Cmd.tryAcquire, key, clientId: owner, ttl: lp.ttlMs, lockToken: handle };
                 if (opts.value !== undefined)
                     req.value = opts.value;
                 if (opts.releaseOnDisconnect)
@@ -497,7 +519,7 @@ export class Client {
                     continue;
                 if (r.type !== "grant")
                     throw this.#unexpected(r, k, "grant");
-                const lease = await this.#lease(r, key, p, k.first, opts.value, session);
+                const lease = await this.#lease(r, key, lp, k.first, opts.value, session);
                 if (lease) {
                     if (plain)
                         cache?.hold(lease, ck);
@@ -575,11 +597,13 @@ export class Client {
             for (const stale of this.#cache.evict(keys))
                 await this.#releaseQuietly(stale);
         for (let gone = 0;;) {
-            const session = await this.#sessionFor(opts, p);
+            const chosen = await this.#sessionFor(opts, p);
+            const session = chosen === Outside ? undefined : chosen;
+            const lp = chosen === Outside ? this.#outside(p) : p;
             const handle = newHandle();
             this.#early.set(handle, false);
             try {
-                const req = { commandType: wait ? Cmd.acquireAll : Cmd.tryAcquireAll, keys, clientId: p.owner, ttl: p.ttlMs, lockToken: handle };
+                const req = { commandType: wait ? Cmd.acquireAll : Cmd.tryAcquireAll, keys, clientId: lp.owner, ttl: lp.ttlMs, lockToken: handle };
                 if (opts.value !== undefined)
                     req.value = opts.value;
                 if (wait && opts.waitMs !== undefined)
@@ -606,7 +630,7 @@ export class Client {
                         lost = new LockgateError("unavailable", `lockgate: ${k.op} ${what}: lease ${i} is for ${JSON.stringify(g.key)}, not ${JSON.stringify(keys[i])}`);
                         break;
                     }
-                    const lease = await this.#lease({ ...g, type: "grant" }, keys[i], p, k.first, opts.value, session);
+                    const lease = await this.#lease({ ...g, type: "grant" }, keys[i], lp, k.first, opts.value, session);
                     if (!lease) {
                         expired = true;
                         lost = new NotHeldError(`lockgate: ${k.op} ${what}: the grant of ${JSON.stringify(keys[i])} expired before it could be renewed`);
@@ -685,7 +709,10 @@ export class Client {
     /**
      * #sessionFor is the session an acquire's lease goes into: the caller's
      * (opts.session, checked), none (null, an explicit ttlMs, no auto-renew,
-     * sessions off), or the client's own, opened on first use.
+     * sessions off), or the client's own, opened on first use; Outside when
+     * the lease would have gone into the client's own session but cannot
+     * (the gateway refused it, now or less than sessionRetryMs ago, or
+     * opening it failed).
      */
     async #sessionFor(opts, p) {
         const s = opts.session;
@@ -709,19 +736,34 @@ export class Client {
         const conn = this.#conn;
         if (conn && !conn.closed && (this.#noSessionsOn === conn || (conn.featuresKnown && !conn.features.includes("sessions"))))
             return undefined;
+        if (this.#fallingBack && now() < this.#ownRetryAt) {
+            this.#sessionCounts.fallbacks++;
+            return Outside;
+        }
         this.#ownOpening ??= this.#openOwn().finally(() => (this.#ownOpening = undefined));
-        if (!opts.signal)
-            return this.#ownOpening;
-        const signal = opts.signal;
-        return abortable(this.#ownOpening, signal).catch((e) => {
-            throw signal.aborted ? new CancelledError("lockgate: acquire: cancelled by the caller", signal.reason) : e;
-        });
+        const got = opts.signal
+            ? await abortable(this.#ownOpening, opts.signal).catch((e) => {
+                throw opts.signal.aborted ? new CancelledError("lockgate: acquire: cancelled by the caller", opts.signal.reason) : e;
+            })
+            : await this.#ownOpening;
+        if (got === Outside && this.#fallingBack)
+            this.#sessionCounts.fallbacks++;
+        return got;
+    }
+    /** #outside is p for a lease that would have gone into the client's session and renews itself: the session's TTL when sessionTtlMs sets one. */
+    #outside(p) {
+        return this.#sessionTtlMs !== undefined ? { ...p, ttlMs: this.#sessionTtlMs } : p;
     }
     /**
      * #openOwn opens the client's own session. A gateway without sessions
      * (not announced, or an older one answering unknown_command) is
-     * remembered for its connection; that and any other failure but the
-     * client's close leave the acquire to a lease that renews itself.
+     * remembered for its connection (undefined: the lease renews itself, as
+     * everywhere on that gateway). A refusal — quota_exceeded,
+     * too_many_sessions — starts a fallback period: acquires go without the
+     * session (Outside) and ask again after sessionRetryMs; it is warned of
+     * once per period and counted. forbidden and unauthorized fail the
+     * acquire; any other failure but the client's close leaves it to a
+     * lease that renews itself (Outside).
      */
     async #openOwn() {
         try {
@@ -729,18 +771,36 @@ export class Client {
             if (this.#closed)
                 return undefined;
             this.#ownSession = s;
+            this.#sessionCounts.opened++;
+            if (this.#fallingBack)
+                this.#log("the client's session opened after refusals; auto-renewed leases go into it again");
+            this.#fallingBack = false;
             return s;
         }
         catch (e) {
             if (this.#closed || (e instanceof LockgateError && e.code === "closed"))
                 throw this.#closedError();
-            if (e instanceof UnsupportedError || (e instanceof LockgateError && e.code === "unknown_command")) {
+            const code = e instanceof LockgateError ? e.code : "";
+            if (e instanceof UnsupportedError || code === "unknown_command") {
                 this.#noSessionsOn = this.#conn;
+                return undefined;
             }
-            else {
-                this.#log(`opening the client's session failed; the lease renews itself: ${e.message}`);
+            if (code === "forbidden" || code === "unauthorized")
+                throw e;
+            if (code === "quota_exceeded" || code === "too_many_sessions") {
+                this.#sessionCounts.refused++;
+                this.#ownRetryAt = now() + this.#sessionRetryMs;
+                if (!this.#fallingBack) {
+                    this.#fallingBack = true;
+                    this.#warn(`lockgate: the gateway refused the client's session (${e.message}); auto-renewed leases renew themselves one by one until it opens (asked again after ${this.#sessionRetryMs} ms)`);
+                }
+                else {
+                    this.#log(`the gateway refused the client's session again: ${e.message}`);
+                }
+                return Outside;
             }
-            return undefined;
+            this.#log(`opening the client's session failed; the lease renews itself: ${e.message}`);
+            return Outside;
         }
     }
     async #openSession(o) {
@@ -1048,6 +1108,18 @@ export class Client {
                     // gateway dropped the wait. Queue again.
                     await sleep(backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs), signal);
                     continue;
+                case "rate_limited": {
+                    if (!k.wait)
+                        break;
+                    // A waiting acquire waits out the identity's rate (the request
+                    // was not carried out) and sends it again, within its waitMs
+                    // and signal; the others throw RateLimitedError.
+                    const retryIn = r.error.retryIn;
+                    const ms = typeof retryIn === "number" && retryIn > 0 ? retryIn : backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs);
+                    this.#log(`${k.op} ${this.#what(k)} rate-limited by ${conn.addr}; sending it again in ${ms} ms`);
+                    await sleep(ms, signal);
+                    continue;
+                }
             }
             conn.good();
             return r;

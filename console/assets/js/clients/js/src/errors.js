@@ -44,6 +44,9 @@ export const ErrorCodes = [
     "duplicate_id",
     "session_expired",
     "too_many_sessions",
+    "forbidden",
+    "quota_exceeded",
+    "rate_limited",
 ];
 /** An error of the lock protocol or of the client, matched by `code`. */
 export class LockgateError extends Error {
@@ -137,10 +140,52 @@ export class SessionExpiredError extends LockgateError {
         super("session_expired", message);
     }
 }
-/** The error for a server's error object (`{code, message, leader?, holder?}`). */
+/**
+ * forbidden: the caller's identity may not do this (on this key): the
+ * gateway's policy, or an admin action with a client's credential.
+ */
+export class ForbiddenError extends LockgateError {
+    name = "ForbiddenError";
+    constructor(message) {
+        super("forbidden", message);
+    }
+}
+/**
+ * quota_exceeded: the caller's identity holds as many of something as its
+ * quota allows; `quota` names which ("sessions", "leases", "waiters",
+ * "watches"; "" when the gateway did not say). Other identities are not
+ * affected: release or close something first. A refused open of the
+ * client's own session never fails an acquire (ClientOptions.sessions).
+ */
+export class QuotaExceededError extends LockgateError {
+    name = "QuotaExceededError";
+    quota;
+    constructor(message, quota = "") {
+        super("quota_exceeded", message);
+        this.quota = quota;
+    }
+}
+/**
+ * rate_limited: the caller's identity sent requests faster than its rate
+ * allows, and this one was not carried out: retry after `retryInMs` (0:
+ * the gateway did not say; back off). `retryable` is true. A waiting
+ * acquire waits it out and tries again by itself (within its waitMs and
+ * signal); a tryAcquire throws it. Keep-alives and renewals are never
+ * rate-limited.
+ */
+export class RateLimitedError extends LockgateError {
+    name = "RateLimitedError";
+    retryInMs;
+    retryable = true;
+    constructor(message, retryInMs = 0) {
+        super("rate_limited", message);
+        this.retryInMs = retryInMs;
+    }
+}
+/** The error for a server's error object (`{code, message, leader?, holder?, retryIn?, feature?, quota?}`). */
 export function errorFromReply(e, what) {
     const code = e?.code || "internal";
-    const msg = `lockgate: ${what}: ${code}${e?.message ? ": " + e.message : ""}`;
+    const msg = `lockgate: ${what}: ${code}${e?.quota ? ` (quota ${JSON.stringify(e.quota)})` : ""}${e?.message ? ": " + e.message : ""}`;
     switch (code) {
         case "held":
             return new HeldError(msg, e?.holder ?? {});
@@ -160,6 +205,12 @@ export function errorFromReply(e, what) {
             return new WatchOverflowError(msg);
         case "session_expired":
             return new SessionExpiredError(msg);
+        case "forbidden":
+            return new ForbiddenError(msg);
+        case "quota_exceeded":
+            return new QuotaExceededError(msg, typeof e?.quota === "string" ? e.quota : "");
+        case "rate_limited":
+            return new RateLimitedError(msg, typeof e?.retryIn === "number" && e.retryIn > 0 ? e.retryIn : 0);
     }
     return new LockgateError(code, msg, e?.leader ? { leader: e.leader } : {});
 }

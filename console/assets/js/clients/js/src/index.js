@@ -8,10 +8,11 @@
  */
 export { DefaultCacheIdleMs, DefaultMaxCachedLeases } from "./cache.js";
 export { Client, DefaultDialTimeoutMs, DefaultMaxHops, DefaultRequestTimeoutMs } from "./client.js";
+export { DefaultSessionRetryMs } from "./client.js";
 export { Session, SessionLostError } from "./session.js";
 export { Lease, LeaseLostError } from "./lease.js";
 export { Watch, WatchBuffer } from "./watch.js";
 export * as election from "./election.js";
-export { CancelledError, DelayedError, ErrorCodes, HeldError, LockgateError, NotHeldError, PermitsMismatchError, SessionExpiredError, TimeoutError, UnsupportedError, WatchOverflowError, } from "./errors.js";
+export { CancelledError, DelayedError, ErrorCodes, ForbiddenError, HeldError, LockgateError, NotHeldError, PermitsMismatchError, QuotaExceededError, RateLimitedError, SessionExpiredError, TimeoutError, UnsupportedError, WatchOverflowError, } from "./errors.js";
 export { backoffMs, deadlineOf, needsEarlyRenew } from "./timing.js";
 export { parseToken, DefaultTtlMs, MaxKeyLen, MinTtlMs, MaxTtlMs, MaxPermits, MaxLockDelayMs, MaxMultiKeys } from "./wire.js";
