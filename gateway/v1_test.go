@@ -173,10 +173,13 @@ func TestV1BrowserCredential(t *testing.T) {
 // no tokens and was reached on a non-loopback address, unless allowed.
 func TestV1OriginPolicy(t *testing.T) {
 	toks, _ := NewTokens("t0ken-for-origin")
-	req := func(origin, local string) *http.Request {
+	req := func(origin, local string, token bool) *http.Request {
 		r := httptest.NewRequest("GET", "http://lock.example:8080/v1/ws", nil)
 		if origin != "" {
 			r.Header.Set("Origin", origin)
+		}
+		if token {
+			r.Header.Set("Sec-WebSocket-Protocol", Subprotocol+", "+BearerSubprotocolPrefix+base64.RawURLEncoding.EncodeToString([]byte("t0ken-for-origin")))
 		}
 		addr, _ := net.ResolveTCPAddr("tcp", local)
 		return r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, addr))
@@ -186,19 +189,22 @@ func TestV1OriginPolicy(t *testing.T) {
 		opts   Options
 		origin string
 		local  string
+		token  bool
 		want   bool
 	}{
-		{"no origin: a program", Options{}, "", "10.0.0.5:8080", true},
-		{"same origin", Options{}, "http://lock.example:8080", "10.0.0.5:8080", true},
-		{"cross origin, no tokens, public bind", Options{}, "https://evil.example", "10.0.0.5:8080", false},
-		{"cross origin, no tokens, loopback", Options{}, "https://evil.example", "127.0.0.1:8080", true},
-		{"cross origin, tokens", Options{Tokens: toks}, "https://evil.example", "10.0.0.5:8080", true},
-		{"allowed origin", Options{AllowedOrigins: []string{"https://app.example"}}, "https://app.example", "10.0.0.5:8080", true},
-		{"not in the allow-list", Options{AllowedOrigins: []string{"https://app.example"}, Tokens: toks}, "https://evil.example", "127.0.0.1:8080", false},
-		{"any", Options{AllowedOrigins: []string{"*"}}, "https://evil.example", "10.0.0.5:8080", true},
+		{"no origin: a program", Options{}, "", "10.0.0.5:8080", false, true},
+		{"same origin", Options{}, "http://lock.example:8080", "10.0.0.5:8080", false, true},
+		{"cross origin, no tokens, public bind", Options{}, "https://evil.example", "10.0.0.5:8080", false, false},
+		{"cross origin, no tokens, loopback", Options{}, "https://evil.example", "127.0.0.1:8080", false, true},
+		{"cross origin, tokens, the page presents one", Options{Tokens: toks}, "https://evil.example", "10.0.0.5:8080", true, true},
+		// A browser's client certificate goes with any page's request.
+		{"cross origin, tokens, no token presented", Options{Tokens: toks}, "https://evil.example", "10.0.0.5:8080", false, false},
+		{"allowed origin", Options{AllowedOrigins: []string{"https://app.example"}}, "https://app.example", "10.0.0.5:8080", false, true},
+		{"not in the allow-list", Options{AllowedOrigins: []string{"https://app.example"}, Tokens: toks}, "https://evil.example", "127.0.0.1:8080", true, false},
+		{"any", Options{AllowedOrigins: []string{"*"}}, "https://evil.example", "10.0.0.5:8080", false, true},
 	} {
 		g := New(nil, tc.opts)
-		if got := g.originAllowed(req(tc.origin, tc.local)); got != tc.want {
+		if got := g.originAllowed(req(tc.origin, tc.local, tc.token)); got != tc.want {
 			t.Errorf("%s: allowed %v, want %v", tc.name, got, tc.want)
 		}
 		g.Close()

@@ -114,8 +114,11 @@ func (g *Gateway) originAllowed(r *http.Request) bool {
 	if len(g.opts.AllowedOrigins) > 0 {
 		return false
 	}
-	if g.opts.Tokens != nil {
-		return true // the token, not the page, is the credential
+	if _, hasToken := bearer(r); g.opts.Tokens != nil && hasToken {
+		// The token, not the page, is the credential. A browser's client
+		// certificate is not: the browser presents it to any page's
+		// request, as it sends cookies.
+		return true
 	}
 	local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if tcp, ok := local.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
