@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
@@ -83,4 +84,18 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// auditMembership records a membership change the leader carried out (or
+// refused) at r's request.
+func (n *Node) auditMembership(r *http.Request, op audit.Op, server string, err error) {
+	if n.cfg.Audit == nil {
+		return
+	}
+	cred, _ := n.Credential(r)
+	result := audit.ResultOK
+	if err != nil {
+		result = "refused"
+	}
+	n.audit(audit.Event{Op: op, Identity: cred.Identity, Remote: r.RemoteAddr, Result: result, Detail: "server " + server})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/netguard"
 )
@@ -127,6 +128,8 @@ func (n *Node) Handler() http.Handler {
 	mux.HandleFunc("GET "+PathStatus, n.handleStatus)
 	mux.HandleFunc("GET "+PathFormat, n.handleFormatGet)
 	mux.HandleFunc("POST "+PathFormat, n.handleFormatPost)
+	mux.HandleFunc("GET "+PathIdentities, n.handleIdentities)
+	mux.HandleFunc("POST "+PathIdentityCloser, n.handleCloseIdentity)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !n.sameSite(w, r) {
 			return
@@ -283,7 +286,11 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, Reply{Error: err.Error()})
 		return
 	}
-	n.leaderOnly(w, r, a, func() error { return n.addVoter(r.Context(), a) })
+	n.leaderOnly(w, r, a, func() error {
+		err := n.addVoter(r.Context(), a)
+		n.auditMembership(r, audit.OpMemberAdd, a.ServerID, err)
+		return err
+	})
 }
 
 // SnapshotReply answers POST /v1/cluster/snapshot.
@@ -341,7 +348,11 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, Reply{Error: "serverId is required"})
 		return
 	}
-	n.leaderOnly(w, r, a, func() error { return n.removeServer(r.Context(), a.ServerID) })
+	n.leaderOnly(w, r, a, func() error {
+		err := n.removeServer(r.Context(), a.ServerID)
+		n.auditMembership(r, audit.OpMemberRemove, a.ServerID, err)
+		return err
+	})
 }
 
 // leaderOnly runs change on the leader, or forwards the request there.

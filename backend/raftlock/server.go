@@ -67,8 +67,6 @@ func StartServer(ctx context.Context, cfg Config, join []string) (*Server, error
 	s := &Server{Node: n, Mux: http.NewServeMux(), ln: ln}
 	s.Mux.Handle("/v1/cluster/", n.Handler())
 	s.Mux.Handle("/v1/debug/", n.Handler())
-	s.Mux.HandleFunc("GET "+PathIdentities, n.handleIdentities)
-	s.Mux.HandleFunc("POST "+PathIdentityCloser, n.handleCloseIdentity)
 	if cfg.FaultInjection {
 		s.Mux.HandleFunc("POST "+PathDebugClock, n.handleDebugClock)
 	}
