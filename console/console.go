@@ -58,6 +58,10 @@ const (
 	// honoured only from a member (forwardedByMember): any client can send
 	// it.
 	forwardedHeader = "X-Lockgate-Console-Forwarded"
+	// identityHeader carries, on a member's forward, the identity of the
+	// browser's credential (the leader sees the member's), so that the
+	// leader shows what that identity may read.
+	identityHeader = "X-Lockgate-Console-Identity"
 	// hopsHeader counts the forwards of a request that no member vouched
 	// for; past maxHops it is answered where it lands.
 	hopsHeader = "X-Lockgate-Console-Hops"
@@ -84,15 +88,29 @@ const csp = "default-src 'self'; connect-src 'self'; style-src 'self'; script-sr
 // Options configures Mount.
 type Options struct {
 	Logger *slog.Logger // default slog.Default()
+	// Readable, when not nil, says whether identity may see key (the
+	// tenants' policy, docs/security.md "Tenants"): the lock table, a
+	// key's detail and its queue show a credential only what it may
+	// read. An admin credential sees everything. Nil: everything.
+	Readable func(identity, key string) bool
+	// KeyAdmin, when not nil, says whether identity may force-release
+	// key without an admin credential (the policy's admin permission).
+	KeyAdmin func(identity, key string) bool
+	// Restricted, when not nil, says whether a policy restricts keys now
+	// (re-read on every request: a policy reloads on SIGHUP).
+	Restricted func() bool
 }
 
 // Console serves one node's console.
 type Console struct {
-	n      *raftlock.Node
-	log    *slog.Logger
-	static http.Handler
-	hc     *http.Client
-	mux    *http.ServeMux
+	n          *raftlock.Node
+	readable   func(identity, key string) bool
+	keyAdmin   func(identity, key string) bool
+	restricted func() bool
+	log        *slog.Logger
+	static     http.Handler
+	hc         *http.Client
+	mux        *http.ServeMux
 }
 
 // Mount serves the console on s's API address: the page at /ui and its
@@ -115,7 +133,7 @@ func New(n *raftlock.Node, opts Options) *Console {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	c := &Console{n: n, log: opts.Logger.With("component", "console"),
+	c := &Console{n: n, readable: opts.Readable, keyAdmin: opts.KeyAdmin, restricted: opts.Restricted, log: opts.Logger.With("component", "console"),
 		static: http.StripPrefix(PathUI, http.FileServerFS(sub)),
 		hc:     &http.Client{Transport: n.APITransport(), Timeout: FanOutTimeout}}
 	m := http.NewServeMux()
@@ -145,9 +163,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Cache-Control", "no-store")
 	if !c.forwardedByMember(r) {
-		// Not a member's forward: a client sent the header, and it counts
-		// for nothing.
+		// Not a member's forward: a client sent the headers, and they
+		// count for nothing.
 		r.Header.Del(forwardedHeader)
+		r.Header.Del(identityHeader)
 		if ref := crossorigin.Check(r, nil); ref != nil {
 			c.log.Warn("console: cross-site request refused", "method", r.Method, "path", r.URL.Path, "code", ref.Code,
 				"origin", r.Header.Get("Origin"), "content_type", r.Header.Get("Content-Type"), "remote", r.RemoteAddr)
@@ -360,6 +379,9 @@ type locksReply struct {
 	Node         string     `json:"node"`
 	ScanMs       float64    `json:"scanMs"`
 	Locks        []lockJSON `json:"locks"`
+	// Filtered: the page shows only the keys the credential's identity
+	// may read, and total and matched count those of the page only.
+	Filtered bool `json:"filtered,omitempty"`
 }
 
 func modeName(m lock.Mode) string {
@@ -408,8 +430,15 @@ func (c *Console) locks(w http.ResponseWriter, r *http.Request) {
 	page := c.n.ScanLocks(search, after, limit)
 	rep := locksReply{Total: page.Total, Matched: page.Matched, Next: page.Next, WaitersKnown: page.WaitersKnown,
 		Node: c.n.ID(), ScanMs: float64(page.Scan.Microseconds()) / 1000, Locks: make([]lockJSON, 0, len(page.Locks))}
+	visible := c.visible(r)
 	for _, l := range page.Locks {
-		rep.Locks = append(rep.Locks, lockOf(l))
+		if visible(l.Key) {
+			rep.Locks = append(rep.Locks, lockOf(l))
+		}
+	}
+	if c.filtered(r) {
+		// The counts would say how many keys other tenants hold.
+		rep.Total, rep.Matched, rep.Filtered = len(rep.Locks), len(rep.Locks), true
 	}
 	writeJSON(w, http.StatusOK, rep)
 }
@@ -421,6 +450,10 @@ func (c *Console) lock(w http.ResponseWriter, r *http.Request) {
 	key := r.URL.Query().Get("key")
 	if err := lock.ValidateKey(key); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
+		return
+	}
+	if !c.visible(r)(key) {
+		writeError(w, http.StatusForbidden, wire.CodeForbidden, "this credential's identity may not read key "+strconv.Quote(key)+" (the policy's rules)")
 		return
 	}
 	if c.forward(w, r) {
@@ -467,6 +500,9 @@ func (c *Console) forward(w http.ResponseWriter, r *http.Request) bool {
 			pr.SetURL(target)
 			pr.SetXForwarded() // the audit line names the browser's address
 			pr.Out.Header.Set(forwardedHeader, c.n.ID())
+			if cred, ok := c.n.Credential(pr.In); ok && !cred.Admin {
+				pr.Out.Header.Set(identityHeader, c.identity(pr.In, cred))
+			}
 			pr.Out.Header.Set(hopsHeader, strconv.Itoa(hops+1))
 			stripBrowserHeaders(pr.Out.Header)
 		},
@@ -499,12 +535,6 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "send the body as Content-Type: application/json")
 		return
 	}
-	if !cred.Admin {
-		c.log.Warn("console: force-release refused: not an admin credential", "credential", cred.Who, "remote", r.RemoteAddr)
-		writeError(w, http.StatusForbidden, wire.CodeForbidden,
-			"force-release needs an admin credential (an admin token or a client certificate from the cluster CA); "+cred.Kind+" is not one")
-		return
-	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -524,6 +554,12 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
 		return
 	}
+	if !cred.Admin && (c.keyAdmin == nil || !c.keyAdmin(c.identity(r, cred), b.Key)) {
+		c.log.Warn("console: force-release refused: not an admin credential", "credential", cred.Who, "remote", r.RemoteAddr)
+		writeError(w, http.StatusForbidden, wire.CodeForbidden,
+			"force-release needs an admin credential (an admin token or a client certificate from the cluster CA) or the policy's admin permission on the key; "+cred.Kind+" is not one")
+		return
+	}
 	if !c.n.IsLeader() {
 		// The leader frees the key; the admin credential travels with
 		// the request (a certificate does not: the node presents its own,
@@ -538,7 +574,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	before, _, _ := c.n.LockDetail(b.Key, 0)
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err = c.n.ForceRelease(ctx, b.Key)
+	err = c.n.ForceRelease(raftlock.WithAuditCaller(ctx, raftlock.AuditCaller{Identity: c.identity(r, cred), Remote: browserAddr(r)}), b.Key)
 	holders := make([]string, 0, len(before.Holders))
 	for _, h := range before.Holders {
 		holders = append(holders, fmt.Sprintf("%s/%d", h.Owner, h.Token))
@@ -647,4 +683,49 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]any{"code": code, "message": msg}})
+}
+
+// identity is the identity r's credential names: the browser's, as the
+// member that forwarded r says (identityHeader, honoured only from a
+// member: ServeHTTP dropped anyone else's), else cred's own.
+func (c *Console) identity(r *http.Request, cred raftlock.Credential) string {
+	if id := r.Header.Get(identityHeader); id != "" {
+		return id
+	}
+	return cred.Identity
+}
+
+// filtered reports whether r's credential sees the lock table through
+// the policy: a policy is in force and the credential is not an admin's
+// (or a member forwarded another credential's request).
+func (c *Console) filtered(r *http.Request) bool {
+	if c.readable == nil || (c.restricted != nil && !c.restricted()) {
+		return false
+	}
+	if r.Header.Get(identityHeader) != "" {
+		return true
+	}
+	cred, ok := c.n.Credential(r)
+	return !ok || !cred.Admin
+}
+
+// visible returns whether r's credential may see a key.
+func (c *Console) visible(r *http.Request) func(key string) bool {
+	if !c.filtered(r) {
+		return func(string) bool { return true }
+	}
+	cred, _ := c.n.Credential(r)
+	id := c.identity(r, cred)
+	return func(key string) bool { return c.readable(id, key) }
+}
+
+// browserAddr is the address of the browser behind r: a member's forward
+// reports it in X-Forwarded-For.
+func browserAddr(r *http.Request) string {
+	if r.Header.Get(forwardedHeader) != "" {
+		if f := r.Header.Get("X-Forwarded-For"); f != "" {
+			return f
+		}
+	}
+	return r.RemoteAddr
 }

@@ -463,3 +463,41 @@ func TestTenantAdminClose(t *testing.T) {
 		t.Fatalf("the victim's lease after the close: %d %v", st, m)
 	}
 }
+
+// The console's lock table and a key's detail show an identity only the
+// keys it may read; an admin sees them all.
+func TestTenantConsoleShowsReadableKeys(t *testing.T) {
+	t.Parallel()
+	addr := tenantNode(t, tenantPolicy, 1000)
+	base := "http://" + addr
+	for _, c := range []struct{ token, key string }{{victimToken, "victim/v1"}, {attackerToken, "attacker/a1"}} {
+		if st, m := rest(t, c.token, "POST", base+"/locks/"+c.key, map[string]any{"ttl_ms": 60_000}); st != http.StatusOK {
+			t.Fatalf("%s: %d %v", c.key, st, m)
+		}
+	}
+	keysSeen := func(token string) []string {
+		t.Helper()
+		st, m := rest(t, token, "GET", base+"/v1/console/locks", nil)
+		if st != http.StatusOK {
+			t.Fatalf("console locks: %d %v", st, m)
+		}
+		var keys []string
+		ls, _ := m["locks"].([]any)
+		for _, l := range ls {
+			keys = append(keys, l.(map[string]any)["key"].(string))
+		}
+		return keys
+	}
+	if got := keysSeen(attackerToken); len(got) != 1 || got[0] != "attacker/a1" {
+		t.Errorf("the attacker's console shows %v, want only attacker/a1", got)
+	}
+	if got := keysSeen(opsToken); len(got) != 2 {
+		t.Errorf("the admin's console shows %v, want both keys", got)
+	}
+	if st, m := rest(t, attackerToken, "GET", base+"/v1/console/lock?key=victim%2Fv1", nil); st != http.StatusForbidden {
+		t.Errorf("the attacker's detail of victim/v1: %d %v, want 403", st, m)
+	}
+	if st, m := rest(t, victimToken, "GET", base+"/v1/console/lock?key=victim%2Fv1", nil); st != http.StatusOK {
+		t.Errorf("the victim's detail of victim/v1: %d %v", st, m)
+	}
+}
