@@ -41,7 +41,7 @@ func (f *securityFlags) register(cmd *cobra.Command, node bool) {
 		fl.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "file of admin bearer tokens, same format as --auth-tokens-file: they authorize join and remove (client tokens never do); the node presents the first to its peers; re-read on SIGHUP")
 	}
 	fl.StringVar(&f.tokensFile, "auth-tokens-file", "", "file of bearer tokens, one per line (# comments): every request but /healthz and /readyz needs one; re-read on SIGHUP")
-	fl.StringSliceVar(&f.allowedOrigins, "allowed-origins", nil, "Origins (scheme://host[:port], or *) whose browser pages may open WebSocket connections; default: cross-origin pages only with --auth-tokens-file or on a loopback address (docs/security.md)")
+	fl.StringSliceVar(&f.allowedOrigins, "allowed-origins", nil, "Origins (scheme://host[:port], or *) whose browser pages may open WebSocket connections and send state-changing REST requests; default: the node's own origin, and for WebSocket pages that present a token of --auth-tokens-file or connect to a loopback address (docs/security.md)")
 	f.tenancy.register(cmd)
 }
 
