@@ -32,3 +32,45 @@ func plainOwner(stored string) string {
 	_, owner := fsm.SplitOwner(stored)
 	return owner
 }
+
+// The embedded cluster's Locker (`lockgate serve --backend raft`) answers
+// from its first node's state: replicated, as every node's is.
+var _ lock.IdentityRecorder = (*clusterLocker)(nil)
+
+func (cl *clusterLocker) node() *Node {
+	if ns := cl.c.Nodes(); len(ns) > 0 {
+		return ns[0]
+	}
+	return nil
+}
+
+// IdentityUsage implements lock.IdentityRecorder.
+func (cl *clusterLocker) IdentityUsage(identity string) (leases, sessions int) {
+	if n := cl.node(); n != nil {
+		return n.IdentityUsage(identity)
+	}
+	return 0, 0
+}
+
+// LeaseIdentity implements lock.IdentityRecorder.
+func (cl *clusterLocker) LeaseIdentity(key, handle string) (string, bool) {
+	if n := cl.node(); n != nil {
+		return n.LeaseIdentity(key, handle)
+	}
+	return "", false
+}
+
+// SessionIdentity implements lock.IdentityRecorder.
+func (cl *clusterLocker) SessionIdentity(id string) (string, bool) {
+	if n := cl.node(); n != nil {
+		return n.SessionIdentity(id)
+	}
+	return "", false
+}
+
+// EachIdentityUsage calls fn with what every identity holds.
+func (cl *clusterLocker) EachIdentityUsage(fn func(identity string, leases, sessions int)) {
+	if n := cl.node(); n != nil {
+		n.EachIdentityUsage(fn)
+	}
+}
