@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -362,20 +361,7 @@ func (n *Node) handleFormatPost(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, FormatReply{Error: fmt.Sprintf("give either resume or downgradeTo (1..%d), and a non-negative waitMs", fsm.MaxFormat)})
 		return
 	}
-	if n.raft.State() != raft.Leader {
-		lid, laddr := n.Leader()
-		hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
-		if laddr == "" || hops+1 >= DefaultMaxJoinHops {
-			writeJSON(w, http.StatusServiceUnavailable, FormatReply{LeaderID: lid, Error: "no leader reachable from node " + n.cfg.ID})
-			return
-		}
-		var rep FormatReply
-		code, err := n.members.postJSON(r.Context(), laddr, PathFormat, hops+1, a, &rep)
-		if err != nil {
-			writeJSON(w, http.StatusBadGateway, FormatReply{LeaderID: lid, Error: "forwarding to the leader: " + err.Error()})
-			return
-		}
-		writeJSON(w, code, rep)
+	if n.forwardToLeader(w, r, PathFormat, a, func(lid, msg string) any { return FormatReply{LeaderID: lid, Error: msg} }) {
 		return
 	}
 	wait := defaultDrainWait

@@ -2,6 +2,7 @@ package raftlock
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -152,20 +153,7 @@ func (n *Node) handleCloseIdentity(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, CloseIdentityReply{Error: "identity is required"})
 		return
 	}
-	if n.raft.State() != raft.Leader {
-		lid, laddr := n.Leader()
-		hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
-		if laddr == "" || hops+1 >= DefaultMaxJoinHops {
-			writeJSON(w, http.StatusServiceUnavailable, CloseIdentityReply{LeaderID: lid, Error: "no leader reachable from node " + n.cfg.ID})
-			return
-		}
-		var rep CloseIdentityReply
-		code, err := n.members.postJSON(r.Context(), laddr, PathIdentityCloser, hops+1, a, &rep)
-		if err != nil {
-			writeJSON(w, http.StatusBadGateway, CloseIdentityReply{LeaderID: lid, Error: "forwarding to the leader: " + err.Error()})
-			return
-		}
-		writeJSON(w, code, rep)
+	if n.forwardToLeader(w, r, PathIdentityCloser, a, func(lid, msg string) any { return CloseIdentityReply{LeaderID: lid, Error: msg} }) {
 		return
 	}
 	cred, _ := n.Credential(r)
@@ -200,4 +188,29 @@ func (mc *MembershipClient) CloseIdentity(ctx context.Context, apiAddr, identity
 		return &rep, fmt.Errorf("raftlock: %s: %d: %s", apiAddr, code, rep.Error)
 	}
 	return &rep, nil
+}
+
+// forwardToLeader answers, on a follower, a JSON POST that only the leader
+// carries out: it forwards body to the leader (at most DefaultMaxJoinHops
+// hops) and writes the leader's answer, or an error that fail builds
+// (given the leader's id and what went wrong). It reports false on the
+// leader, which then answers r itself.
+func (n *Node) forwardToLeader(w http.ResponseWriter, r *http.Request, path string, body any, fail func(leaderID, msg string) any) bool {
+	if n.raft.State() == raft.Leader {
+		return false
+	}
+	lid, laddr := n.Leader()
+	hops, _ := strconv.Atoi(r.Header.Get(hopsHeader))
+	if laddr == "" || hops+1 >= DefaultMaxJoinHops {
+		writeJSON(w, http.StatusServiceUnavailable, fail(lid, "no leader reachable from node "+n.cfg.ID))
+		return true
+	}
+	var rep json.RawMessage
+	code, err := n.members.postJSON(r.Context(), laddr, path, hops+1, body, &rep)
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, fail(lid, "forwarding to the leader: "+err.Error()))
+		return true
+	}
+	writeJSON(w, code, rep)
+	return true
 }
