@@ -501,3 +501,14 @@ func TestTenantConsoleShowsReadableKeys(t *testing.T) {
 		t.Errorf("the victim's detail of victim/v1: %d %v", st, m)
 	}
 }
+
+// The default quotas leave a raftlock cluster's own limits to many
+// identities: one identity alone can take at most a hundredth of the
+// sessions and a tenth of a node's watch slots.
+func TestDefaultQuotasBelowClusterCaps(t *testing.T) {
+	q := gateway.DefaultQuotas
+	if q.Sessions*100 > raftlock.DefaultMaxSessions || q.Watches*10 > raftlock.DefaultMaxWatchers || q.Waiters > raftlock.DefaultMaxWaitersPerKey {
+		t.Fatalf("default quotas %+v against the cluster's sessions %d, watch slots %d, waiters per key %d",
+			q, raftlock.DefaultMaxSessions, raftlock.DefaultMaxWatchers, raftlock.DefaultMaxWaitersPerKey)
+	}
+}
