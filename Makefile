@@ -34,23 +34,22 @@ vet:
 ## test: deps, format check, vet, every test with the race detector, and a
 ## short run of each fuzz target
 test: deps fmt-check vet
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -p 3 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) fuzz-smoke
 
 ## fuzz-smoke: run each fuzz target briefly (the untrusted-input parsers).
-## Budgets are execution counts (about 10 s each here; FuzzAppendJSON, which
-## encodes up to five messages per execution, about 5 s), not durations: a
+## Budgets are execution counts (about 5 s each here), not durations: a
 ## duration-based -fuzztime can fail with a bare "context deadline exceeded"
 ## when it expires under load (golang/go#75804, unfixed in Go 1.26).
 fuzz-smoke:
-	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime 40000x ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzREST$$' -fuzztime 40000x ./gateway
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 100000x ./backend/raftlock/fsm
-	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime 300000x ./backend/raftlock/fsm
+	$(GO) test -run '^$$' -fuzz '^FuzzFrame$$' -fuzztime 20000x ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzREST$$' -fuzztime 20000x ./gateway
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 50000x ./backend/raftlock/fsm
+	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime 150000x ./backend/raftlock/fsm
 	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime 3000x ./fencedstore
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 150000x ./internal/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 150000x ./internal/wire
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime 30000x ./internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime 75000x ./internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReply$$' -fuzztime 75000x ./internal/wire
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSON$$' -fuzztime 15000x ./internal/wire
 
 ## test-short: quick run without the race detector or the slow suites
 test-short:
