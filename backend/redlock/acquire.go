@@ -111,7 +111,7 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 	r := broadcast(l, l.ctx, func(c context.Context, nd *node) (grantReply, error) {
 		prev.wait(nd.idx, l.cfg.NodeTimeout)
 		return decodeAcquire(acquireScript.Run(c, nd.client,
-			[]string{k.lock, k.fence, k.meta, abortKey},
+			[]string{k.lock, k.fence, k.meta, abortKey, l.releasedKey(key, handle)},
 			handle, ttlMS, opts.Owner, opts.Value, uint64(minToken), l.wantChannel, waits, key).Slice())
 	})
 	r.collect(true) // the rest is collected in the background by propagate

@@ -1,5 +1,6 @@
 -- acquire: take the lock if it is free, minting the fencing token.
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] meta hash, KEYS[4] abort tombstone
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] meta hash, KEYS[4] abort tombstone,
+-- KEYS[5] the handle's released tombstone (release.lua)
 -- ARGV[1] handle, ARGV[2] ttl (ms), ARGV[3] owner, ARGV[4] value, ARGV[5] min token,
 -- ARGV[6] the caller's wanted channel (recorded with a grant), ARGV[7] "1" when
 -- the caller will wait if refused, ARGV[8] the lock key
@@ -9,7 +10,7 @@
 -- A refusal of a caller that will wait tells the holder: it publishes
 -- "<holder handle> <key>" on the holder's wanted channel and marks the grant
 -- wanted.
-if redis.call('EXISTS', KEYS[4]) == 1 then
+if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
   return {0, 0, 0, '', ''}
 end
 local cur = redis.call('GET', KEYS[1])

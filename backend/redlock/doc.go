@@ -11,6 +11,7 @@
 //	lockgate:fence:{K}      the node's fencing counter (no expiry)
 //	lockgate:meta:{K}       hash: owner, token, value; same PX as the lock
 //	lockgate:abort:{K}:<id> tombstone of a failed attempt (PX ttl)
+//	lockgate:gone:{K}:<handle> tombstone of a released grant (PX its ttl): refuses its round's late requests
 //	lockgate:released:{K}   pub/sub channel: the token of each release
 //	lockgate:wanted:<id>    pub/sub channel of one Locker: "<handle> <K>" of its grants a caller waits for
 //

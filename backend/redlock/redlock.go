@@ -111,6 +111,12 @@ func (l *Locker) abortKey(key, attempt string) string {
 	return l.cfg.Prefix + ":abort:{" + key + "}:" + attempt
 }
 
+// releasedKey is the tombstone a release leaves for its handle
+// (release.lua), which refuses that handle's acquires still in flight.
+func (l *Locker) releasedKey(key, handle string) string {
+	return l.cfg.Prefix + ":gone:{" + key + "}:" + handle
+}
+
 // nodeCtx bounds one request to a node. It is detached from the caller's
 // cancellation: a request that was sent is always seen through, so that its
 // outcome is known and can be undone.

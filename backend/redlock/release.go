@@ -69,8 +69,8 @@ func (l *Locker) releaseCounted(ctx context.Context, lease *lock.Lease, moved in
 	r := broadcast(l, ctx, func(c context.Context, nd *node) (held, error) {
 		defer l.finishRelease(lease.Key, f, nd.idx)
 		prev.wait(nd.idx, l.cfg.NodeTimeout)
-		return decodeHeld(releaseScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta},
-			lease.Handle, uint64(lease.Token), k.channel).Int64())
+		return decodeHeld(releaseScript.Run(c, nd.client, []string{k.lock, k.fence, k.meta, l.releasedKey(lease.Key, lease.Handle)},
+			lease.Handle, uint64(lease.Token), k.channel, max(lease.TTL().Milliseconds(), 1)).Int64())
 	})
 	r.collect(true)
 	t := r.tally

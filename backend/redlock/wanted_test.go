@@ -312,3 +312,49 @@ func TestWantedMessageBeforeGrant(t *testing.T) {
 		t.Errorf("%d keys of state left after the request and the leases ended", n)
 	}
 }
+
+// TestLateRequestOfAReleasedGrant: a request of the round that won a grant
+// can reach a node after the grant's release (the round returned with a
+// quorum, the rest collected in the background). Run then, it must
+// neither grant the key again on that node nor, finding the next holder,
+// tell it that a caller waits (no caller does).
+func TestLateRequestOfAReleasedGrant(t *testing.T) {
+	rs := testenv.StartRedisN(t, 1)
+	a, b := newLocker(t, rs, nil), newLocker(t, rs, nil)
+	opts := lock.AcquireOptions{TTL: time.Minute}
+	first, err := a.Acquire(bg(t, time.Minute), "late", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(bg(t, time.Minute), first); err != nil {
+		t.Fatal(err)
+	}
+	k := a.keysFor("late")
+	late := func() grantReply {
+		t.Helper()
+		r, err := decodeAcquire(acquireScript.Run(bg(t, time.Minute), raw(t, rs[0]),
+			[]string{k.lock, k.fence, k.meta, a.abortKey("late", "straggler"), a.releasedKey("late", first.Handle)},
+			first.Handle, opts.TTL.Milliseconds(), "", "", uint64(first.Token), a.wantChannel, "1", "late").Slice())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// On a free key: no grant of the released handle.
+	if r := late(); r.Granted {
+		t.Fatalf("a late request of a released grant took the key again: %+v", r)
+	}
+	next, err := b.Acquire(bg(t, time.Minute), "late", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Beside the next holder: no wanted signal.
+	late()
+	if v, _ := raw(t, rs[0]).HGet(bg(t, time.Minute), k.meta, "wanted").Result(); v == "1" {
+		t.Fatal("a late request of a released grant marked the next holder wanted")
+	}
+	notWanted(t, next, "no caller waits for it")
+	if err := b.Release(bg(t, time.Minute), next); err != nil {
+		t.Fatal(err)
+	}
+}
