@@ -165,6 +165,19 @@ func loadTokens(ctx context.Context, flag, path string) (toks *gateway.Tokens, f
 	if toks, err = gateway.NewNamedTokens(list); err != nil {
 		return nil, "", fmt.Errorf("%s %s: %w", flag, path, err)
 	}
+	onHangUp(ctx, func() {
+		if err := toks.Reload(path); err != nil {
+			slog.Error("SIGHUP: tokens file not reloaded; the previous tokens stay in force", "flag", flag, "err", err)
+			return
+		}
+		slog.Info("SIGHUP: tokens file reloaded", "flag", flag, "file", path, "tokens", toks.Len())
+	})
+	return toks, list[0].Token, nil
+}
+
+// onHangUp calls reload at every SIGHUP until ctx ends (the files a
+// server re-reads: tokens, the policy).
+func onHangUp(ctx context.Context, reload func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -174,15 +187,10 @@ func loadTokens(ctx context.Context, flag, path string) (toks *gateway.Tokens, f
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := toks.Reload(path); err != nil {
-					slog.Error("SIGHUP: tokens file not reloaded; the previous tokens stay in force", "flag", flag, "err", err)
-					continue
-				}
-				slog.Info("SIGHUP: tokens file reloaded", "flag", flag, "file", path, "tokens", toks.Len())
+				reload()
 			}
 		}
 	}()
-	return toks, list[0].Token, nil
 }
 
 // clientSecurity are the TLS and token flags of the client commands.

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -73,26 +70,16 @@ func (f *tenancyFlags) policy(ctx context.Context) (*gateway.PolicyHolder, error
 		return nil, fmt.Errorf("--policy-file: %w", err)
 	}
 	h.Set(p)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				p, err := gateway.LoadPolicy(f.policyFile)
-				if err != nil {
-					slog.Error("SIGHUP: policy file not reloaded; the previous policy stays in force", "file", f.policyFile, "err", err)
-					f.log.Record(audit.Event{Op: audit.OpPolicyReload, Result: "invalid", Detail: f.policyFile})
-					continue
-				}
-				h.Set(p)
-				slog.Info("SIGHUP: policy file reloaded", "file", f.policyFile)
-				f.log.Record(audit.Event{Op: audit.OpPolicyReload, Result: audit.ResultOK, Detail: f.policyFile})
-			}
+	onHangUp(ctx, func() {
+		p, err := gateway.LoadPolicy(f.policyFile)
+		if err != nil {
+			slog.Error("SIGHUP: policy file not reloaded; the previous policy stays in force", "file", f.policyFile, "err", err)
+			f.log.Record(audit.Event{Op: audit.OpPolicyReload, Result: "invalid", Detail: f.policyFile})
+			return
 		}
-	}()
+		h.Set(p)
+		slog.Info("SIGHUP: policy file reloaded", "file", f.policyFile)
+		f.log.Record(audit.Event{Op: audit.OpPolicyReload, Result: audit.ResultOK, Detail: f.policyFile})
+	})
 	return h, nil
 }
