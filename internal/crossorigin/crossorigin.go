@@ -72,11 +72,11 @@ func StateChanging(method string) bool {
 //   - with 403 forbidden when its Origin is neither the server's own (the
 //     Origin's host and port are r.Host's) nor one of allowedOrigins
 //     (scheme://host[:port], compared without case; "*" allows any
-//     origin), or when it has no Origin and its Sec-Fetch-Site is
-//     "cross-site" or "same-site" (a page of another origin, which a
-//     browser names only that way when it withholds Origin) and
-//     allowedOrigins does not hold "*". Origin "null" (a sandboxed frame,
-//     a file: page) is another origin.
+//     origin), or when it has no Origin but its Sec-Fetch-Site is
+//     "cross-site" or "same-site" (a browser that withheld Origin says
+//     so that the page is another site's) and allowedOrigins does not hold
+//     "*". Origin "null" (a sandboxed frame, a file: page) is another
+//     origin.
 //
 // The Origin is checked first: a foreign page is told it is foreign.
 func Check(r *http.Request, allowedOrigins []string) *Refusal {
