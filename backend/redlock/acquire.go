@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // The local gate (lock/localgate) serializes, per key, the Acquire calls of

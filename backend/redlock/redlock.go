@@ -6,9 +6,9 @@ import (
 	"sync"
 
 	"github.com/lockgate/lockgate/internal/lifecycle"
+	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/internal/workerpool"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // Locker is a lock.Locker over N independent Redis masters (Redlock; N = 1

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in

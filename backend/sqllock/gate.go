@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // The local gate (lock/localgate) serializes, per key, the Acquire calls of

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgate/lockgate/internal/lifecycle"
+	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/localgate"
 )
 
 // Locker is a lock.Locker over one PostgreSQL table. It is safe for
