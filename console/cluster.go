@@ -1,0 +1,144 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/wire"
+)
+
+type whoamiReply struct {
+	Node       string `json:"node"`
+	Admin      bool   `json:"admin"`
+	Credential string `json:"credential"`
+}
+
+func (c *Console) whoami(w http.ResponseWriter, r *http.Request) {
+	cred, ok := c.authorize(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, whoamiReply{Node: c.n.ID(), Admin: cred.Admin, Credential: cred.Kind})
+}
+
+// memberView is one member in the cluster view.
+type memberView struct {
+	raftlock.NodeStatus
+	Voter      bool   `json:"voter"`
+	LagEntries int64  `json:"lagEntries"`
+	Lagging    bool   `json:"lagging"`
+	Error      string `json:"error"`
+}
+
+type clusterReply struct {
+	Node       string       `json:"node"`
+	LeaderID   string       `json:"leaderId"`
+	LeaderAddr string       `json:"leaderAddr"`
+	Term       uint64       `json:"term"`
+	Nodes      []memberView `json:"nodes"`
+}
+
+func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
+	if _, ok := c.authorize(w, r); !ok {
+		return
+	}
+	pl, err := c.n.Peers()
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error())
+		return
+	}
+	self := c.n.Status()
+	rep := clusterReply{Node: c.n.ID(), LeaderID: pl.LeaderID, LeaderAddr: pl.LeaderAddr, Term: pl.Term}
+	ids := make([]string, 0, len(pl.PeerAddress))
+	for id := range pl.PeerAddress {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	rep.Nodes = make([]memberView, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		m := &rep.Nodes[i]
+		m.ID, m.RaftAddr, m.APIAddr = id, pl.PeerAddress[id], pl.APIAddress[id]
+		m.Voter = slices.Contains(pl.Voters, id)
+		if id == self.ID {
+			m.NodeStatus = self
+			continue
+		}
+		wg.Go(func() {
+			st, err := c.memberStatus(r, m.APIAddr)
+			if err != nil {
+				m.State, m.Error = "unreachable", err.Error()
+				return
+			}
+			st.RaftAddr = m.RaftAddr
+			m.NodeStatus = st
+		})
+	}
+	wg.Wait()
+	var leaderCommit uint64
+	for _, m := range rep.Nodes {
+		if m.ID == rep.LeaderID && m.Error == "" {
+			leaderCommit = m.CommitIndex
+		}
+	}
+	for i := range rep.Nodes {
+		m := &rep.Nodes[i]
+		if m.Error != "" {
+			m.Lagging = true
+			continue
+		}
+		if leaderCommit > 0 {
+			m.LagEntries = int64(leaderCommit) - int64(m.AppliedIndex)
+		}
+		m.Lagging = m.LagEntries > LagEntries ||
+			(m.State != "leader" && (m.LastContactMs < 0 || time.Duration(m.LastContactMs)*time.Millisecond > LagContact))
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+// memberStatus asks the member at apiAddr for its own status, with the
+// caller's credential (a member checks it as this node does).
+func (c *Console) memberStatus(r *http.Request, apiAddr string) (raftlock.NodeStatus, error) {
+	var st raftlock.NodeStatus
+	if apiAddr == "" {
+		return st, errors.New("no API address known")
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), FanOutTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+raftlock.PathStatus, nil)
+	if err != nil {
+		return st, err
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		return st, fmt.Errorf("%s answered %s", apiAddr, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&st); err != nil {
+		return st, fmt.Errorf("%s: %w", apiAddr, err)
+	}
+	return st, nil
+}
+
+// holderJSON and lockJSON are the JSON of raftlock's console views.
+type holderJSON struct {
+	Owner       string `json:"owner"`
+	Token       string `json:"token"`
+	ExpiresInMs int64  `json:"expiresInMs"`
+	Value       string `json:"value"`
+}
