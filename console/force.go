@@ -3,7 +3,6 @@ package console
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 )
@@ -47,7 +47,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var b forceBody
-	if err := decodeObject(raw, &b); err != nil {
+	if err := crossorigin.DecodeObject(raw, &b); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: want {\"key\": \"...\"}: "+err.Error())
 		return
 	}
@@ -96,22 +96,4 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Warn("console: force-release", attrs...)
 	writeJSON(w, http.StatusOK, forceReply{Key: b.Key, Released: len(before.Holders)})
-}
-
-// decodeObject decodes data, which must be one JSON object and nothing
-// after it, into v, refusing unknown fields. (A json.Decoder alone stops
-// after the first value.)
-func decodeObject(data []byte, v any) error {
-	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return errors.New("not a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
-		return errors.New("data after the JSON object")
-	}
-	return nil
 }

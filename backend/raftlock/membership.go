@@ -1,7 +1,6 @@
 package raftlock
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -449,24 +448,12 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 		return false
 	}
-	if i := bytes.IndexFunc(data, notJSONSpace); i < 0 || data[i] != '{' {
-		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: want one JSON object"})
-		return false
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := crossorigin.DecodeObject(data, v); err != nil {
 		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: " + err.Error()})
-		return false
-	}
-	if rest := data[dec.InputOffset():]; bytes.IndexFunc(rest, notJSONSpace) >= 0 {
-		writeJSON(w, http.StatusBadRequest, Reply{Error: "malformed JSON body: data after the JSON object"})
 		return false
 	}
 	return true
 }
-
-func notJSONSpace(r rune) bool { return r != ' ' && r != '\t' && r != '\n' && r != '\r' }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

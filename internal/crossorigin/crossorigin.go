@@ -28,6 +28,9 @@
 package crossorigin
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"mime"
 	"net"
 	"net/http"
@@ -182,4 +185,23 @@ func quote(s string) string {
 		s = s[:200] + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// DecodeObject decodes data, which must be one JSON object and nothing
+// after it, into v, refusing unknown fields: the body of a state-changing
+// request. (A json.Decoder alone stops after the first value: a body with
+// more behind its object passed.)
+func DecodeObject(data []byte, v any) error {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return errors.New("not a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
+		return errors.New("data after the JSON object")
+	}
+	return nil
 }
