@@ -73,11 +73,6 @@ func (g *Gateway) identify(r *http.Request) (string, bool) {
 	return "", false
 }
 
-// Identify returns the identity the gateway gives r's credential, and
-// false when it accepts none (what a server mounting the gateway beside
-// other endpoints uses to apply the same policy: the console).
-func (g *Gateway) Identify(r *http.Request) (string, bool) { return g.identify(r) }
-
 // Policy is the policy in force (nil: none).
 func (g *Gateway) Policy() *Policy { return g.opts.Policy.Get() }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -66,19 +67,9 @@ func (n *Node) Identities() []IdentityUsage {
 		if a.Sessions != b.Sessions {
 			return b.Sessions - a.Sessions
 		}
-		return compareStrings(a.Identity, b.Identity)
+		return strings.Compare(a.Identity, b.Identity)
 	})
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // EachIdentityUsage calls fn with what every identity holds (the
