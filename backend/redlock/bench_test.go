@@ -2,9 +2,7 @@ package redlock
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,26 +20,6 @@ import (
 // benchServers are the five Redis masters shared by every benchmark (ours
 // and redsync's, in the same run). TestMain starts them when benchmarks run.
 var benchServers []*testenv.Redis
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	tb := testenv.NewProcessTB("BenchmarkServers")
-	if !tb.Do(func(tb testing.TB) { benchServers = testenv.StartRedisN(tb, 5) }) {
-		fmt.Fprintln(os.Stderr, "redlock benchmarks: starting redis-server failed")
-		os.Exit(1)
-	}
-	code := m.Run()
-	if os.Getenv("REDLOCK_BENCH_STATS") != "" {
-		c := redis.NewClient(&redis.Options{Addr: benchServers[0].Addr})
-		fmt.Println(c.Info(context.Background(), "commandstats").Val())
-		c.Close()
-	}
-	tb.Close()
-	os.Exit(code)
-}
 
 const benchTTL = 8 * time.Second // redsync's default expiry
 

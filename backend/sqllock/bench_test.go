@@ -3,10 +3,8 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -19,27 +17,6 @@ import (
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
-
-// sharedServer is the PostgreSQL server shared by every benchmark (ours and
-// the raw SQL baseline, in the same run) and by the tests that do not
-// inject faults into it (each uses keys or tables of its own). TestMain
-// starts it.
-var sharedServer *testenv.Postgres
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	tb := testenv.NewProcessTB("SharedServer")
-	if !tb.Do(func(tb testing.TB) { sharedServer = testenv.StartPostgres(tb) }) {
-		sharedServer = nil
-		if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
-			fmt.Fprintln(os.Stderr, "sqllock benchmarks: starting PostgreSQL failed")
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	tb.Close()
-	os.Exit(code)
-}
 
 // shared returns the shared server, or, if it could not be started, starts
 // one for t, which skips or (under CI=true) fails the test as testenv does.

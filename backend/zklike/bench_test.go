@@ -2,9 +2,7 @@ package zklike
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -21,21 +19,6 @@ import (
 // and concurrency.Mutex's, in the same run). TestMain starts it when
 // benchmarks run.
 var benchEtcd *testenv.Etcd
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	tb := testenv.NewProcessTB("BenchmarkServers")
-	if !tb.Do(func(tb testing.TB) { benchEtcd = testenv.StartEtcd(tb, 3) }) {
-		fmt.Fprintln(os.Stderr, "zklike benchmarks: starting etcd failed:", tb.Errors())
-		os.Exit(1)
-	}
-	code := m.Run()
-	tb.Close()
-	os.Exit(code)
-}
 
 func benchCluster(b *testing.B) *testenv.Etcd {
 	b.Helper()
