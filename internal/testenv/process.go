@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,10 +33,20 @@ type ProcessTB struct {
 	mu       sync.Mutex
 	cleanups []func()
 	errs     []string
+	skipped  bool
 }
 
 // NewProcessTB returns a ProcessTB called name.
 func NewProcessTB(name string) *ProcessTB { return &ProcessTB{name: name} }
+
+// StartProcess runs start, which starts servers with testenv, against a
+// new ProcessTB called name (a Fatal or Skip ends only start) and returns
+// it: Close stops the servers; Failed and Skipped say how start ended.
+func StartProcess(name string, start func(testing.TB)) *ProcessTB {
+	t := NewProcessTB(name)
+	t.Do(start)
+	return t
+}
 
 // Do runs f with t on a goroutine of its own, so that a Fatal inside f ends
 // only f, and reports whether t has not failed.
@@ -103,5 +114,37 @@ func (t *ProcessTB) Error(a ...any)            { t.fail(fmt.Sprintln(a...)) }
 func (t *ProcessTB) Errorf(f string, a ...any) { t.fail(fmt.Sprintf(f, a...)) }
 func (t *ProcessTB) Fatal(a ...any)            { t.Error(a...); runtime.Goexit() }
 func (t *ProcessTB) Fatalf(f string, a ...any) { t.Errorf(f, a...); runtime.Goexit() }
-func (t *ProcessTB) Skip(a ...any)             { t.Fatal(a...) }
-func (t *ProcessTB) Skipf(f string, a ...any)  { t.Fatalf(f, a...) }
+func (t *ProcessTB) Skip(a ...any)             { t.markSkipped(); t.Fatal(a...) }
+func (t *ProcessTB) Skipf(f string, a ...any)  { t.markSkipped(); t.Fatalf(f, a...) }
+
+func (t *ProcessTB) markSkipped() { t.mu.Lock(); t.skipped = true; t.mu.Unlock() }
+
+// Skipped reports whether a Skip happened: testenv skips when a server's
+// binary is not installed and CI is not "true".
+func (t *ProcessTB) Skipped() bool { t.mu.Lock(); defer t.mu.Unlock(); return t.skipped }
+
+// WithoutExamples is for a TestMain whose examples lock on the servers
+// started against t: when they did not start, it leaves the examples out of
+// the run (an example cannot skip itself, and without its server it would
+// fail with an output mismatch that hides the reason, which testenv wrote
+// to stderr). It returns why the package must fail for it, or "" when the
+// servers started or testenv skipped (as it skips the package's other
+// server tests then). Call it after flag.Parse and before m.Run.
+func (t *ProcessTB) WithoutExamples(server string) (failure string) {
+	if !t.Failed() {
+		return ""
+	}
+	skip := flag.Lookup("test.skip").Value
+	pattern := "^Example"
+	if s := skip.String(); s != "" {
+		pattern = s + "|" + pattern
+	}
+	if err := skip.Set(pattern); err != nil {
+		panic(err)
+	}
+	if t.Skipped() {
+		fmt.Fprintf(os.Stderr, "examples skipped: %s is not installed\n", server)
+		return ""
+	}
+	return fmt.Sprintf("FAIL: examples not run: %s did not start: %s", server, t.Errors())
+}
