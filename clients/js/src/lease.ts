@@ -3,7 +3,8 @@
  */
 import { LockgateError, NotHeldError } from "./errors.js";
 import type { Session } from "./session.js";
-import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
+import { KeepAlive } from "./keepalive.js";
+import { deadlineOf, now } from "./timing.js";
 
 /** How a lease holds its key: alone ("exclusive"), or beside other shared holders ("shared": read locks and semaphore permits). */
 export type Mode = "exclusive" | "shared";
@@ -46,10 +47,6 @@ export interface LeaseInit {
   session?: Session;
 }
 
-function unref(t: ReturnType<typeof setTimeout>): void {
-  (t as { unref?: () => void }).unref?.();
-}
-
 /**
  * Lease is a granted lock. Act as the holder only while `signal` is not
  * aborted (equivalently, before `deadline` by performance.now()), and send
@@ -90,15 +87,13 @@ export class Lease {
   #ttlMs: number;
   #sent: number;
   #deadline: number;
-  #autoRenew: boolean;
   #reason: LostReason | undefined;
   #isWanted = false;
   #resolveLost!: (r: LostReason) => void;
   #resolveWanted!: () => void;
   #abort = new AbortController();
-  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewing: AbortController | undefined;
+  /** The deadline timer and, with autoRenew, the renewals (keepalive.ts, as a session's keep-alive). */
+  #keep: KeepAlive;
 
   /** @internal */
   constructor(ops: LeaseOps, g: LeaseInit) {
@@ -114,17 +109,38 @@ export class Lease {
     this.#ttlMs = g.session ? g.session.ttlMs : g.ttlMs;
     this.#sent = g.session ? g.session.sent : g.sent;
     this.#deadline = deadlineOf(this.#sent, this.#ttlMs);
-    this.#autoRenew = g.session ? false : g.autoRenew;
     this.lost = new Promise((res) => (this.#resolveLost = res));
     this.wanted = new Promise((res) => (this.#resolveWanted = res));
     this.signal = this.#abort.signal;
+    const lease = this;
+    this.#keep = new KeepAlive(
+      {
+        get ttlMs() {
+          return lease.#ttlMs;
+        },
+        get sent() {
+          return lease.#sent;
+        },
+        get deadline() {
+          return lease.#deadline;
+        },
+        get reason() {
+          return lease.#reason;
+        },
+        renewOnce: (signal) => this.#ops.renew(this, this.#ttlMs, signal),
+        renewed: (sent) => this._renewed(sent, this.#ttlMs),
+        isLoss: (e) => e instanceof NotHeldError,
+        end: (reason) => this._end(reason),
+      },
+      g.session ? false : g.autoRenew,
+      "renewal",
+    );
     if (g.wanted) this._markWanted();
     if (g.session && !g.session._add(this)) {
       this._end(g.session.reason ?? "expired");
       return;
     }
-    this.#armDeadline();
-    this.#scheduleRenew();
+    this.#keep.extended();
   }
 
   /** The TTL of the last grant or renewal, ms. */
@@ -159,7 +175,7 @@ export class Lease {
 
   /** Whether auto-renew runs. */
   get autoRenew(): boolean {
-    return this.#autoRenew;
+    return this.#keep.renewing;
   }
 
   /** release frees the lock; a lease that is no longer held on the server gives NotHeldError. */
@@ -209,8 +225,7 @@ export class Lease {
       this.#sent = sent;
       this.#deadline = deadlineOf(sent, ttlMs);
     }
-    this.#armDeadline();
-    this.#scheduleRenew();
+    this.#keep.extended();
   }
 
   /** @internal The gateway reported a waiter for the key. */
@@ -224,8 +239,7 @@ export class Lease {
   _end(reason: LostReason): void {
     if (this.#reason !== undefined) return;
     this.#reason = reason;
-    this._stopRenewing();
-    if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
+    this.#keep.end();
     this.#ops.untrack(this);
     this.session?._remove(this);
     this.#abort.abort(new LeaseLostError(this.key, reason));
@@ -234,68 +248,6 @@ export class Lease {
 
   /** @internal Stops auto-renew (the client closed); the deadline still ends the lease. */
   _stopRenewing(): void {
-    this.#autoRenew = false;
-    if (this.#renewTimer) clearTimeout(this.#renewTimer);
-    this.#renewTimer = undefined;
-    this.#renewing?.abort();
-  }
-
-  #armDeadline(): void {
-    if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
-    const fire = () => {
-      const left = this.#deadline - now();
-      if (left > 0) {
-        this.#deadlineTimer = setTimeout(fire, left + 1);
-        unref(this.#deadlineTimer);
-        return;
-      }
-      this._end("expired");
-    };
-    this.#deadlineTimer = setTimeout(fire, Math.max(0, this.#deadline - now()));
-    unref(this.#deadlineTimer);
-  }
-
-  #scheduleRenew(): void {
-    if (!this.#autoRenew || this.#reason !== undefined) return;
-    if (this.#renewTimer) clearTimeout(this.#renewTimer);
-    const at = this.#sent + renewDelayMs(this.#ttlMs);
-    this.#renewTimer = setTimeout(() => void this.#autoRenewOnce(), Math.max(0, at - now()));
-    unref(this.#renewTimer);
-  }
-
-  /**
-   * One round of auto-renew: renew until it succeeds, the server says
-   * not_held (the lease ends), or the deadline passes (it ends as expired).
-   * Each attempt is bounded by the deadline: past it, a renewal could not
-   * make the holder safe again.
-   */
-  async #autoRenewOnce(): Promise<void> {
-    this.#renewTimer = undefined;
-    for (let attempt = 1; this.#autoRenew && this.#reason === undefined; attempt++) {
-      const left = this.#deadline - now();
-      if (left <= 0) return; // the deadline timer ends it
-      const ctl = new AbortController();
-      this.#renewing = ctl;
-      const t = setTimeout(() => ctl.abort(new LockgateError("timeout", "renewal outlived the lease's deadline")), left);
-      unref(t);
-      try {
-        const sent = await this.#ops.renew(this, this.#ttlMs, ctl.signal);
-        this._renewed(sent, this.#ttlMs);
-        return;
-      } catch (e) {
-        if (e instanceof NotHeldError) {
-          this._end("not_held");
-          return;
-        }
-        if (e instanceof LockgateError && e.code === "closed") return;
-      } finally {
-        clearTimeout(t);
-        if (this.#renewing === ctl) this.#renewing = undefined;
-      }
-      await new Promise<void>((res) => {
-        const p = setTimeout(res, backoffMs(attempt, 50, Math.max(50, this.#ttlMs / 10)));
-        unref(p);
-      });
-    }
+    this.#keep.stop();
   }
 }

@@ -12,7 +12,8 @@
  */
 import { LockgateError, SessionExpiredError } from "./errors.js";
 import type { Lease, LostReason } from "./lease.js";
-import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
+import { KeepAlive } from "./keepalive.js";
+import { deadlineOf, now } from "./timing.js";
 
 /** What a Session needs from its Client. @internal */
 export interface SessionOps {
@@ -44,10 +45,6 @@ export class SessionLostError extends LockgateError {
   }
 }
 
-function unref(t: ReturnType<typeof setTimeout>): void {
-  (t as { unref?: () => void }).unref?.();
-}
-
 /**
  * Session is a group of leases kept alive together: acquire with
  * `{ session }` puts a lease in it. Its `signal` aborts when it ends, and
@@ -74,10 +71,8 @@ export class Session {
   #leases = new Set<Lease>();
   #abort = new AbortController();
   #resolveEnded!: (r: LostReason) => void;
-  #keepAlive: boolean;
-  #deadlineTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewing: AbortController | undefined;
+  /** The deadline timer and, with keepAlive, the renewals (keepalive.ts, as a lease's auto-renew). */
+  #keep: KeepAlive;
   #renewals = 0;
 
   /** @internal */
@@ -88,11 +83,30 @@ export class Session {
     this.ttlMs = init.ttlMs;
     this.#sent = init.sent;
     this.#deadline = deadlineOf(init.sent, init.ttlMs);
-    this.#keepAlive = init.keepAlive;
     this.signal = this.#abort.signal;
     this.ended = new Promise((res) => (this.#resolveEnded = res));
-    this.#armDeadline();
-    this.#scheduleRenew();
+    const session = this;
+    this.#keep = new KeepAlive(
+      {
+        ttlMs: this.ttlMs,
+        get sent() {
+          return session.#sent;
+        },
+        get deadline() {
+          return session.#deadline;
+        },
+        get reason() {
+          return session.#reason;
+        },
+        renewOnce: (signal) => this.#ops.renew(this, signal),
+        renewed: (sent) => void this._extend(sent),
+        isLoss: (e) => e instanceof SessionExpiredError || (e instanceof LockgateError && e.code === "not_held"),
+        end: (reason) => this._end(reason),
+      },
+      init.keepAlive,
+      "keep-alive",
+    );
+    this.#keep.extended();
   }
 
   /** When the request that started the current TTL was sent (performance.now() ms). */
@@ -127,7 +141,7 @@ export class Session {
 
   /** Whether the session renews itself every ttl/3. */
   get keepAlive(): boolean {
-    return this.#keepAlive;
+    return this.#keep.renewing;
   }
 
   /** One keep-alive now: the session and every lease in it live ttl from this request. SessionExpiredError ends them. */
@@ -144,10 +158,7 @@ export class Session {
 
   /** Stops the keep-alive: the session and its leases then end at its deadline unless renewed. */
   stopKeepAlive(): void {
-    this.#keepAlive = false;
-    if (this.#renewTimer) clearTimeout(this.#renewTimer);
-    this.#renewTimer = undefined;
-    this.#renewing?.abort();
+    this.#keep.stop();
   }
 
   /** @internal Puts a lease in the session; false when the session has ended. */
@@ -172,8 +183,7 @@ export class Session {
       this.#deadline = deadlineOf(sent, this.ttlMs);
     }
     for (const l of this.#leases) l._renewed(this.#sent, this.ttlMs);
-    this.#armDeadline();
-    this.#scheduleRenew();
+    this.#keep.extended();
     return true;
   }
 
@@ -181,73 +191,12 @@ export class Session {
   _end(reason: LostReason): void {
     if (this.#reason !== undefined) return;
     this.#reason = reason;
-    this.stopKeepAlive();
-    if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
+    this.#keep.end();
     const leases = [...this.#leases];
     this.#leases.clear();
     for (const l of leases) l._end(reason);
     this.#ops.forget(this);
     this.#abort.abort(new SessionLostError(this.id, reason));
     this.#resolveEnded(reason);
-  }
-
-  #armDeadline(): void {
-    if (this.#deadlineTimer) clearTimeout(this.#deadlineTimer);
-    const fire = () => {
-      const left = this.#deadline - now();
-      if (left > 0) {
-        this.#deadlineTimer = setTimeout(fire, left + 1);
-        unref(this.#deadlineTimer);
-        return;
-      }
-      this._end("expired");
-    };
-    this.#deadlineTimer = setTimeout(fire, Math.max(0, this.#deadline - now()));
-    unref(this.#deadlineTimer);
-  }
-
-  #scheduleRenew(): void {
-    if (!this.#keepAlive || this.#reason !== undefined) return;
-    if (this.#renewTimer) clearTimeout(this.#renewTimer);
-    const at = this.#sent + renewDelayMs(this.ttlMs);
-    this.#renewTimer = setTimeout(() => void this.#keepAliveOnce(), Math.max(0, at - now()));
-    unref(this.#renewTimer);
-  }
-
-  /**
-   * One round of the keep-alive: renew until it succeeds, the server
-   * refuses it (the session and its leases end "not_held"), or the
-   * deadline passes (they end "expired"). Retries back off up to ttl/10, so
-   * that a new leader is found in time; each attempt is bounded by the
-   * deadline.
-   */
-  async #keepAliveOnce(): Promise<void> {
-    this.#renewTimer = undefined;
-    for (let attempt = 1; this.#keepAlive && this.#reason === undefined; attempt++) {
-      const left = this.#deadline - now();
-      if (left <= 0) return; // the deadline timer ends it
-      const ctl = new AbortController();
-      this.#renewing = ctl;
-      const t = setTimeout(() => ctl.abort(new LockgateError("timeout", "keep-alive outlived the session's deadline")), left);
-      unref(t);
-      try {
-        const sent = await this.#ops.renew(this, ctl.signal);
-        this._extend(sent);
-        return;
-      } catch (e) {
-        if (e instanceof SessionExpiredError || (e instanceof LockgateError && e.code === "not_held")) {
-          this._end("not_held");
-          return;
-        }
-        if (e instanceof LockgateError && e.code === "closed") return;
-      } finally {
-        clearTimeout(t);
-        if (this.#renewing === ctl) this.#renewing = undefined;
-      }
-      await new Promise<void>((res) => {
-        const p = setTimeout(res, backoffMs(attempt, 50, Math.max(50, this.ttlMs / 10)));
-        unref(p);
-      });
-    }
   }
 }

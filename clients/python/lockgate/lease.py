@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, List, Optional
 
+from ._keepalive import Expiring
 from ._wire import deadline as _deadline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -16,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Lease", "LockInfo", "HolderInfo"]
 
 
-class Lease:
+class Lease(Expiring):
     """A granted lock. Act as the holder only while ``held`` is true (before
     ``deadline``, and ``lost`` not set), and send ``fencing_token`` with every
     write to a fenced resource.
@@ -99,20 +100,6 @@ class Lease:
 
     # -- bookkeeping (the client's) --------------------------------------------
 
-    def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        # loop.time() is time.monotonic() on the default loops.
-        self._timer = loop.call_later(max(0.0, self.deadline - time.monotonic()), self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        if time.monotonic() >= self.deadline:
-            self._end("expired")
-        else:  # extended meanwhile by a renewal whose timer was set late
-            self._arm()
-
     def _extend(self, sent: float, ttl: float) -> bool:
         """Record a successful renewal sent at ``sent``; False if the lease
         already ended (a renewal cannot bring it back)."""
@@ -136,9 +123,7 @@ class Lease:
             return
         self.lost_reason = reason
         self.lost.set()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._disarm()
         ka = self._keepalive
         self._keepalive = None
         if ka is not None and ka is not asyncio.current_task():

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Set
 
+from ._keepalive import Expiring
 from ._wire import deadline as _deadline
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,7 +42,7 @@ class SessionStats:
     falling_back: bool = False  #: the last open was refused and none has succeeded since
 
 
-class Session:
+class Session(Expiring):
     """A group of leases kept alive together: ``client.acquire(key,
     session=s)`` puts a lease in it. ``ended`` (an ``asyncio.Event``) is set
     when it ends, and ``end_reason`` says why — ``"expired"`` (its deadline
@@ -119,19 +120,6 @@ class Session:
     def _remove(self, lease: "Lease") -> None:
         self._leases.discard(lease)
 
-    def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(max(0.0, self.deadline - time.monotonic()), self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        if time.monotonic() >= self.deadline:
-            self._end("expired")
-        else:  # extended meanwhile
-            self._arm()
-
     def _extend(self, sent: float) -> bool:
         """Record a keep-alive sent at ``sent`` that succeeded: the session
         and every lease in it live ttl from it. False once it has ended."""
@@ -151,9 +139,7 @@ class Session:
             return
         self.end_reason = reason
         self.ended.set()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._disarm()
         self.stop_keep_alive()
         leases, self._leases = list(self._leases), set()
         for lease in leases:

@@ -2,7 +2,8 @@
  * A held lock: its tokens, its deadline, and the signals of its end.
  */
 import { LockgateError, NotHeldError } from "./errors.js";
-import { backoffMs, deadlineOf, now, renewDelayMs } from "./timing.js";
+import { KeepAlive } from "./keepalive.js";
+import { deadlineOf, now } from "./timing.js";
 /** LeaseLostError is the reason of a lease's `signal` once it ends. */
 export class LeaseLostError extends LockgateError {
     name = "LeaseLostError";
@@ -11,9 +12,6 @@ export class LeaseLostError extends LockgateError {
         super("not_held", `lockgate: lease of ${JSON.stringify(key)} ended: ${reason}`);
         this.reason = reason;
     }
-}
-function unref(t) {
-    t.unref?.();
 }
 /**
  * Lease is a granted lock. Act as the holder only while `signal` is not
@@ -54,15 +52,13 @@ export class Lease {
     #ttlMs;
     #sent;
     #deadline;
-    #autoRenew;
     #reason;
     #isWanted = false;
     #resolveLost;
     #resolveWanted;
     #abort = new AbortController();
-    #deadlineTimer;
-    #renewTimer;
-    #renewing;
+    /** The deadline timer and, with autoRenew, the renewals (keepalive.ts, as a session's keep-alive). */
+    #keep;
     /** @internal */
     constructor(ops, g) {
         this.#ops = ops;
@@ -77,18 +73,35 @@ export class Lease {
         this.#ttlMs = g.session ? g.session.ttlMs : g.ttlMs;
         this.#sent = g.session ? g.session.sent : g.sent;
         this.#deadline = deadlineOf(this.#sent, this.#ttlMs);
-        this.#autoRenew = g.session ? false : g.autoRenew;
         this.lost = new Promise((res) => (this.#resolveLost = res));
         this.wanted = new Promise((res) => (this.#resolveWanted = res));
         this.signal = this.#abort.signal;
+        const lease = this;
+        this.#keep = new KeepAlive({
+            get ttlMs() {
+                return lease.#ttlMs;
+            },
+            get sent() {
+                return lease.#sent;
+            },
+            get deadline() {
+                return lease.#deadline;
+            },
+            get reason() {
+                return lease.#reason;
+            },
+            renewOnce: (signal) => this.#ops.renew(this, this.#ttlMs, signal),
+            renewed: (sent) => this._renewed(sent, this.#ttlMs),
+            isLoss: (e) => e instanceof NotHeldError,
+            end: (reason) => this._end(reason),
+        }, g.session ? false : g.autoRenew, "renewal");
         if (g.wanted)
             this._markWanted();
         if (g.session && !g.session._add(this)) {
             this._end(g.session.reason ?? "expired");
             return;
         }
-        this.#armDeadline();
-        this.#scheduleRenew();
+        this.#keep.extended();
     }
     /** The TTL of the last grant or renewal, ms. */
     get ttlMs() {
@@ -116,7 +129,7 @@ export class Lease {
     }
     /** Whether auto-renew runs. */
     get autoRenew() {
-        return this.#autoRenew;
+        return this.#keep.renewing;
     }
     /** release frees the lock; a lease that is no longer held on the server gives NotHeldError. */
     release() {
@@ -169,8 +182,7 @@ export class Lease {
             this.#sent = sent;
             this.#deadline = deadlineOf(sent, ttlMs);
         }
-        this.#armDeadline();
-        this.#scheduleRenew();
+        this.#keep.extended();
     }
     /** @internal The gateway reported a waiter for the key. */
     _markWanted() {
@@ -184,9 +196,7 @@ export class Lease {
         if (this.#reason !== undefined)
             return;
         this.#reason = reason;
-        this._stopRenewing();
-        if (this.#deadlineTimer)
-            clearTimeout(this.#deadlineTimer);
+        this.#keep.end();
         this.#ops.untrack(this);
         this.session?._remove(this);
         this.#abort.abort(new LeaseLostError(this.key, reason));
@@ -194,74 +204,6 @@ export class Lease {
     }
     /** @internal Stops auto-renew (the client closed); the deadline still ends the lease. */
     _stopRenewing() {
-        this.#autoRenew = false;
-        if (this.#renewTimer)
-            clearTimeout(this.#renewTimer);
-        this.#renewTimer = undefined;
-        this.#renewing?.abort();
-    }
-    #armDeadline() {
-        if (this.#deadlineTimer)
-            clearTimeout(this.#deadlineTimer);
-        const fire = () => {
-            const left = this.#deadline - now();
-            if (left > 0) {
-                this.#deadlineTimer = setTimeout(fire, left + 1);
-                unref(this.#deadlineTimer);
-                return;
-            }
-            this._end("expired");
-        };
-        this.#deadlineTimer = setTimeout(fire, Math.max(0, this.#deadline - now()));
-        unref(this.#deadlineTimer);
-    }
-    #scheduleRenew() {
-        if (!this.#autoRenew || this.#reason !== undefined)
-            return;
-        if (this.#renewTimer)
-            clearTimeout(this.#renewTimer);
-        const at = this.#sent + renewDelayMs(this.#ttlMs);
-        this.#renewTimer = setTimeout(() => void this.#autoRenewOnce(), Math.max(0, at - now()));
-        unref(this.#renewTimer);
-    }
-    /**
-     * One round of auto-renew: renew until it succeeds, the server says
-     * not_held (the lease ends), or the deadline passes (it ends as expired).
-     * Each attempt is bounded by the deadline: past it, a renewal could not
-     * make the holder safe again.
-     */
-    async #autoRenewOnce() {
-        this.#renewTimer = undefined;
-        for (let attempt = 1; this.#autoRenew && this.#reason === undefined; attempt++) {
-            const left = this.#deadline - now();
-            if (left <= 0)
-                return; // the deadline timer ends it
-            const ctl = new AbortController();
-            this.#renewing = ctl;
-            const t = setTimeout(() => ctl.abort(new LockgateError("timeout", "renewal outlived the lease's deadline")), left);
-            unref(t);
-            try {
-                const sent = await this.#ops.renew(this, this.#ttlMs, ctl.signal);
-                this._renewed(sent, this.#ttlMs);
-                return;
-            }
-            catch (e) {
-                if (e instanceof NotHeldError) {
-                    this._end("not_held");
-                    return;
-                }
-                if (e instanceof LockgateError && e.code === "closed")
-                    return;
-            }
-            finally {
-                clearTimeout(t);
-                if (this.#renewing === ctl)
-                    this.#renewing = undefined;
-            }
-            await new Promise((res) => {
-                const p = setTimeout(res, backoffMs(attempt, 50, Math.max(50, this.#ttlMs / 10)));
-                unref(p);
-            });
-        }
+        this.#keep.stop();
     }
 }
