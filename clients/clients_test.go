@@ -36,10 +36,13 @@ const runnerTimeout = 3 * time.Minute
 // leaderWait bounds the wait for a leader that every running node knows.
 const leaderWait = 30 * time.Second
 
-// TestClients runs the scenario set of clients/scenarios/scenarios.json
-// with every client — the Go SDK, the TypeScript client and the Python
-// client — against one three-node `lockgate node` cluster, whose leader
-// the runners kill and restore through the control API.
+// TestClients runs the scenarios of clients/scenarios (one NAME.json
+// each, steps the runners interpret) with every client — the Go SDK, the
+// TypeScript client and the Python client — against one three-node
+// `lockgate node` cluster, whose leader the runners kill and restore
+// through the control API. Then it adds scenarios to a copy of the
+// directory and checks that every runner runs them, passing the right one
+// and failing the wrong one (addedScenarios).
 func TestClients(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the client conformance harness starts a cluster and runs three clients' tests")
@@ -47,11 +50,11 @@ func TestClients(t *testing.T) {
 	bin := testenv.BuildLockgate(t)
 	rl := testenv.StartRaftlockWith(t, bin, 3, testenv.RaftlockOptions{DataDir: memDataDir(t)})
 	h := newHarness(t, rl)
-	scenariosPath, err := filepath.Abs(filepath.Join("scenarios", "scenarios.json"))
+	scenariosDir, err := filepath.Abs("scenarios")
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := loadScenarios(t, scenariosPath)
+	set := loadScenarios(t, scenariosDir)
 
 	t.Run("go", func(t *testing.T) {
 		h.restoreT(t)
@@ -77,7 +80,7 @@ func TestClients(t *testing.T) {
 		h.restoreT(t)
 		ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout)
 		defer cancel()
-		env := h.env(scenariosPath)
+		env := h.env(scenariosDir)
 		var out []string
 		for _, args := range [][]string{{"ci", "--no-audit", "--no-fund", "--prefer-offline"}, {"run", "build"}, {"test"}} {
 			var err error
@@ -93,28 +96,145 @@ func TestClients(t *testing.T) {
 		}
 		checkConsole(t, jsRoot, work)
 	})
+	python := ""
 	t.Run("python", func(t *testing.T) {
-		dir := filepath.Join("python")
-		if !exists(dir) {
-			skipOrFail(t, "clients/python does not exist: no Python client to run")
-		}
-		const python = "/usr/bin/python3"
-		if !exists(python) {
-			skipOrFail(t, python+" not found; install the Debian package \"python3\"")
-		}
-		if out, err := exec.Command(python, "-c", "import websockets").CombinedOutput(); err != nil {
-			skipOrFail(t, fmt.Sprintf("%s cannot import websockets (%v: %s); install the Debian package \"python3-websockets\"",
-				python, err, strings.TrimSpace(string(out))))
-		}
+		python = requirePython(t)
 		h.restoreT(t)
 		ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout)
 		defer cancel()
-		env := append(h.env(scenariosPath), "PYTHONDONTWRITEBYTECODE=1") // no __pycache__ in the tree
-		out, err := runLogged(ctx, t, dir, env, python, "-m", "unittest", "discover", "-s", "tests", "-v")
+		env := append(h.env(scenariosDir), "PYTHONDONTWRITEBYTECODE=1") // no __pycache__ in the tree
+		out, err := runLogged(ctx, t, "python", env, python, "-m", "unittest", "discover", "-s", "tests", "-v")
 		if err != nil {
 			t.Fatalf("python unittest: %v", err)
 		}
 		checkReported(t, set, out)
+	})
+	t.Run("added-scenario", func(t *testing.T) {
+		addedScenarios(t, h, scenariosDir, work, python)
+	})
+}
+
+// requirePython is the Python the harness runs the Python client with,
+// or skips (fails under CI) when it or the client's dependency is missing.
+func requirePython(t *testing.T) string {
+	t.Helper()
+	if !exists("python") {
+		skipOrFail(t, "clients/python does not exist: no Python client to run")
+	}
+	const python = "/usr/bin/python3"
+	if !exists(python) {
+		skipOrFail(t, python+" not found; install the Debian package \"python3\"")
+	}
+	if out, err := exec.Command(python, "-c", "import websockets").CombinedOutput(); err != nil {
+		skipOrFail(t, fmt.Sprintf("%s cannot import websockets (%v: %s); install the Debian package \"python3-websockets\"",
+			python, err, strings.TrimSpace(string(out))))
+	}
+	return python
+}
+
+// The scenarios addedScenarios writes beside the others: one that holds
+// (written once, in the vocabulary only), and one whose expectation is
+// wrong (a try-acquire of a free key expected to be held), which every
+// runner must fail.
+const (
+	addedName = "added-by-the-harness"
+	addedJSON = `{"name": "added-by-the-harness",
+ "doc": "Written by TestClients into a copy of the directory: every runner must run it without a change of code.",
+ "steps": [
+  {"do": "client", "as": "A"}, {"do": "client", "as": "B"},
+  {"do": "acquire", "client": "A", "lease": "a", "key": "/x", "ttlMs": 10000},
+  {"do": "tryAcquire", "client": "B", "lease": "b0", "key": "/x", "ttlMs": 10000, "expectError": "held", "holder": "a"},
+  {"do": "acquire", "client": "B", "lease": "b", "key": "/x", "ttlMs": 10000, "async": true},
+  {"do": "inspect", "client": "A", "key": "/x", "waiters": 1, "poll": true},
+  {"do": "release", "lease": "a"},
+  {"do": "await", "lease": "b"},
+  {"do": "tokenAbove", "lease": "b", "above": "a"},
+  {"do": "release", "lease": "b"},
+  {"do": "inspect", "client": "B", "key": "/x", "free": true}
+ ]}`
+	wrongName = "wrong-expectation"
+	wrongJSON = `{"name": "wrong-expectation",
+ "doc": "A try-acquire of a free key expected to be held: every runner must fail it.",
+ "steps": [
+  {"do": "client", "as": "A"},
+  {"do": "tryAcquire", "client": "A", "lease": "a", "ttlMs": 10000, "expectError": "held"}
+ ]}`
+)
+
+// addedScenarios copies the scenario directory, adds addedJSON and
+// wrongJSON to the copy, and runs each runner on the copy with
+// LOCKGATE_ONLY naming the two: each must report "ok" for the added one
+// and "FAIL" for the wrong one. work is the TypeScript client's built
+// copy ("" when the typescript run did not happen), python the Python
+// ("" likewise).
+func addedScenarios(t *testing.T, h *harness, dir, work, python string) {
+	tmp := t.TempDir()
+	if err := copySource(dir, tmp); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{addedName: addedJSON, wrongName: wrongJSON} {
+		if err := os.WriteFile(filepath.Join(tmp, name+".json"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set := loadScenarios(t, tmp)
+	var added, wrong scenario
+	for _, s := range set.Scenarios {
+		switch s.Name {
+		case addedName:
+			added = s
+		case wrongName:
+			wrong = s
+		}
+	}
+	if added.Name == "" || wrong.Name == "" {
+		t.Fatalf("the copy's scenarios lack %s or %s", addedName, wrongName)
+	}
+	env := append(h.env(tmp), "LOCKGATE_ONLY="+addedName+","+wrongName, "PYTHONDONTWRITEBYTECODE=1")
+	// judge checks a runner's output: ok for the added scenario, FAIL for
+	// the wrong one, and the runner itself failed (err).
+	judge := func(t *testing.T, out []string, err error) {
+		t.Helper()
+		only := scenarioSet{Scenarios: []scenario{added}}
+		checkReported(t, only, out)
+		if !slices.ContainsFunc(out, regexp.MustCompile(`(^|[^\w-])FAIL `+wrongName+`: `).MatchString) {
+			t.Errorf("the runner printed no \"FAIL %s: …\" line: a wrong expectation passed, or was not run", wrongName)
+		}
+		if err == nil {
+			t.Errorf("the runner exited 0 with a failing scenario")
+		}
+	}
+	t.Run("go", func(t *testing.T) {
+		h.restoreT(t)
+		run := "added-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		if err := runGoScenario(h, added, run, t.Logf); err != nil {
+			t.Errorf("FAIL %s: %v", addedName, err)
+		}
+		err := runGoScenario(h, wrong, run, t.Logf)
+		t.Logf("%s: %v", wrongName, err)
+		if err == nil {
+			t.Errorf("%s passed in the Go runner", wrongName)
+		}
+	})
+	t.Run("typescript", func(t *testing.T) {
+		if work == "" || !exists(filepath.Join(work, "dist", "test", "scenarios.test.js")) {
+			skipOrFail(t, "the typescript run did not build clients/js")
+		}
+		h.restoreT(t)
+		ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout)
+		defer cancel()
+		out, err := runLogged(ctx, t, work, env, "node", "--test", filepath.Join("dist", "test", "scenarios.test.js"))
+		judge(t, out, err)
+	})
+	t.Run("python", func(t *testing.T) {
+		if python == "" {
+			skipOrFail(t, "the python run did not happen")
+		}
+		h.restoreT(t)
+		ctx, cancel := context.WithTimeout(context.Background(), runnerTimeout)
+		defer cancel()
+		out, err := runLogged(ctx, t, "python", env, python, "-m", "unittest", "discover", "-s", "tests", "-p", "test_scenarios.py", "-v")
+		judge(t, out, err)
 	})
 }
 
@@ -186,40 +306,6 @@ func copySource(src, dst string, skip ...string) error {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// scenario is one entry of scenarios.json. Fields a scenario does not use
-// are zero.
-type scenario struct {
-	Name   string `json:"name"`
-	TTLMs  int    `json:"ttlMs"`
-	WaitMs int    `json:"waitMs"`
-	// Leases is how many leases a scenario holds at once
-	// (session-many-leases).
-	Leases int `json:"leases"`
-}
-
-type scenarioSet struct {
-	Version   int        `json:"version"`
-	Scenarios []scenario `json:"scenarios"`
-}
-
-func loadScenarios(t *testing.T, path string) scenarioSet {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s scenarioSet
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if s.Version != 1 || len(s.Scenarios) == 0 {
-		t.Fatalf("%s: version %d with %d scenarios, want version 1 and some scenarios", path, s.Version, len(s.Scenarios))
-	}
-	return s
 }
 
 // checkReported fails t unless a runner's output has the line "ok NAME
@@ -411,12 +497,13 @@ func sumOps(r io.Reader, ops map[string]float64) error {
 	return sc.Err()
 }
 
-// env is the environment of a runner.
-func (h *harness) env(scenariosPath string) []string {
+// env is the environment of a runner: scenariosDir is the directory of
+// the scenarios it runs.
+func (h *harness) env(scenariosDir string) []string {
 	return []string{
 		"LOCKGATE_ENDPOINTS=" + strings.Join(h.rl.APIAddrs, ","),
 		"LOCKGATE_CONTROL=" + h.control,
-		"LOCKGATE_SCENARIOS=" + scenariosPath,
+		"LOCKGATE_SCENARIOS=" + scenariosDir,
 		"LOCKGATE_SECURE_ENDPOINT=" + h.secure,
 		"LOCKGATE_TOKEN=" + secureToken,
 	}

@@ -2,13 +2,14 @@ package clients_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
 // The check that a foreign runner reported every scenario: outputs it must
 // accept and outputs it must reject.
 func TestUnreported(t *testing.T) {
-	set := scenarioSet{Version: 1, Scenarios: []scenario{{Name: "renew"}, {Name: "cancel"}}}
+	set := scenarioSet{Scenarios: []scenario{{Name: "renew"}, {Name: "cancel"}}}
 	for _, tc := range []struct {
 		name string
 		out  []string
@@ -24,5 +25,26 @@ func TestUnreported(t *testing.T) {
 		if got := unreported(set, tc.out); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: unreported = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestSumOps: GET /ops counts lockgate_raftlock_ops_total by its op label
+// and nothing else (another metric, a longer name, a sample without op).
+func TestSumOps(t *testing.T) {
+	page := `# HELP lockgate_raftlock_ops_total Operations.
+# TYPE lockgate_raftlock_ops_total counter
+lockgate_raftlock_ops_total{op="renew"} 3
+lockgate_raftlock_ops_total{node="1",op="session-renew"} 12
+lockgate_raftlock_ops_total_created{op="renew"} 1.7e9
+lockgate_raftlock_entries_total 40
+lockgate_raftlock_ops_total{node="1"} 5
+other_ops_total{op="renew"} 100
+`
+	ops := map[string]float64{"renew": 1}
+	if err := sumOps(strings.NewReader(page), ops); err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 2 || ops["renew"] != 4 || ops["session-renew"] != 12 {
+		t.Fatalf("ops %v, want renew 4 (1 + 3), session-renew 12, nothing else", ops)
 	}
 }

@@ -1,5 +1,7 @@
-"""Runs every scenario of $LOCKGATE_SCENARIOS against $LOCKGATE_ENDPOINTS
-(the clients/ harness sets them, with $LOCKGATE_CONTROL); skipped without them."""
+"""Runs every scenario of the directory $LOCKGATE_SCENARIOS against
+$LOCKGATE_ENDPOINTS by interpreting its steps (scenarios.py; the clients/
+harness sets them, with $LOCKGATE_CONTROL); skipped without them.
+$LOCKGATE_ONLY=a,b runs only those scenarios."""
 
 from __future__ import annotations
 
@@ -44,12 +46,9 @@ class TestScenarios(unittest.TestCase):
 
     @staticmethod
     async def _one(endpoints, control, sc, run_id):  # type: ignore[no-untyped-def]
-        fn = scenarios.SCENARIOS.get(sc.get("name"))
-        if fn is None:
-            return f"unknown scenario {sc.get('name')!r}: the Python runner does not implement it"
         run = scenarios.Run(endpoints, control, sc, run_id)
         try:
-            await asyncio.wait_for(fn(run), SCENARIO_TIMEOUT)
+            await asyncio.wait_for(scenarios.run_scenario(run), SCENARIO_TIMEOUT)
             return None
         except asyncio.TimeoutError:
             return f"did not finish within {SCENARIO_TIMEOUT:g} s"
