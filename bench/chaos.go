@@ -12,7 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
+	"github.com/lockgate/lockgate/check/linearize"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/lock"
@@ -261,7 +262,7 @@ type ChaosReport struct {
 	Command             string         `json:"command,omitempty"`
 
 	history check.History
-	result  check.Result
+	result  linearize.Result
 	faults  []check.Fault
 	// ChaosElection's observers' reports and watches.
 	observations []check.Observation
@@ -500,7 +501,7 @@ const (
 // and sets its verdicts: a campaign's end, and `lockgate bench check` on
 // a history file.
 func (rep *ChaosReport) check() {
-	rep.result = check.Check(rep.history, rep.faults, check.Options{
+	rep.result = linearize.Check(rep.history, rep.faults, check.Options{
 		LinearizabilityTimeout: LinearizabilityBudget, LinearizabilityKeyTimeout: LinearizabilityKeyBudget,
 		NoTokens: !rep.Caps.Fencing})
 	r := rep.result

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"

@@ -14,7 +14,8 @@ import (
 	"github.com/go-echarts/go-echarts/v2/charts"
 	"github.com/go-echarts/go-echarts/v2/opts"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
+	"github.com/lockgate/lockgate/check/linearize"
 )
 
 // WriteTable writes the verdicts and the fault log for a terminal.
@@ -119,7 +120,7 @@ func (r *ChaosReport) WriteJSON(w io.Writer) error {
 // search timed out), or of every key when all were; the search behind it
 // is bounded by a minute.
 func (r *ChaosReport) WriteLinearizability(w io.Writer) error {
-	return check.VisualizeKeys(r.history, r.result.NotOkKeys(), time.Minute, w)
+	return linearize.VisualizeKeys(r.history, r.result.NotOkKeys(), time.Minute, w)
 }
 
 // WriteHTML writes a self-contained report: the verdicts, and a timeline of

@@ -11,7 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
+	"github.com/lockgate/lockgate/check/linearize"
 )
 
 // The phases of the drill, as the report names them.
@@ -192,7 +193,7 @@ func (rep *UpgradeReport) History() check.History { return rep.history }
 
 // check runs the checkers over h and lists the failures.
 func (rep *UpgradeReport) check(h check.History) {
-	res := check.Check(h, nil, check.Options{
+	res := linearize.Check(h, nil, check.Options{
 		LinearizabilityTimeout: LinearizabilityBudget, LinearizabilityKeyTimeout: LinearizabilityKeyBudget})
 	rep.Overlaps, rep.OverlapExamples = res.Overlaps, res.OverlapExamples
 	rep.StaleWritesAccepted, rep.StaleWritesRejected = res.StaleWritesAccepted, res.StaleWritesRejected

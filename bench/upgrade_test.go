@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
 )
 
 // The drill's own token check: raftlock's counter is the cluster's, so a

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/lock"
 )

@@ -1,4 +1,4 @@
-package check
+package linearize
 
 import (
 	"bytes"
@@ -11,143 +11,145 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/lockgate/lockgate/check"
+	. "github.com/lockgate/lockgate/check/internal/checktest"
 )
 
 func TestLinearizable(t *testing.T) {
 	cases := []struct {
 		name string
-		h    History
+		h    check.History
 		want bool
 	}{
 		{"empty", nil, true},
-		{"correct sequential history", h(
-			acq(0, "k", 0, 1, 1, 1000, 900), rel(0, "k", 5, 6, 1),
-			acq(1, "k", 7, 8, 2, 1000, 900), rel(1, "k", 9, 10, 2),
-			acq(0, "k", 11, 12, 7, 1000, 900), rel(0, "k", 13, 14, 7), // gaps in tokens are fine
+		{"correct sequential history", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900), Rel(0, "k", 5, 6, 1),
+			Acq(1, "k", 7, 8, 2, 1000, 900), Rel(1, "k", 9, 10, 2),
+			Acq(0, "k", 11, 12, 7, 1000, 900), Rel(0, "k", 13, 14, 7), // gaps in tokens are fine
 		), true},
-		{"concurrent acquires, one waits for the release", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			acq(1, "k", 2, 8, 2, 1000, 900), // returned after the release below
-			rel(0, "k", 5, 6, 1),
-			rel(1, "k", 9, 10, 2),
+		{"concurrent acquires, one waits for the release", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			Acq(1, "k", 2, 8, 2, 1000, 900), // returned after the release below
+			Rel(0, "k", 5, 6, 1),
+			Rel(1, "k", 9, 10, 2),
 		), true},
-		{"release and grant concurrent", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			rel(0, "k", 5, 7, 1),
-			acq(1, "k", 2, 6, 2, 1000, 900), // the release may have taken effect before it
+		{"release and grant concurrent", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			Rel(0, "k", 5, 7, 1),
+			Acq(1, "k", 2, 6, 2, 1000, 900), // the release may have taken effect before it
 		), true},
-		{"two overlapping grants without expiry possibility", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			acq(1, "k", 5, 6, 2, 1000, 900),
+		{"two overlapping grants without expiry possibility", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			Acq(1, "k", 5, 6, 2, 1000, 900),
 		), false},
-		{"grant after the previous holder's TTL elapsed", h(
-			acq(0, "k", 0, 1, 1, 100, 90),
-			acq(1, "k", 50, 150, 2, 100, 140),
-			relNotHeld(0, "k", 200, 201, 1),
-			rel(1, "k", 202, 203, 2),
+		{"grant after the previous holder's TTL elapsed", H(
+			Acq(0, "k", 0, 1, 1, 100, 90),
+			Acq(1, "k", 50, 150, 2, 100, 140),
+			RelNotHeld(0, "k", 200, 201, 1),
+			Rel(1, "k", 202, 203, 2),
 		), true},
-		{"grant just before the previous holder's TTL", h(
-			acq(0, "k", 0, 1, 1, 100, 90),
-			acq(1, "k", 50, 90, 2, 100, 140), // expiry ≥ 0+100−drift(3 ms) = 97
+		{"grant just before the previous holder's TTL", H(
+			Acq(0, "k", 0, 1, 1, 100, 90),
+			Acq(1, "k", 50, 90, 2, 100, 140), // expiry ≥ 0+100−drift(3 ms) = 97
 		), false},
-		{"a session lease's grant may expire at its deadline, before start + TTL", h(
-			session(acq(0, "k", 0, 1, 1, 100, 60)),
-			acq(1, "k", 50, 70, 2, 100, 160), // after 60, before 97
+		{"a session lease's grant may expire at its deadline, before start + TTL", H(
+			Session(Acq(0, "k", 0, 1, 1, 100, 60)),
+			Acq(1, "k", 50, 70, 2, 100, 160), // after 60, before 97
 		), true},
-		{"a session lease's grant does not expire before its deadline", h(
-			session(acq(0, "k", 0, 1, 1, 100, 60)),
-			acq(1, "k", 20, 50, 2, 100, 140),
+		{"a session lease's grant does not expire before its deadline", H(
+			Session(Acq(0, "k", 0, 1, 1, 100, 60)),
+			Acq(1, "k", 20, 50, 2, 100, 140),
 		), false},
-		{"token does not increase", h(
-			acq(0, "k", 0, 1, 5, 1000, 900), rel(0, "k", 5, 6, 5),
-			acq(1, "k", 7, 8, 5, 1000, 900),
+		{"token does not increase", H(
+			Acq(0, "k", 0, 1, 5, 1000, 900), Rel(0, "k", 5, 6, 5),
+			Acq(1, "k", 7, 8, 5, 1000, 900),
 		), false},
-		{"token decreases", h(
-			acq(0, "k", 0, 1, 5, 1000, 900), rel(0, "k", 5, 6, 5),
-			acq(1, "k", 7, 8, 4, 1000, 900),
+		{"token decreases", H(
+			Acq(0, "k", 0, 1, 5, 1000, 900), Rel(0, "k", 5, 6, 5),
+			Acq(1, "k", 7, 8, 4, 1000, 900),
 		), false},
-		{"tokens of concurrent grants must increase in some order", h(
-			acq(0, "k", 0, 10, 5, 50, 40),
-			acq(1, "k", 0, 200, 5, 50, 190),
+		{"tokens of concurrent grants must increase in some order", H(
+			Acq(0, "k", 0, 10, 5, 50, 40),
+			Acq(1, "k", 0, 200, 5, 50, 190),
 		), false},
-		{"release OK by a non-holder", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			rel(1, "k", 5, 6, 1),
+		{"release OK by a non-holder", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			Rel(1, "k", 5, 6, 1),
 		), false},
-		{"release OK of a wrong token", h(
-			acq(0, "k", 0, 1, 2, 1000, 900),
-			rel(0, "k", 5, 6, 1),
+		{"release OK of a wrong token", H(
+			Acq(0, "k", 0, 1, 2, 1000, 900),
+			Rel(0, "k", 5, 6, 1),
 		), false},
-		{"release OK twice", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			rel(0, "k", 5, 6, 1),
-			rel(0, "k", 7, 8, 1),
+		{"release OK twice", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			Rel(0, "k", 5, 6, 1),
+			Rel(0, "k", 7, 8, 1),
 		), false},
-		{"release not-held of a live lease", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			relNotHeld(0, "k", 5, 6, 1),
+		{"release not-held of a live lease", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			RelNotHeld(0, "k", 5, 6, 1),
 		), false},
-		{"release not-held after the lease expired", h(
-			acq(0, "k", 0, 1, 1, 100, 90),
-			relNotHeld(0, "k", 150, 151, 1),
-			acq(1, "k", 152, 153, 2, 100, 240),
+		{"release not-held after the lease expired", H(
+			Acq(0, "k", 0, 1, 1, 100, 90),
+			RelNotHeld(0, "k", 150, 151, 1),
+			Acq(1, "k", 152, 153, 2, 100, 240),
 		), true},
-		{"release not-held of someone else's lease", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			relNotHeld(1, "k", 5, 6, 7),
-			rel(0, "k", 7, 8, 1),
+		{"release not-held of someone else's lease", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			RelNotHeld(1, "k", 5, 6, 7),
+			Rel(0, "k", 7, 8, 1),
 		), true},
-		{"unknown acquire followed by a grant to another client with a higher token", h(
-			acqUnknown(0, "k", 0, 10, 1000),
-			acq(1, "k", 20, 21, 2, 1000, 900),
-			rel(1, "k", 30, 31, 2),
+		{"unknown acquire followed by a grant to another client with a higher token", H(
+			AcqUnknown(0, "k", 0, 10, 1000),
+			Acq(1, "k", 20, 21, 2, 1000, 900),
+			Rel(1, "k", 30, 31, 2),
 		), true},
-		{"unknown acquire may have taken the lock: next grant after its TTL", h(
-			acq(1, "k", 0, 1, 1, 100, 90), rel(1, "k", 2, 3, 1),
-			acqUnknown(0, "k", 4, 10, 100),
-			acq(1, "k", 20, 200, 3, 100, 190), // token 2 may have gone to client 0
+		{"unknown acquire may have taken the lock: next grant after its TTL", H(
+			Acq(1, "k", 0, 1, 1, 100, 90), Rel(1, "k", 2, 3, 1),
+			AcqUnknown(0, "k", 4, 10, 100),
+			Acq(1, "k", 20, 200, 3, 100, 190), // token 2 may have gone to client 0
 		), true},
-		{"unknown acquire does not expire a live holder", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			acqUnknown(1, "k", 2, 3, 10),
-			acq(2, "k", 50, 51, 2, 1000, 900),
+		{"unknown acquire does not expire a live holder", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			AcqUnknown(1, "k", 2, 3, 10),
+			Acq(2, "k", 50, 51, 2, 1000, 900),
 		), false},
-		{"unknown acquire after a holder, next grant after both TTLs", h(
-			acq(0, "k", 0, 1, 1, 100, 90),
-			acqUnknown(1, "k", 2, 3, 100),
-			acq(2, "k", 50, 150, 3, 100, 140), // client 1 may have been granted 2 at 97+
+		{"unknown acquire after a holder, next grant after both TTLs", H(
+			Acq(0, "k", 0, 1, 1, 100, 90),
+			AcqUnknown(1, "k", 2, 3, 100),
+			Acq(2, "k", 50, 150, 3, 100, 140), // client 1 may have been granted 2 at 97+
 		), true},
-		{"unknown release, it took effect", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			relUnknown(0, "k", 5, 10, 1),
-			acq(1, "k", 20, 21, 2, 1000, 900),
+		{"unknown release, it took effect", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			RelUnknown(0, "k", 5, 10, 1),
+			Acq(1, "k", 20, 21, 2, 1000, 900),
 		), true},
-		{"unknown release, it did not take effect", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			relUnknown(0, "k", 5, 10, 1),
-			rel(0, "k", 20, 21, 1),
+		{"unknown release, it did not take effect", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			RelUnknown(0, "k", 5, 10, 1),
+			Rel(0, "k", 20, 21, 1),
 		), true},
-		{"unknown release does not free someone else's lease", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			relUnknown(1, "k", 5, 10, 1),
-			acq(1, "k", 20, 21, 2, 1000, 900),
+		{"unknown release does not free someone else's lease", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			RelUnknown(1, "k", 5, 10, 1),
+			Acq(1, "k", 20, 21, 2, 1000, 900),
 		), false},
-		{"not-granted acquires are dropped", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			acqFail(1, "k", 2, 3, 1000),
-			rel(0, "k", 5, 6, 1),
-			acqFail(1, "k", 7, 8, 1000), // a failure while free tells nothing either
+		{"not-granted acquires are dropped", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			AcqFail(1, "k", 2, 3, 1000),
+			Rel(0, "k", 5, 6, 1),
+			AcqFail(1, "k", 7, 8, 1000), // a failure while free tells nothing either
 		), true},
-		{"keys are independent", h(
-			acq(0, "a", 0, 1, 1, 1000, 900),
-			acq(1, "b", 2, 3, 1, 1000, 900),
-			rel(0, "a", 5, 6, 1),
-			rel(1, "b", 5, 6, 1),
+		{"keys are independent", H(
+			Acq(0, "a", 0, 1, 1, 1000, 900),
+			Acq(1, "b", 2, 3, 1, 1000, 900),
+			Rel(0, "a", 5, 6, 1),
+			Rel(1, "b", 5, 6, 1),
 		), true},
-		{"writes are ignored", h(
-			acq(0, "k", 0, 1, 1, 1000, 900),
-			wr(1, "k", 2, 3, 0, true, 1),
-			rel(0, "k", 5, 6, 1),
+		{"writes are ignored", H(
+			Acq(0, "k", 0, 1, 1, 1000, 900),
+			Wr(1, "k", 2, 3, 0, true, 1),
+			Rel(0, "k", 5, 6, 1),
 		), true},
 	}
 	for _, tc := range cases {
@@ -168,16 +170,16 @@ func TestLinearizable(t *testing.T) {
 }
 
 func TestExpirySlack(t *testing.T) {
-	hist := h(
-		acq(0, "k", 0, 1, 1, 100, 90),
-		acq(1, "k", 50, 98, 2, 100, 140),
+	hist := H(
+		Acq(0, "k", 0, 1, 1, 100, 90),
+		Acq(1, "k", 50, 98, 2, 100, 140),
 	)
 	// The default slack (1% + 2 ms) lets the lease end at 97 ms.
-	if res, _ := LinearizabilityCheck(hist, Options{}); res != porcupine.Ok {
+	if res, _ := LinearizabilityCheck(hist, check.Options{}); res != porcupine.Ok {
 		t.Errorf("default slack: %v, want Ok", res)
 	}
 	exact := func(time.Duration) time.Duration { return 0 }
-	if res, _ := LinearizabilityCheck(hist, Options{ExpirySlack: exact}); res != porcupine.Illegal {
+	if res, _ := LinearizabilityCheck(hist, check.Options{ExpirySlack: exact}); res != porcupine.Illegal {
 		t.Errorf("no slack: %v, want Illegal", res)
 	}
 }
@@ -186,7 +188,7 @@ func TestExpirySlack(t *testing.T) {
 // clients and records what the clients saw: n acquires and releases that
 // were granted, confirmed or unknown (about 2% of them), plus the acquires
 // that were not granted and the releases answered "not held".
-func simulate(seed int64, n, keys, clients, unknownEvery int) History {
+func simulate(seed int64, n, keys, clients, unknownEvery int) check.History {
 	rng := rand.New(rand.NewSource(seed))
 	const ttl = 30 * time.Millisecond
 	type server struct {
@@ -206,7 +208,7 @@ func simulate(seed int64, n, keys, clients, unknownEvery int) History {
 	}
 	busy := make([]time.Duration, clients) // each client's last return
 	holding := make([]*lease, clients)
-	var hist History
+	var hist check.History
 	counted := 0
 	now := time.Duration(0)
 	jitter := func() time.Duration { return time.Duration(rng.Int63n(int64(2 * time.Millisecond))) }
@@ -230,7 +232,7 @@ func simulate(seed int64, n, keys, clients, unknownEvery int) History {
 				continue // keeps holding; sometimes past its TTL
 			}
 			s := srv[l.key]
-			op := Op{Client: c, Key: l.key, Kind: Release, Start: call, End: ret, Token: l.token, Unknown: unknown}
+			op := check.Op{Client: c, Key: l.key, Kind: check.Release, Start: call, End: ret, Token: l.token, Unknown: unknown}
 			live := s.held && s.client == c && s.token == l.token && now < s.expires
 			if applied && live {
 				s.held = false
@@ -249,7 +251,7 @@ func simulate(seed int64, n, keys, clients, unknownEvery int) History {
 			key = fmt.Sprint("key", rng.Intn(keys)) // prefer a free key
 		}
 		s := srv[key]
-		op := Op{Client: c, Key: key, Kind: Acquire, Start: call, End: ret, TTL: ttl, Unknown: unknown}
+		op := check.Op{Client: c, Key: key, Kind: check.Acquire, Start: call, End: ret, TTL: ttl, Unknown: unknown}
 		if applied && (!s.held || now >= s.expires) {
 			tok := s.next + uint64(rng.Intn(3))
 			*s = server{held: true, client: c, token: tok, expires: now + ttl, next: tok + 1}
@@ -275,9 +277,9 @@ func TestLinearizableRandom(t *testing.T) {
 		switch {
 		case op.Unknown:
 			unknown++
-		case op.Kind == Acquire && op.OK:
+		case op.Kind == check.Acquire && op.OK:
 			granted++
-		case op.Kind == Acquire:
+		case op.Kind == check.Acquire:
 			failed++
 		}
 	}
@@ -298,16 +300,16 @@ func TestLinearizableRandom(t *testing.T) {
 	if !ok {
 		t.Fatal("a correct lock's history is not linearizable")
 	}
-	if n, ex := Overlaps(hist); n != 0 {
+	if n, ex := check.Overlaps(hist); n != 0 {
 		t.Errorf("a correct lock's history has %d overlaps: %q", n, ex)
 	}
 
 	t.Run("corrupted token", func(t *testing.T) {
-		bad := append(History(nil), hist...)
+		bad := append(check.History(nil), hist...)
 		last := make(map[string]uint64)
 		corrupted := false
 		for i, op := range bad {
-			if op.Kind != Acquire || !op.OK {
+			if op.Kind != check.Acquire || !op.OK {
 				continue
 			}
 			if prev, ok := last[op.Key]; ok && i > len(bad)/2 {
@@ -323,10 +325,10 @@ func TestLinearizableRandom(t *testing.T) {
 		checkIllegal(t, bad, limit)
 	})
 	t.Run("corrupted release", func(t *testing.T) {
-		bad := append(History(nil), hist...)
+		bad := append(check.History(nil), hist...)
 		corrupted := false
 		for i, op := range bad {
-			if op.Kind == Release && op.OK && i > len(bad)/2 {
+			if op.Kind == check.Release && op.OK && i > len(bad)/2 {
 				bad[i].Client = (op.Client + 1) % 8 // confirmed to a client that did not hold it
 				corrupted = true
 				break
@@ -339,10 +341,10 @@ func TestLinearizableRandom(t *testing.T) {
 	})
 }
 
-func checkIllegal(t *testing.T, bad History, limit time.Duration) {
+func checkIllegal(t *testing.T, bad check.History, limit time.Duration) {
 	t.Helper()
 	start := time.Now()
-	res, info := LinearizabilityCheck(bad, Options{LinearizabilityTimeout: time.Minute})
+	res, info := LinearizabilityCheck(bad, check.Options{LinearizabilityTimeout: time.Minute})
 	if el := time.Since(start); el > limit {
 		t.Errorf("took %v, more than %v", el, limit)
 	}
@@ -359,11 +361,11 @@ func checkIllegal(t *testing.T, bad History, limit time.Duration) {
 }
 
 func TestVisualize(t *testing.T) {
-	bad := h(
-		acq(0, "k", 0, 1, 1, 1000, 900),
-		acq(1, "k", 5, 6, 2, 1000, 900),
-		rel(0, "k", 7, 8, 1),
-		acqUnknown(2, "k", 9, 10, 1000),
+	bad := H(
+		Acq(0, "k", 0, 1, 1, 1000, 900),
+		Acq(1, "k", 5, 6, 2, 1000, 900),
+		Rel(0, "k", 7, 8, 1),
+		AcqUnknown(2, "k", 9, 10, 1000),
 	)
 	ok, info := Linearizable(bad, time.Second)
 	if ok {
@@ -402,7 +404,7 @@ func TestVisualize(t *testing.T) {
 // shortening unknown releases (Operations) gives the same verdict as the
 // plain model where every unknown op returns after the history.
 func TestPruningKeepsVerdict(t *testing.T) {
-	verdict := func(hist History, keep bool) porcupine.CheckResult {
+	verdict := func(hist check.History, keep bool) porcupine.CheckResult {
 		return porcupine.CheckOperationsTimeout(lockModel, operations(hist, nil, keep), 2*time.Second)
 	}
 	legal, illegal := 0, 0
@@ -413,13 +415,13 @@ func TestPruningKeepsVerdict(t *testing.T) {
 			i := rng.Intn(len(hist))
 			op := &hist[i]
 			switch {
-			case op.Kind == Release && op.Unknown:
+			case op.Kind == check.Release && op.Unknown:
 				op.Unknown, op.OK = false, rng.Intn(2) == 0
-			case op.Kind == Release:
+			case op.Kind == check.Release:
 				op.OK = !op.OK
-			case op.Kind == Acquire && op.OK:
+			case op.Kind == check.Acquire && op.OK:
 				op.Token--
-			case op.Kind == Acquire:
+			case op.Kind == check.Acquire:
 				op.Unknown, op.OK, op.Token, op.Deadline = false, true, uint64(rng.Intn(40)), op.Start+op.TTL
 			}
 		}

@@ -1,4 +1,4 @@
-package check
+package linearize
 
 import (
 	"slices"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/lockgate/lockgate/check"
+	. "github.com/lockgate/lockgate/check/internal/checktest"
 )
 
 // TestCheckGCPause is Kleppmann's scenario with a correct lock: client 0 is
@@ -15,20 +17,20 @@ import (
 // beliefs overlap, the fenced store rejects the stale write, the unfenced one
 // applies it.
 func TestCheckGCPause(t *testing.T) {
-	hist := h(
-		acq(0, "k", 0, 1, 1, 100, 97),
+	hist := H(
+		Acq(0, "k", 0, 1, 1, 100, 97),
 		// client 0 pauses from 2 to 300 ms
-		acq(1, "k", 50, 120, 2, 100, 147),
-		wr(1, "k", 121, 122, 2, true, 1), wr(1, "k", 121, 122, 2, false, 1),
-		wrRejected(0, "k", 300, 301, 1, true), wr(0, "k", 300, 302, 1, false, 2),
-		relNotHeld(0, "k", 303, 304, 1),
-		rel(1, "k", 130, 131, 2),
-		acq(2, "k", 310, 311, 3, 100, 407),
-		wr(2, "k", 312, 313, 3, true, 2), wr(2, "k", 312, 313, 3, false, 3),
-		rel(2, "k", 320, 321, 3),
+		Acq(1, "k", 50, 120, 2, 100, 147),
+		Wr(1, "k", 121, 122, 2, true, 1), Wr(1, "k", 121, 122, 2, false, 1),
+		WrRejected(0, "k", 300, 301, 1, true), Wr(0, "k", 300, 302, 1, false, 2),
+		RelNotHeld(0, "k", 303, 304, 1),
+		Rel(1, "k", 130, 131, 2),
+		Acq(2, "k", 310, 311, 3, 100, 407),
+		Wr(2, "k", 312, 313, 3, true, 2), Wr(2, "k", 312, 313, 3, false, 3),
+		Rel(2, "k", 320, 321, 3),
 	)
-	faults := []Fault{{Name: "pause client 0", Start: d(2), Heal: d(300)}}
-	r := Check(hist, faults, Options{})
+	faults := []check.Fault{{Name: "pause client 0", Start: D(2), Heal: D(300)}}
+	r := Check(hist, faults, check.Options{})
 	if r.Overlaps != 1 || len(r.OverlapExamples) != 1 || !strings.Contains(r.OverlapExamples[0], "client 0") {
 		t.Errorf("overlaps = %d %q, want 1 naming client 0", r.Overlaps, r.OverlapExamples)
 	}
@@ -49,7 +51,7 @@ func TestCheckGCPause(t *testing.T) {
 	if r.Unavailable != 0 {
 		t.Errorf("unavailable = %v, want 0", r.Unavailable)
 	}
-	if want := []time.Duration{11 * ms}; !slices.Equal(r.Recoveries, want) || r.MaxRecovery != 11*ms || !r.Recovered[0] {
+	if want := []time.Duration{11 * Ms}; !slices.Equal(r.Recoveries, want) || r.MaxRecovery != 11*Ms || !r.Recovered[0] {
 		t.Errorf("recoveries = %v (max %v, recovered %v), want [11ms]", r.Recoveries, r.MaxRecovery, r.Recovered)
 	}
 }
@@ -57,15 +59,15 @@ func TestCheckGCPause(t *testing.T) {
 // TestCheckBrokenLock is a lock that granted a live lease twice and let a
 // stale write through its fence.
 func TestCheckBrokenLock(t *testing.T) {
-	hist := h(
-		acq(0, "k", 0, 1, 2, 1000, 900),
-		acq(1, "k", 5, 6, 1, 1000, 900), // lower token, while client 0 holds
-		wr(0, "k", 10, 11, 2, true, 1),
-		wr(1, "k", 12, 13, 1, true, 2),
-		rel(0, "k", 20, 21, 2),
-		rel(1, "k", 22, 23, 1),
+	hist := H(
+		Acq(0, "k", 0, 1, 2, 1000, 900),
+		Acq(1, "k", 5, 6, 1, 1000, 900), // lower token, while client 0 holds
+		Wr(0, "k", 10, 11, 2, true, 1),
+		Wr(1, "k", 12, 13, 1, true, 2),
+		Rel(0, "k", 20, 21, 2),
+		Rel(1, "k", 22, 23, 1),
 	)
-	r := Check(hist, nil, Options{LinearizabilityTimeout: -1})
+	r := Check(hist, nil, check.Options{LinearizabilityTimeout: -1})
 	if r.Overlaps != 1 || r.StaleWritesAccepted != 1 || r.Linearizable || r.LinearizabilityResult != porcupine.Illegal {
 		t.Errorf("overlaps %d, stale accepted %d, linearizable %v (%v); want 1, 1, false (Illegal)",
 			r.Overlaps, r.StaleWritesAccepted, r.Linearizable, r.LinearizabilityResult)

@@ -21,14 +21,14 @@ func Availability(h History, faults []Fault, gap time.Duration) (unavailable tim
 		gap = time.Second
 	}
 	recoveries, _ = RecoveryTimes(h, faults)
-	return totalGaps(h, gap), recoveries
+	return TotalGaps(h, gap), recoveries
 }
 
-func totalGaps(h History, gap time.Duration) time.Duration {
+func TotalGaps(h History, gap time.Duration) time.Duration {
 	if len(h) == 0 {
 		return 0
 	}
-	start, end := h.span()
+	start, end := h.Span()
 	points := []time.Duration{start}
 	points = append(points, grantTimes(h)...)
 	points = append(points, end)
@@ -60,7 +60,7 @@ func grantTimes(h History) []time.Duration {
 // a lower bound, and recovered is false.
 func RecoveryTimes(h History, faults []Fault) (recoveries []time.Duration, recovered []bool) {
 	ts := grantTimes(h)
-	_, end := h.span()
+	_, end := h.Span()
 	recoveries = make([]time.Duration, len(faults))
 	recovered = make([]bool, len(faults))
 	for i, f := range faults {

@@ -1,5 +1,5 @@
 //go:build !race
 
-package check
+package linearize
 
 const raceEnabled = false

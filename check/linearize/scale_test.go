@@ -1,4 +1,4 @@
-package check
+package linearize
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/lockgate/lockgate/check"
 )
 
 // campaignHistory is what a campaign against a correct lock records:
@@ -14,7 +15,7 @@ import (
 // ms) → release over keys keys, a key granted only after its previous
 // holder's release began. About 1% of the acquires are not granted and 1%
 // of the releases time out (unknown). It has cycles grants.
-func campaignHistory(seed uint64, cycles, clients, keys int) History {
+func campaignHistory(seed uint64, cycles, clients, keys int) check.History {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	const ttl = 2 * time.Second
 	us := func(lo, hi int) time.Duration {
@@ -24,30 +25,30 @@ func campaignHistory(seed uint64, cycles, clients, keys int) History {
 	keyFree := make([]time.Duration, keys)
 	token := make([]uint64, keys)
 	var fseq, useq uint64
-	hist := make(History, 0, 4*cycles+cycles/50)
+	hist := make(check.History, 0, 4*cycles+cycles/50)
 	for i := 0; len(hist) < cap(hist) && i < 2*cycles; i++ {
 		c, k := i%clients, rng.IntN(keys)
 		key := fmt.Sprintf("chaos/%d", k)
 		start := clientFree[c] + us(0, 1000)
 		if rng.IntN(100) == 0 {
 			end := start + us(100, 2000)
-			hist = append(hist, Op{Client: c, Key: key, Kind: Acquire, Start: start, End: end, TTL: ttl})
+			hist = append(hist, check.Op{Client: c, Key: key, Kind: check.Acquire, Start: start, End: end, TTL: ttl})
 			clientFree[c] = end
 			continue
 		}
 		granted := max(start, keyFree[k]) + us(200, 1000)
 		token[k] += 1 + uint64(rng.IntN(2)) // gaps are fine
 		tok := token[k]
-		hist = append(hist, Op{Client: c, Key: key, Kind: Acquire, Start: start, End: granted, OK: true, Token: tok,
+		hist = append(hist, check.Op{Client: c, Key: key, Kind: check.Acquire, Start: start, End: granted, OK: true, Token: tok,
 			TTL: ttl, Deadline: start + ttl - 22*time.Millisecond})
 		fseq++
 		w := granted + us(10, 100)
-		hist = append(hist, Op{Client: c, Key: key, Kind: Write, Fenced: true, Start: granted, End: w, OK: true, Token: tok, StoreSeq: fseq})
+		hist = append(hist, check.Op{Client: c, Key: key, Kind: check.Write, Fenced: true, Start: granted, End: w, OK: true, Token: tok, StoreSeq: fseq})
 		useq++
-		hist = append(hist, Op{Client: c, Key: key, Kind: Write, Start: w, End: w + us(1, 10), OK: true, Token: tok, StoreSeq: useq})
+		hist = append(hist, check.Op{Client: c, Key: key, Kind: check.Write, Start: w, End: w + us(1, 10), OK: true, Token: tok, StoreSeq: useq})
 		relStart := w + us(10, 20000)
 		relEnd := relStart + us(200, 1000)
-		rel := Op{Client: c, Key: key, Kind: Release, Start: relStart, End: relEnd, OK: true, Token: tok}
+		rel := check.Op{Client: c, Key: key, Kind: check.Release, Start: relStart, End: relEnd, OK: true, Token: tok}
 		if rng.IntN(100) == 0 {
 			rel.OK, rel.Unknown = false, true
 		}
@@ -58,10 +59,10 @@ func campaignHistory(seed uint64, cycles, clients, keys int) History {
 	return hist
 }
 
-func grants(h History) int {
+func grants(h check.History) int {
 	n := 0
 	for _, o := range h {
-		if o.Kind == Acquire && o.OK {
+		if o.Kind == check.Acquire && o.OK {
 			n++
 		}
 	}
@@ -80,8 +81,8 @@ func TestCheckScale(t *testing.T) {
 	if n := grants(hist); n < 100_000 {
 		t.Fatalf("%d grants, want 100k", n)
 	}
-	faults := []Fault{{Name: "kill", Start: 10 * time.Second, Heal: 12 * time.Second}}
-	r := Check(hist, faults, Options{})
+	faults := []check.Fault{{Name: "kill", Start: 10 * time.Second, Heal: 12 * time.Second}}
+	r := Check(hist, faults, check.Options{})
 	if r.Overlaps != 0 || r.StaleWritesAccepted != 0 || r.UnfencedConflicts != 0 || !r.Linearizable ||
 		r.TokensReused != 0 || r.TokenRegressions != 0 || len(r.LinearizabilityKeys) != 16 || r.LinearizabilityUnknownKeys != 0 {
 		t.Fatalf("correct history: overlaps %d %q, stale accepted %d, unfenced %d, linearizable %v (%v, %d keys, %d unknown), tokens reused %d, regressions %d %q",
@@ -94,11 +95,11 @@ func TestCheckScale(t *testing.T) {
 
 	// Repeat one grant's token in the second half: its key, and only its
 	// key, is not linearizable, and the token check names it.
-	bad := append(History(nil), hist...)
+	bad := append(check.History(nil), hist...)
 	last := map[string]uint64{}
 	var key string
 	for i, o := range bad {
-		if o.Kind != Acquire || !o.OK {
+		if o.Kind != check.Acquire || !o.OK {
 			continue
 		}
 		if prev, ok := last[o.Key]; ok && i > len(bad)/2 {
@@ -107,7 +108,7 @@ func TestCheckScale(t *testing.T) {
 		}
 		last[o.Key] = o.Token
 	}
-	r = Check(bad, faults, Options{})
+	r = Check(bad, faults, check.Options{})
 	if r.Linearizable || r.LinearizabilityResult != porcupine.Illegal || fmt.Sprint(r.NotOkKeys()) != fmt.Sprint([]string{key}) ||
 		r.TokensReused != 1 {
 		t.Errorf("repeated token on %s: linearizable %v (%v), not Ok %v, tokens reused %d; want false (Illegal), [%s], 1",
@@ -122,7 +123,7 @@ func BenchmarkCheck100k(b *testing.B) {
 	hist := campaignHistory(1, 100_000, 32, 16)
 	b.ResetTimer()
 	for range b.N {
-		if r := Check(hist, nil, Options{}); !r.Linearizable {
+		if r := Check(hist, nil, check.Options{}); !r.Linearizable {
 			b.Fatalf("not linearizable: %v", r.LinearizabilityResult)
 		}
 	}

@@ -1,4 +1,9 @@
-package check
+// Package linearize checks that a lock history is linearizable with
+// respect to a lease-lock model (porcupine), key by key, and runs every
+// checker of package check with it (Check). It is apart from check so that
+// a program that only records and checks holds (check.Recorder,
+// check.CheckHistory) does not link porcupine.
+package linearize
 
 import (
 	"fmt"
@@ -10,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/lockgate/lockgate/check"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -80,7 +86,7 @@ import (
 // Renewals are not recorded, so a lease's expiry is fixed at its grant.
 
 type lockInput struct {
-	Kind   Kind
+	Kind   check.Kind
 	Key    string
 	Client int
 	Token  uint64        // Release: the lease's token
@@ -133,7 +139,7 @@ func lockStep(state, input, output interface{}) []interface{} {
 		return nil
 	}
 	switch in.Kind {
-	case Acquire:
+	case check.Acquire:
 		// A grant happens once the lock is free or its holder's lease
 		// has expired.
 		g, ok := s.at(in, true)
@@ -153,7 +159,7 @@ func lockStep(state, input, output interface{}) []interface{} {
 		default:
 			return []interface{}{same}
 		}
-	case Release:
+	case check.Release:
 		free := lockState{MinNext: s.MinNext, Now: same.Now}
 		switch {
 		case out.Unknown:
@@ -195,9 +201,9 @@ func describeOp(input, output interface{}) string {
 	switch {
 	case out.Unknown:
 		res = "unknown"
-	case in.Kind == Acquire && out.OK:
+	case in.Kind == check.Acquire && out.OK:
 		res = fmt.Sprintf("token %d", out.Token)
-	case in.Kind == Acquire:
+	case in.Kind == check.Acquire:
 		res = "not granted"
 	case out.OK:
 		res = "ok"
@@ -205,9 +211,9 @@ func describeOp(input, output interface{}) string {
 		res = "not held"
 	}
 	switch in.Kind {
-	case Acquire:
+	case check.Acquire:
 		return fmt.Sprintf("acquire(c%d, ttl %v) → %s", in.Client, in.TTL, res)
-	case Release:
+	case check.Release:
 		return fmt.Sprintf("release(c%d, token %d) → %s", in.Client, in.Token, res)
 	}
 	return fmt.Sprintf("%v → %s", in.Kind, res)
@@ -280,17 +286,17 @@ var lockModel = (&porcupine.NondeterministicModel{
 // operations for lockModel: writes, not-granted acquires and unknown
 // acquires are left out, unknown releases return at the next grant of their
 // key (see the model's description). slack nil means lock.Drift(ttl, 0).
-func Operations(h History, slack func(ttl time.Duration) time.Duration) []porcupine.Operation {
+func Operations(h check.History, slack func(ttl time.Duration) time.Duration) []porcupine.Operation {
 	return operations(h, slack, false)
 }
 
 // operations is Operations; keepUnknown keeps every unknown op, returning
 // after the end of the history (no pruning).
-func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnknown bool) []porcupine.Operation {
+func operations(h check.History, slack func(ttl time.Duration) time.Duration, keepUnknown bool) []porcupine.Operation {
 	if slack == nil {
 		slack = func(ttl time.Duration) time.Duration { return lock.Drift(ttl, 0) }
 	}
-	_, end := h.span()
+	_, end := h.Span()
 	infinity := int64(end) + 1
 	// The known grants of each key, by token, for unknown releases.
 	type grant struct {
@@ -300,7 +306,7 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 	grants := make(map[string][]grant)
 	if !keepUnknown {
 		for _, o := range h {
-			if o.Kind == Acquire && o.OK {
+			if o.Kind == check.Acquire && o.OK {
 				grants[o.Key] = append(grants[o.Key], grant{o.Token, int64(o.End)})
 			}
 		}
@@ -310,17 +316,17 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 	}
 	var ops []porcupine.Operation
 	for _, o := range h {
-		if o.Kind != Acquire && o.Kind != Release {
+		if o.Kind != check.Acquire && o.Kind != check.Release {
 			continue
 		}
-		if o.Kind == Acquire && !o.OK && (!o.Unknown || !keepUnknown) {
+		if o.Kind == check.Acquire && !o.OK && (!o.Unknown || !keepUnknown) {
 			continue
 		}
 		in := lockInput{Kind: o.Kind, Key: o.Key, Client: o.Client, Call: int64(o.Start), Ret: int64(o.End)}
 		ret := int64(o.End)
 		if o.Unknown {
 			in.Ret, ret = math.MaxInt64, infinity
-			if o.Kind == Release && !keepUnknown {
+			if o.Kind == check.Release && !keepUnknown {
 				gs := grants[o.Key]
 				i := sort.Search(len(gs), func(i int) bool { return gs[i].token > o.Token })
 				if i < len(gs) {
@@ -334,7 +340,7 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 		}
 		out := lockOutput{OK: o.OK && !o.Unknown, Unknown: o.Unknown}
 		switch o.Kind {
-		case Acquire:
+		case check.Acquire:
 			ttl := o.TTL
 			if ttl <= 0 {
 				ttl = lock.DefaultTTL
@@ -353,7 +359,7 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 					in.Expiry = int64(o.Deadline)
 				}
 			}
-		case Release:
+		case check.Release:
 			in.Token = o.Token
 		}
 		ops = append(ops, porcupine.Operation{
@@ -373,11 +379,11 @@ func operations(h History, slack func(ttl time.Duration) time.Duration, keepUnkn
 // false (use LinearizabilityCheck to tell a timeout from a violation). The
 // LinearizationInfo is filled whenever h has lock operations, also when the
 // history is linearizable, for Visualize.
-func Linearizable(h History, timeout time.Duration) (bool, porcupine.LinearizationInfo) {
+func Linearizable(h check.History, timeout time.Duration) (bool, porcupine.LinearizationInfo) {
 	if timeout <= 0 {
 		timeout = -1
 	}
-	res, info := LinearizabilityCheck(h, Options{LinearizabilityTimeout: timeout})
+	res, info := LinearizabilityCheck(h, check.Options{LinearizabilityTimeout: timeout})
 	return res == porcupine.Ok, info
 }
 
@@ -386,8 +392,8 @@ func Linearizable(h History, timeout time.Duration) (bool, porcupine.Linearizati
 // (timed out). It searches every key at once under one time bound and
 // keeps what Visualize needs: for a campaign's history use
 // LinearizabilityByKey, which bounds each key's search on its own.
-func LinearizabilityCheck(h History, opts Options) (porcupine.CheckResult, porcupine.LinearizationInfo) {
-	opts = opts.withDefaults()
+func LinearizabilityCheck(h check.History, opts check.Options) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+	opts = opts.WithDefaults()
 	return porcupine.CheckOperationsVerbose(lockModel, Operations(h, opts.ExpirySlack), opts.LinearizabilityTimeout)
 }
 
@@ -411,8 +417,8 @@ type KeyVerdict struct {
 // by Options.LinearizabilityTimeout: a key whose search runs out of time,
 // or that has none left when its turn comes, is Unknown rather than
 // holding up the others. The verdicts are in key order.
-func LinearizabilityByKey(h History, opts Options) []KeyVerdict {
-	opts = opts.withDefaults()
+func LinearizabilityByKey(h check.History, opts check.Options) []KeyVerdict {
+	opts = opts.WithDefaults()
 	parts := partitionByKey(Operations(h, opts.ExpirySlack))
 	out := make([]KeyVerdict, len(parts))
 	var deadline time.Time
@@ -479,7 +485,7 @@ func Verdict(vs []KeyVerdict) (res porcupine.CheckResult, unknown int) {
 // each key, the operations and the longest linearizations found. info is
 // what Linearizable or LinearizabilityCheck returned for h; when it is the
 // zero value the check is run again (without a time bound) to get it.
-func Visualize(h History, info porcupine.LinearizationInfo, w io.Writer) error {
+func Visualize(h check.History, info porcupine.LinearizationInfo, w io.Writer) error {
 	if info.PartialLinearizations() == nil {
 		_, info = porcupine.CheckOperationsVerbose(lockModel, Operations(h, nil), 0)
 	}
@@ -489,13 +495,13 @@ func Visualize(h History, info porcupine.LinearizationInfo, w io.Writer) error {
 // VisualizeKeys is Visualize for the given keys of h only (nil: every key),
 // with the search bounded by timeout (≤ 0: no bound): what is worth
 // looking at in a long history is the keys that were not Ok.
-func VisualizeKeys(h History, keys []string, timeout time.Duration, w io.Writer) error {
+func VisualizeKeys(h check.History, keys []string, timeout time.Duration, w io.Writer) error {
 	if keys != nil {
 		want := make(map[string]bool, len(keys))
 		for _, k := range keys {
 			want[k] = true
 		}
-		var sub History
+		var sub check.History
 		for _, o := range h {
 			if want[o.Key] {
 				sub = append(sub, o)

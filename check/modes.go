@@ -94,10 +94,10 @@ func modeName(o Op) string {
 	return "exclusive"
 }
 
-// splitShared returns the ops of h on keys without shared grants (the
+// SplitShared returns the ops of h on keys without shared grants (the
 // linearizability model's mutex applies to them) and how many keys it left
 // out.
-func splitShared(h History) (mutex History, sharedKeys int) {
+func SplitShared(h History) (mutex History, sharedKeys int) {
 	shared := make(map[string]bool)
 	for _, o := range h {
 		if o.Kind == Acquire && o.Shared {

@@ -1,4 +1,4 @@
-// Package check holds the pure checkers that `lockgate bench chaos` runs over
+// Package check holds the pure checkers that `lockgate-bench chaos` runs over
 // the history of a Jepsen-style campaign: clients acquire a lock, write to a
 // fenced and an unfenced store with the lease's fencing token, hold, and
 // release, while faults are injected.
@@ -26,8 +26,9 @@
 //     (ModeTokens), an exclusive grant's token above every shared grant's
 //     received before it, and a shared grant's above every exclusive one's.
 //   - Linearizable: the acquire/release history is linearizable with respect
-//     to a lease-lock model (porcupine), see lockModel, key by key with a
-//     time bound per key (LinearizabilityByKey).
+//     to a lease-lock model (porcupine), key by key with a time bound per
+//     key: package check/linearize (LinearizabilityByKey), whose Check runs
+//     every checker here and that one.
 //   - Availability: how long no acquire succeeded, and how long each fault
 //     took to recover from.
 package check
@@ -35,8 +36,6 @@ package check
 import (
 	"fmt"
 	"time"
-
-	"github.com/anishathalye/porcupine"
 )
 
 // Kind is the kind of an operation.
@@ -137,8 +136,8 @@ func (o Op) String() string {
 // History is everything a campaign recorded, in any order.
 type History []Op
 
-// span returns the earliest Start and the latest End of the history.
-func (h History) span() (start, end time.Duration) {
+// Span returns the earliest Start and the latest End of the history.
+func (h History) Span() (start, end time.Duration) {
 	for i, o := range h {
 		if i == 0 || o.Start < start {
 			start = o.Start
@@ -185,7 +184,7 @@ type Options struct {
 	MaxExamples int
 }
 
-func (o Options) withDefaults() Options {
+func (o Options) WithDefaults() Options {
 	if o.Gap <= 0 {
 		o.Gap = time.Second
 	}
@@ -205,113 +204,4 @@ func (o Options) withDefaults() Options {
 		o.MaxExamples = 5
 	}
 	return o
-}
-
-// Result is what Check found.
-type Result struct {
-	// Overlaps counts pairs of beliefs of different clients on the same key
-	// that intersect in time (see Overlaps).
-	Overlaps int
-	// OverlapExamples describes a few of them (client, key, intervals).
-	OverlapExamples []string
-	// StaleWritesAccepted counts fenced-store writes applied with a token
-	// lower than one that store had applied before for the key. Must be 0.
-	StaleWritesAccepted int
-	// StaleWritesRejected counts fenced writes that completed and were
-	// rejected (OK false, Unknown false): the fence at work.
-	StaleWritesRejected int
-	// UnfencedConflicts counts unfenced-store writes applied with a token
-	// lower than one that store had applied before for the key.
-	UnfencedConflicts int
-	// TokensChecked is false when Options.NoTokens skipped the token
-	// check.
-	TokensChecked bool
-	// TokensReused counts grants of a key whose token an earlier grant of
-	// the key carried; TokenRegressions grants whose token is lower than
-	// one granted for the key before they were requested (see Tokens).
-	// Both must be 0.
-	TokensReused, TokenRegressions int
-	// TokenExamples describes a few of them.
-	TokenExamples []string
-	// ModeTokenViolations counts, in a history with shared holds, the
-	// grants whose token is not above that of every grant of the other
-	// mode received before them (see ModeTokens). Must be 0. Included in
-	// TokenRegressions too.
-	ModeTokenViolations int
-	// SharedKeys counts the keys with shared holds: they are left out of
-	// the linearizability search, whose model is a mutex's (the overlap
-	// checker judges their modes).
-	SharedKeys int
-	// PermitExcess counts the instants at which more shared holders than
-	// a semaphore's permits believed they held its key (included in
-	// Overlaps).
-	PermitExcess int
-	// Linearizable reports whether the acquire/release history is
-	// linearizable: every key's search ended Ok (false also when one timed
-	// out: see LinearizabilityResult).
-	Linearizable bool
-	// LinearizabilityResult sums up the keys' verdicts: Ok when all are
-	// Ok, Illegal when any is, else Unknown (a search timed out).
-	LinearizabilityResult porcupine.CheckResult
-	// LinearizabilityKeys is every key's verdict, in key order (Visualize
-	// the ones that are not Ok); LinearizabilityUnknownKeys counts the
-	// Unknown ones.
-	LinearizabilityKeys        []KeyVerdict
-	LinearizabilityUnknownKeys int
-	// Unavailable is the total length of the gaps longer than Options.Gap
-	// between successful acquire completions (see Availability).
-	Unavailable time.Duration
-	// Recoveries has one entry per fault: from its Heal to the first
-	// successful acquire completion at or after Heal. For a fault that did
-	// not recover it is the time from Heal to the end of the history (a
-	// lower bound) and Recovered is false.
-	Recoveries []time.Duration
-	// Recovered has one entry per fault: whether an acquire succeeded at or
-	// after its Heal.
-	Recovered []bool
-	// MaxRecovery is the largest of Recoveries.
-	MaxRecovery time.Duration
-	// Availability is the lock-delay and the recovery per fault kind.
-	Availability []KindAvailability
-}
-
-// NotOkKeys returns the keys whose linearizability verdict is not Ok.
-func (r Result) NotOkKeys() []string {
-	var keys []string
-	for _, v := range r.LinearizabilityKeys {
-		if v.Result != porcupine.Ok {
-			keys = append(keys, v.Key)
-		}
-	}
-	return keys
-}
-
-// Check runs every checker over h.
-func Check(h History, faults []Fault, opts Options) Result {
-	opts = opts.withDefaults()
-	var r Result
-	var pairs int
-	pairs, r.PermitExcess, r.OverlapExamples = overlapsModes(h, opts.MaxExamples)
-	r.Overlaps = pairs + r.PermitExcess
-	r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts = StaleWrites(h)
-	if !opts.NoTokens {
-		r.TokensChecked = true
-		r.TokensReused, r.TokenRegressions, r.TokenExamples = Tokens(h, opts.MaxExamples)
-		var ex []string
-		r.ModeTokenViolations, ex = ModeTokens(h, opts.MaxExamples)
-		r.TokenRegressions += r.ModeTokenViolations
-		r.TokenExamples = append(r.TokenExamples, ex...)
-	}
-	mutex, shared := splitShared(h)
-	r.SharedKeys = shared
-	r.LinearizabilityKeys = LinearizabilityByKey(mutex, opts)
-	r.LinearizabilityResult, r.LinearizabilityUnknownKeys = Verdict(r.LinearizabilityKeys)
-	r.Linearizable = r.LinearizabilityResult == porcupine.Ok
-	r.Unavailable = totalGaps(h, opts.Gap)
-	r.Recoveries, r.Recovered = RecoveryTimes(h, faults)
-	for _, d := range r.Recoveries {
-		r.MaxRecovery = max(r.MaxRecovery, d)
-	}
-	r.Availability = AvailabilityByKind(h, faults)
-	return r
 }

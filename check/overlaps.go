@@ -132,13 +132,13 @@ func Beliefs(h History) []Belief {
 // are running counts one more. Each pair is counted once. The strings
 // describe up to five of them.
 func Overlaps(h History) (int, []string) {
-	pairs, excess, examples := overlapsModes(h, 5)
+	pairs, excess, examples := OverlapsModes(h, 5)
 	return pairs + excess, examples
 }
 
-// overlapsModes is Overlaps with the conflicting pairs and the permit
+// OverlapsModes is Overlaps with the conflicting pairs and the permit
 // excess apart.
-func overlapsModes(h History, maxExamples int) (pairs, excess int, examples []string) {
+func OverlapsModes(h History, maxExamples int) (pairs, excess int, examples []string) {
 	byKey := make(map[string][]Belief)
 	for _, b := range Beliefs(h) {
 		if b.End > b.Start {

@@ -55,7 +55,7 @@ func Tokens(h History, maxExamples int) (reused, regressions int, examples []str
 			}
 			first[g.Token] = g
 		}
-		// Sweep in request order with the grants that had returned before
+		// sweep in request order with the grants that had returned before
 		// each request: the highest token among them must be below it.
 		ends := make([]int, len(gs))
 		for i := range ends {
@@ -158,7 +158,7 @@ func GrantDelays(h History, faults []Fault) (delays []time.Duration, served []bo
 			soonest[i] = min(soonest[i], soonest[i+1])
 		}
 	}
-	_, end := h.span()
+	_, end := h.Span()
 	delays, served = make([]time.Duration, len(faults)), make([]bool, len(faults))
 	for i, f := range faults {
 		j := sort.Search(len(gs), func(j int) bool { return gs[j].start >= f.Start })
