@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/lockgate/lockgate/internal/backends"
+	_ "github.com/lockgate/lockgate/internal/peers" // the peer libraries join the table of backends
 	"github.com/lockgate/lockgate/internal/servers"
 )
 
