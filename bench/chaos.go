@@ -94,11 +94,11 @@ func (c *ChaosConfig) fill() error {
 	if len(c.Faults) == 0 {
 		return errors.New("no faults: want one or more of " + strings.Join(Faults, ","))
 	}
-	faults, err := ExpandFaults(c.Backend, c.Faults) // "all": every fault that applies
+	expanded, err := ExpandFaults(c.Backend, c.Faults) // "all": every fault that applies
 	if err != nil {
 		return err
 	}
-	c.Faults = faults
+	c.Faults = expanded
 	c.kinds = nil
 	for _, name := range c.Faults {
 		f, err := FaultByName(name)
@@ -581,19 +581,4 @@ func (rep *ChaosReport) Failures() []string {
 			rep.Linearizability, strings.Join(rep.NotLinearizableKeys, ", "), rep.LinearizabilityUnknownKeys, rep.LinearizabilityKeys))
 	}
 	return append(out, rep.electionFailures()...)
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// workDir is dir, or, when dir is empty, a new temporary directory named
-// after prefix that cleanup removes.
-func workDir(dir, prefix string) (_ string, cleanup func(), err error) {
-	if dir != "" {
-		return dir, func() {}, nil
-	}
-	d, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		return "", nil, err
-	}
-	return d, func() { os.RemoveAll(d) }, nil
 }

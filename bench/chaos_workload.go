@@ -247,18 +247,6 @@ func (w *workload) schedule(ctx context.Context, tg *target, rng *rand.Rand) err
 	}
 }
 
-// sleepCtx sleeps for d or until ctx ends; it reports whether it slept.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // unfenced is the data store without a fence: it applies every write in
 // arrival order, as most stores do.
 type unfenced struct {

@@ -38,13 +38,6 @@ func (rep *ElectionReport) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
 // WriteJSON writes the report as indented JSON.
 func (rep *ElectionReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)

@@ -385,15 +385,3 @@ func ratio(a, b float64) float64 {
 	}
 	return q
 }
-
-// medianOf is the median of v (0 for none); v is reordered.
-func medianOf(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}

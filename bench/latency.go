@@ -15,10 +15,6 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// Caps is what a backend guarantees (fencing tokens, TTLs, FIFO order,
-// naming the holder); reports mark what one lacks.
-type Caps = backends.Caps
-
 // Workloads, as `--workload` spells them.
 const (
 	// Sequential: one client, one key: acquire + release, repeated.
@@ -243,15 +239,6 @@ type Run struct {
 	hist   *hdrhistogram.Histogram
 }
 
-// Percentiles of a latency distribution, in µs.
-type Percentiles struct {
-	P50  float64 `json:"p50"`
-	P90  float64 `json:"p90"`
-	P99  float64 `json:"p99"`
-	P999 float64 `json:"p999"`
-	Max  float64 `json:"max"`
-}
-
 // CDFPoint is one point of a latency CDF.
 type CDFPoint struct {
 	Quantile  float64 `json:"q"`
@@ -263,25 +250,6 @@ type roundResult struct {
 	elapsed time.Duration
 	pct     Percentiles
 	single  *Percentiles // multikey: the single-key acquires'
-}
-
-// Histogram bounds: 1 µs to 10 minutes, 3 significant digits.
-const (
-	histMin    = 1
-	histMax    = int64(10 * time.Minute / time.Microsecond)
-	histDigits = 3
-)
-
-func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histDigits) }
-
-func percentiles(h *hdrhistogram.Histogram) Percentiles {
-	return Percentiles{
-		P50:  float64(h.ValueAtQuantile(50)),
-		P90:  float64(h.ValueAtQuantile(90)),
-		P99:  float64(h.ValueAtQuantile(99)),
-		P999: float64(h.ValueAtQuantile(99.9)),
-		Max:  float64(h.Max()),
-	}
 }
 
 // cdfQuantiles are the quantiles (in %) of Run.CDF.

@@ -4,11 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"image"
-	"image/png"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -265,109 +260,9 @@ func cacheSmoke(t *testing.T, ctx context.Context, s *Servers) {
 	}
 }
 
-// dumpDOM returns the page's DOM after headless Chromium has run its
-// scripts.
-func dumpDOM(t *testing.T, page string) string {
-	t.Helper()
-	chromium := testenv.RequireBinary(t, "chromium", "chromium")
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--virtual-time-budget=5000",
-		"--dump-dom", "file://"+page)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium --dump-dom: %v", err)
-	}
-	return string(out)
-}
-
 // smokeBackends are the backends the smoke test runs: ours (the peers have
 // TestPeersSmoke).
 var smokeBackends = Ours
-
-// checkRenders opens the page in headless Chromium, takes a screenshot and
-// checks that the charts were drawn: a blank or unstyled page (a script
-// that failed to load draws no chart) has almost no coloured pixels.
-func checkRenders(t *testing.T, page string) {
-	t.Helper()
-	chromium := testenv.RequireBinary(t, "chromium", "chromium")
-	dir := t.TempDir()
-	shot := filepath.Join(dir, "shot.png")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+filepath.Join(dir, "profile"),
-		"--window-size=1200,2400", "--virtual-time-budget=5000",
-		"--screenshot="+shot, "file://"+page)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
-	}
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatalf("no screenshot: %v\n%s", err, out)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := colouredPixels(img); n < 5000 {
-		t.Fatalf("the report looks blank: %d coloured pixels in the screenshot (%s)", n, shot)
-	}
-}
-
-// colouredPixels counts pixels whose channels differ markedly (not white,
-// grey or black): chart lines and bars, not text.
-func colouredPixels(img image.Image) int {
-	n := 0
-	b := img.Bounds()
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
-			r, g, bl, _ := img.At(x, y).RGBA()
-			hi, lo := max(r, g, bl), min(r, g, bl)
-			if hi-lo > 0x3000 {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-type testWriter struct{ t *testing.T }
-
-// provision starts names' servers as Provision does, failing the test with
-// Provision's log when they do not all start. The caller closes them.
-func provision(t *testing.T, ctx context.Context, names []string, opts ProvisionOptions) *Servers {
-	t.Helper()
-	var log bytes.Buffer
-	opts.Log = &log
-	s, err := Provision(ctx, names, opts)
-	if err != nil {
-		t.Fatalf("provision: %v\n%s", err, log.String())
-	}
-	return s
-}
-
-// logTable logs a report's text table and returns it.
-func logTable(t *testing.T, rep interface{ WriteTable(io.Writer) error }) string {
-	t.Helper()
-	var table bytes.Buffer
-	rep.WriteTable(&table)
-	t.Logf("\n%s", table.String())
-	return table.String()
-}
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // tolerable reports whether a smoke run's errors are ones a loaded machine
 // can cause on a healthy backend: a request that timed out or found a

@@ -35,25 +35,6 @@ func (rc *recorder) fail(err error) {
 	rc.mu.Unlock()
 }
 
-// ErrorKind names the class of a lock error for reports.
-func ErrorKind(err error) string {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, lock.ErrNotLeader):
-		return "not_leader"
-	case errors.Is(err, lock.ErrUnavailable):
-		return "unavailable"
-	case errors.Is(err, lock.ErrNotHeld):
-		return "not_held"
-	case errors.Is(err, lock.ErrNotAcquired):
-		return "not_acquired"
-	case errors.Is(err, lock.ErrClosed):
-		return "closed"
-	}
-	return "other"
-}
-
 var runSeq atomic.Int64
 
 // runWorkload runs workload w on conn for d and, when r is not nil, records

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
+	"time"
 
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
@@ -174,4 +176,35 @@ func (s *Servers) serveGateway(ctx context.Context, backend string) (string, fun
 		srv.Close()
 		return l.Close()
 	}, nil
+}
+
+// probeSeq numbers the feature probes, for keys of their own.
+var probeSeq atomic.Int64
+
+// needFeature returns an error matching lock.ErrUnsupported when conn's
+// clients do not offer f. An SDK client learns the gateway's features only
+// once connected, so a client that does not offer f is asked again after
+// one plain acquire and release.
+func needFeature(ctx context.Context, conn *Conn, f lock.Features) error {
+	if len(conn.Clients) == 0 || f == 0 {
+		return nil
+	}
+	l := conn.Clients[0]
+	if lock.FeaturesOf(l).Has(f) {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	probe := fmt.Sprintf("bench/probe/%d/%d", time.Now().UnixNano(), probeSeq.Add(1))
+	lease, err := l.Acquire(pctx, probe, lock.AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("bench: feature probe: %w", err)
+	}
+	if err := l.Release(pctx, lease); err != nil {
+		return fmt.Errorf("bench: feature probe: %w", err)
+	}
+	if have := lock.FeaturesOf(l); !have.Has(f) {
+		return lock.CheckSupported(conn.Backend+" via "+conn.Via, have, f, nil)
+	}
+	return nil
 }

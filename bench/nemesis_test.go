@@ -2,17 +2,14 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,90 +287,4 @@ func postLock(t *testing.T, addr, key string) (int, string, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	return resp.StatusCode, resp.Header.Get("Location"), strings.TrimSpace(string(body))
-}
-
-// TestNemesesRaftInjectAndHeal injects each raftlock-specific nemesis on
-// one cluster and heals it at once, and checks after each heal that the
-// cluster grants a lock again (and, after membership, that its three
-// nodes are the voters again).
-func TestNemesesRaftInjectAndHeal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a raftlock cluster behind proxies")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var log bytes.Buffer
-	tg, err := startTarget(ctx, Raft, testenv.BuildLockgate(t), &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tg.close()
-	l, _, err := tg.newClient(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rng := rand.New(rand.NewPCG(7, 7))
-	faults := []string{FaultPartitionLeader, FaultPartitionMajority, FaultPartitionBridge, FaultPartitionOneWay,
-		FaultSlowNet, FaultLossyNet, FaultMembership, FaultClockSmall, FaultClockBig, FaultKillAll, FaultRestart}
-	if canMountTmpfs() == nil {
-		faults = append(faults, FaultDiskFull)
-		if tg.s.RaftDiskDir == "" {
-			t.Error("a tmpfs can be mounted, yet node 1 is not on one")
-		}
-	} else {
-		t.Logf("disk-full not exercised: %v", canMountTmpfs())
-	}
-	for i, name := range faults {
-		f, err := FaultByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		heal, what, _, err := f.Inject(Raft, faultEnv{s: tg.s, pauses: new(atomic.Int32)}, rng, 2*time.Second)
-		if err != nil {
-			t.Fatalf("injecting %s: %v\n%s", name, err, log.String())
-		}
-		if err := heal(); err != nil {
-			t.Fatalf("healing %s (%s): %v\n%s", name, what, err, log.String())
-		}
-		key := fmt.Sprintf("nemesis/%d", i)
-		actx, acancel := context.WithTimeout(ctx, 15*time.Second)
-		lease, err := l.Acquire(actx, key, lock.AcquireOptions{TTL: 2 * time.Second})
-		if err == nil {
-			err = l.Release(actx, lease)
-		}
-		acancel()
-		if err != nil {
-			t.Fatalf("after %s (%s): %v\n%s", name, what, err, log.String())
-		}
-		t.Logf("%-18s %s: healed, granting again after %v", name, what, time.Since(start).Round(time.Millisecond))
-		if name == FaultMembership {
-			pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
-			pl, err := raftlock.FetchPeers(pctx, tg.s.RaftProcs.APIAddrs[0])
-			pcancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v := slices.Sorted(slices.Values(pl.Voters)); !slices.Equal(v, []string{"1", "2", "3"}) {
-				t.Errorf("voters after the membership heal: %v, want [1 2 3]", v)
-			}
-		}
-	}
-}
-
-// TestNemesisRaftCampaign is the smoke campaign of the newer raftlock
-// nemeses that must leave raftlock safe: 15 s with a seeded pick of them;
-// no overlap, linearizable, no stale write accepted, and a grant within
-// 5 s of every heal.
-func TestNemesisRaftCampaign(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a 15 s fault campaign")
-	}
-	rep := raftSmokeCampaign(t, 3, FaultPartitionLeader, FaultPartitionBridge, FaultPartitionOneWay, FaultMembership,
-		FaultClockSmall, FaultSlowNet, FaultLossyNet, FaultKillAll)
-	if rep.Overlaps != 0 || !linearizableEnough(t, rep) || rep.StaleWritesAccepted != 0 || !rep.Valid {
-		t.Errorf("raftlock broke a promise: overlaps %d %v, linearizable %v, stale writes accepted %d, valid %v",
-			rep.Overlaps, rep.OverlapExamples, rep.Linearizable, rep.StaleWritesAccepted, rep.Valid)
-	}
 }

@@ -83,15 +83,6 @@ type grantNote struct {
 	session bool
 }
 
-// errorKind names an error's class for the report: ErrorKind's, and
-// unsupported (the gate, or a backend without the primitive).
-func errorKind(err error) string {
-	if errors.Is(err, lock.ErrUnsupported) {
-		return "unsupported"
-	}
-	return ErrorKind(err)
-}
-
 func (u *upgradeWorkload) fail(what string, err error) {
 	u.mu.Lock()
 	if u.errs == nil {
