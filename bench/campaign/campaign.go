@@ -194,7 +194,7 @@ func (c *ChaosConfig) defaults() error {
 }
 
 // ChaosReport is the outcome of a campaign; its JSON form is the schema of
-// `lockgate bench chaos --json`.
+// `lockgate-bench chaos --json`.
 type ChaosReport struct {
 	Backend string `json:"backend"`
 	// Variant and Mode say which mode of the backend ran, Caps what it
@@ -507,7 +507,7 @@ const (
 )
 
 // Check runs every checker over the report's history and fault timeline
-// and sets its verdicts: a campaign's end, and `lockgate bench check` on
+// and sets its verdicts: a campaign's end, and `lockgate-bench check` on
 // a history file.
 func (rep *ChaosReport) Check() {
 	rep.result = linearize.Check(rep.history, rep.faults, check.Options{

@@ -137,7 +137,7 @@ func TestChaosElectionUnsupported(t *testing.T) {
 // TestChaosElectionCheck: the report's checks over recorded histories —
 // two leaders whose terms overlap by the first one's own deadline fail,
 // the same terms one after the other pass — and a history file keeps the
-// observers' records, so that `bench check` finds the same verdicts.
+// observers' records, so that `lockgate-bench check` finds the same verdicts.
 func TestChaosElectionCheck(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	term := func(c int, tok uint64, start, end, deadline int) check.Op {

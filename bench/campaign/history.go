@@ -17,7 +17,7 @@ const HistoryFormat = "lockgate-chaos-history/1"
 
 // historyFile is a campaign written out whole: its report (configuration,
 // command, fault log and verdicts), the fault timeline the checkers use,
-// and every operation the clients recorded. `lockgate bench check` loads
+// and every operation the clients recorded. `lockgate-bench check` loads
 // it and runs the checkers again.
 type historyFile struct {
 	Format   string        `json:"format"`
@@ -32,7 +32,7 @@ type historyFile struct {
 
 // WriteHistory writes the whole campaign, every operation and the fault
 // timeline with its report, as JSON: the input of LoadHistory and of
-// `lockgate bench check`.
+// `lockgate-bench check`.
 func (r *ChaosReport) WriteHistory(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)

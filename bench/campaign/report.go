@@ -190,7 +190,7 @@ func (r *ChaosReport) WriteHTML(w io.Writer) error {
 	}
 	c.AddSeries("stale writes rejected", rej, charts.WithItemStyleOpts(opts.ItemStyle{Color: "#d00"}))
 
-	page := report.NewPage("lockgate bench chaos: " + r.Backend)
+	page := report.NewPage("lockgate-bench chaos: " + r.Backend)
 	page.AddCharts(c)
 	var buf bytes.Buffer
 	if err := page.Render(&buf); err != nil {
@@ -203,7 +203,7 @@ func (r *ChaosReport) htmlHeader() string {
 	esc := html.EscapeString
 	var b strings.Builder
 	b.WriteString(`<div style="font-family:sans-serif;max-width:1100px;margin:1em auto">`)
-	fmt.Fprintf(&b, "<h1>lockgate bench chaos: %s</h1>\n", esc(r.Backend))
+	fmt.Fprintf(&b, "<h1>lockgate-bench chaos: %s</h1>\n", esc(r.Backend))
 	if r.Command != "" {
 		fmt.Fprintf(&b, "<p><code>%s</code></p>\n", esc(r.Command))
 	}

@@ -44,9 +44,11 @@ func (c *campaigners) start(ctx context.Context) error {
 	c.seq++
 	owner := fmt.Sprintf("campaigner-%d", c.seq)
 	eps := strings.Join(c.cfg.Endpoints, ",")
-	cmd := exec.Command(c.cfg.Lockgate, "bench", "campaign", "--endpoints", eps,
-		"--key", c.key, "--ttl", c.cfg.TTL.String(), "--owner", owner)
-	if c.cfg.Campaigner == CampaignerElect {
+	var cmd *exec.Cmd
+	if c.cfg.Campaigner == CampaignerBuiltin {
+		cmd = exec.Command(c.cfg.Bench, "campaign", "--endpoints", eps,
+			"--key", c.key, "--ttl", c.cfg.TTL.String(), "--owner", owner)
+	} else {
 		// The leader's command says so, then sleeps while it leads.
 		cmd = exec.Command(c.cfg.Lockgate, "elect", "--endpoints", eps, "--client-id", owner,
 			"--key", c.key, "--value", owner, "--ttl", c.cfg.TTL.String(), "--",
@@ -156,7 +158,7 @@ type CampaignConfig struct {
 	TTL       time.Duration
 }
 
-// Campaign is one campaigner (the process `lockgate bench campaign`
+// Campaign is one campaigner (the process `lockgate-bench campaign`
 // runs): it campaigns for cfg.Key through the SDK with its owner as the
 // published value, writes "leading TOKEN" to out once elected, and holds
 // the leadership until ctx ends (then it resigns) or the leadership is

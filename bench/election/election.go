@@ -20,7 +20,7 @@ import (
 	"github.com/lockgate/lockgate/lock/election"
 )
 
-// The election failover bench (`lockgate bench election`): campaigner
+// The election failover bench (`lockgate-bench election`): campaigner
 // processes contend for one election through the SDK; the leader's process
 // is killed (SIGKILL: it renews nothing, resigns nothing) again and again,
 // and the time from each kill to the next leader observed is set beside
@@ -33,10 +33,13 @@ type ElectionConfig struct {
 	Endpoints []string
 	// Backend names what serves Endpoints, for the report ("raft").
 	Backend string
-	// Lockgate is the lockgate binary: each campaigner is a process of
-	// it, `lockgate elect` (CampaignerElect) or `lockgate bench campaign`
-	// (CampaignerBuiltin: Campaign).
+	// Lockgate is the lockgate binary: each campaigner of CampaignerElect
+	// is a process of `lockgate elect`.
 	Lockgate string
+	// Bench is the lockgate-bench binary: each campaigner of
+	// CampaignerBuiltin is a process of `lockgate-bench campaign`
+	// (Campaign).
+	Bench string
 	// Campaigner picks the campaigner command (default CampaignerElect).
 	Campaigner string
 	// Campaigners is how many campaigner processes run at once (default
@@ -64,6 +67,9 @@ func (c *ElectionConfig) Fill() error {
 	}
 	if c.Lockgate == "" {
 		return errors.New("election: no lockgate binary for the campaigners")
+	}
+	if c.Campaigner == CampaignerBuiltin && c.Bench == "" {
+		return errors.New("election: no lockgate-bench binary for the builtin campaigners")
 	}
 	if c.Backend == "" {
 		c.Backend = provision.Raft
@@ -107,7 +113,7 @@ func (c *ElectionConfig) Fill() error {
 }
 
 // ElectionReport is the outcome of RunElection; its JSON form is the
-// schema of `lockgate bench election --json`.
+// schema of `lockgate-bench election --json`.
 type ElectionReport struct {
 	Machine     provision.Machine `json:"machine"`
 	Command     string            `json:"command,omitempty"`
@@ -170,7 +176,7 @@ const (
 	// sh -c 'echo leading $LOCKGATE_FENCING_TOKEN; exec sleep …'`, the
 	// command users run.
 	CampaignerElect = "elect"
-	// CampaignerBuiltin: `lockgate bench campaign` (Campaign).
+	// CampaignerBuiltin: `lockgate-bench campaign` (Campaign).
 	CampaignerBuiltin = "builtin"
 )
 

@@ -52,8 +52,8 @@ func (rep *ElectionReport) WriteJSON(w io.Writer) error {
 func (rep *ElectionReport) WriteHTML(w io.Writer) error {
 	esc := html.EscapeString
 	var b strings.Builder
-	b.WriteString(`<!DOCTYPE html><html><head><meta charset="utf-8"><title>lockgate bench election</title></head><body>`)
-	b.WriteString(`<div style="font-family:sans-serif;max-width:1000px;margin:1em auto"><h1>lockgate bench election</h1>` + "\n")
+	b.WriteString(`<!DOCTYPE html><html><head><meta charset="utf-8"><title>lockgate-bench election</title></head><body>`)
+	b.WriteString(`<div style="font-family:sans-serif;max-width:1000px;margin:1em auto"><h1>lockgate-bench election</h1>` + "\n")
 	if rep.Command != "" {
 		fmt.Fprintf(&b, "<p><code>%s</code></p>\n", esc(rep.Command))
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // The physical floor: what no lock service can beat on this machine. Every
-// `lockgate bench latency` run measures two primitives, once per round
+// `lockgate-bench latency` run measures two primitives, once per round
 // (interleaved with the backends' rounds, so that the machine's drift hits
 // the floor as it hits the backends):
 //

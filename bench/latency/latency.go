@@ -168,7 +168,7 @@ func (c *LatencyConfig) Fill() error {
 }
 
 // Report is the outcome of a latency run; its JSON form is the schema of
-// `lockgate bench latency --json`.
+// `lockgate-bench latency --json`.
 type Report struct {
 	Machine  provision.Machine `json:"machine"`
 	Command  string            `json:"command,omitempty"`

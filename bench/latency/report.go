@@ -136,7 +136,7 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 // latency CDF per backend and path, the throughput of every run, the table
 // and the machine it ran on.
 func (rep *Report) WriteHTML(w io.Writer) error {
-	page := report.NewPage("lockgate bench latency")
+	page := report.NewPage("lockgate-bench latency")
 	for _, wl := range Workloads {
 		runs := rep.runsOf(wl)
 		runs = slices.DeleteFunc(runs, func(r *Run) bool { return r.Skipped })
@@ -252,7 +252,7 @@ func (rep *Report) htmlHeader() string {
 	var b strings.Builder
 	esc := html.EscapeString
 	b.WriteString(`<div style="font-family:sans-serif;max-width:1000px;margin:1em auto">`)
-	b.WriteString("<h1>lockgate bench latency</h1>\n")
+	b.WriteString("<h1>lockgate-bench latency</h1>\n")
 	if rep.Command != "" {
 		fmt.Fprintf(&b, "<p><code>%s</code></p>\n", esc(rep.Command))
 	}

@@ -59,11 +59,11 @@ func ShortMatrix() MatrixConfig {
 // MatrixFaults are the matrix's faults by default: those that apply to
 // every kind of server, so that each column compares every backend. The
 // nemeses of one backend (raftlock's partition shapes, membership changes,
-// disk full, …) belong to its own campaigns (`bench chaos --faults all`).
+// disk full, …) belong to its own campaigns (`lockgate-bench chaos --faults all`).
 var MatrixFaults = []string{faults.Kill, faults.Pause, faults.Partition, faults.Clock, faults.ClientPause}
 
 // MatrixReport is the outcome of RunMatrix; its JSON form is the schema of
-// `lockgate bench matrix --json`.
+// `lockgate-bench matrix --json`.
 type MatrixReport struct {
 	Command string          `json:"command,omitempty"`
 	Latency *latency.Report `json:"latency"`
@@ -329,7 +329,7 @@ func (rep *MatrixReport) WriteHTML(w io.Writer) error {
 	if err := rep.Latency.WriteHTML(&buf); err != nil {
 		return err
 	}
-	page := strings.Replace(buf.String(), "<h1>lockgate bench latency</h1>", "<h1>lockgate bench matrix</h1><h2>Latency</h2>", 1)
+	page := strings.Replace(buf.String(), "<h1>lockgate-bench latency</h1>", "<h1>lockgate-bench matrix</h1><h2>Latency</h2>", 1)
 	const mark = "</body>"
 	i := strings.LastIndex(page, mark)
 	if i < 0 {

@@ -16,7 +16,7 @@ import (
 )
 
 // ScaleReport is the outcome of RunScale; its JSON form is the schema of
-// `lockgate bench scale --json`.
+// `lockgate-bench scale --json`.
 type ScaleReport struct {
 	Machine     provision.Machine `json:"machine"`
 	Command     string            `json:"command,omitempty"`
@@ -328,7 +328,7 @@ func (rep *ScaleReport) WriteJSON(w io.Writer) error {
 // lease and renewal entries per second over time, the background
 // latency per phase and the failover.
 func (rep *ScaleReport) WriteHTML(w io.Writer) error {
-	page := report.NewPage("lockgate bench scale")
+	page := report.NewPage("lockgate-bench scale")
 	page.AddCharts(rep.memoryChart(), rep.renewalChart(), rep.latencyChart())
 	if f := rep.Failover; f != nil {
 		c := charts.NewBar()
@@ -416,7 +416,7 @@ func (rep *ScaleReport) htmlHeader() string {
 	var b strings.Builder
 	esc := html.EscapeString
 	b.WriteString(`<div style="font-family:sans-serif;max-width:1000px;margin:1em auto">`)
-	b.WriteString("<h1>lockgate bench scale</h1>\n")
+	b.WriteString("<h1>lockgate-bench scale</h1>\n")
 	if rep.Command != "" {
 		fmt.Fprintf(&b, "<p><code>%s</code></p>\n", esc(rep.Command))
 	}

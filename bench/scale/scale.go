@@ -20,7 +20,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// The scale bench (`lockgate bench scale`): a three-node cluster
+// The scale bench (`lockgate-bench scale`): a three-node cluster
 // loaded to a target number of held leases in sessions, plus waiting
 // connections, held for a while under a background lock workload, with a
 // snapshot, a follower restart, a leader kill and an expiry storm, each

@@ -14,7 +14,7 @@ import (
 	"github.com/lockgate/lockgate/internal/testenv"
 )
 
-// TestScaleSmoke runs `bench scale` small on a three-node cluster of
+// TestScaleSmoke runs `lockgate-bench scale` small on a three-node cluster of
 // lockgate node processes: 20,000 leases in 50 sessions, 200 + 200 waiting
 // connections, a leader kill and an expiry storm. No lease may be lost,
 // the one-key waiters must be granted in arrival order, and the report
@@ -79,7 +79,7 @@ func TestScaleSmoke(t *testing.T) {
 	if err := rep.WriteHTML(&page); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"lockgate bench scale", "leader memory", "log entries per second", "background workload: grant latency", "failover", "leases lost"} {
+	for _, s := range []string{"lockgate-bench scale", "leader memory", "log entries per second", "background workload: grant latency", "failover", "leases lost"} {
 		if !strings.Contains(page.String(), s) {
 			t.Errorf("HTML report lacks %q", s)
 		}

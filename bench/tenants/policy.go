@@ -125,7 +125,7 @@ func writeTenantsFiles(dir string, policy TenantsPolicy, named bool) (tenantsFil
 		return f, err
 	}
 	var toks strings.Builder
-	toks.WriteString("# lockgate bench tenants: the clients' identities and their bearer tokens\n")
+	toks.WriteString("# lockgate-bench tenants: the clients' identities and their bearer tokens\n")
 	for _, id := range []struct{ name, token string }{{TenantVictim, f.VictimToken}, {TenantAttacker, f.AttackerToken}} {
 		if named {
 			fmt.Fprintf(&toks, "%s %s\n", id.name, id.token)
@@ -137,7 +137,7 @@ func writeTenantsFiles(dir string, policy TenantsPolicy, named bool) (tenantsFil
 	if err := os.WriteFile(f.Tokens, []byte(toks.String()), 0o600); err != nil {
 		return f, err
 	}
-	if err := os.WriteFile(f.Admin, []byte("# lockgate bench tenants: the nodes' admin token (join)\n"+admin+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(f.Admin, []byte("# lockgate-bench tenants: the nodes' admin token (join)\n"+admin+"\n"), 0o600); err != nil {
 		return f, err
 	}
 	if named {

@@ -12,7 +12,7 @@ import (
 )
 
 // TenantsReport is the outcome of RunTenants; its JSON form is the schema
-// of `lockgate bench tenants --json`.
+// of `lockgate-bench tenants --json`.
 type TenantsReport struct {
 	Nodes       int     `json:"nodes"`
 	PhaseS      float64 `json:"phase_s"`

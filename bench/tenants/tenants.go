@@ -20,7 +20,7 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// `lockgate bench tenants`: the noisy-neighbour benchmark. Three `lockgate
+// `lockgate-bench tenants`: the noisy-neighbour benchmark. Three `lockgate
 // node` processes run with two identities in their tokens file, victim and
 // attacker, and a policy file that gives the attacker small quotas and a
 // rate. In the first phase (alone) the victim's workload runs by itself:

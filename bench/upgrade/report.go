@@ -29,7 +29,7 @@ const (
 )
 
 // UpgradeReport is the outcome of RunUpgrade; its JSON form is the schema
-// of `lockgate bench upgrade --json`. Times are seconds since the
+// of `lockgate-bench upgrade --json`. Times are seconds since the
 // workload started.
 type UpgradeReport struct {
 	From        string  `json:"from"`

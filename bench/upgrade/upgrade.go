@@ -22,7 +22,7 @@ import (
 	"github.com/lockgate/lockgate/internal/servers"
 )
 
-// `lockgate bench upgrade`: the rolling upgrade and downgrade drill of
+// `lockgate-bench upgrade`: the rolling upgrade and downgrade drill of
 // docs/operations.md, timed and checked. Three `lockgate node` processes
 // start on the older binary; while SDK clients run a lock workload, the
 // nodes are replaced one at a time by the newer binary (followers first,

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"errors"
@@ -7,7 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/campaign"
+	"github.com/lockgate/lockgate/bench/report"
 )
 
 func newBenchCheckCmd() *cobra.Command {
@@ -15,16 +16,16 @@ func newBenchCheckCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check FILE",
 		Short: "Run the chaos checkers again on a campaign's history file",
-		Long: `Load a history that 'lockgate bench chaos' wrote (--history, or on its own
+		Long: `Load a history that 'lockgate-bench chaos' wrote (--history, or on its own
 when a campaign failed): every operation the clients recorded, the fault
 timeline and the campaign's configuration. Run every checker on it again
 (overlaps, stale writes, tokens, linearizability per key, availability) and
 print the verdicts beside the ones the campaign recorded.
 
-The exit status is 1 when a checker fails, as for 'lockgate bench chaos'.`,
+The exit status is 1 when a checker fails, as for 'lockgate-bench chaos'.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			recorded, err := bench.LoadHistory(args[0])
+			recorded, err := campaign.LoadHistory(args[0])
 			if err != nil {
 				return err
 			}
@@ -52,7 +53,7 @@ The exit status is 1 when a checker fails, as for 'lockgate bench chaos'.`,
 				}
 			}
 			if linPath != "" {
-				if err := bench.WriteFile(linPath, rep.WriteLinearizability); err != nil {
+				if err := report.WriteFile(linPath, rep.WriteLinearizability); err != nil {
 					return err
 				}
 			}

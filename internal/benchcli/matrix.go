@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"fmt"
@@ -9,13 +9,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/faults"
+	"github.com/lockgate/lockgate/bench/matrix"
+	"github.com/lockgate/lockgate/bench/provision"
+	"github.com/lockgate/lockgate/internal/cli"
 )
 
 func newBenchMatrixCmd() *cobra.Command {
 	var (
 		short                       bool
-		backends, faults            []string
+		backends, faultNames        []string
 		jsonOut, htmlOut, serverLog string
 		campaign, latency           time.Duration
 		seed                        uint64
@@ -36,7 +39,7 @@ and a decision table derived from them.
 campaigns, about 8 minutes on a 2-core machine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg := bench.ShortMatrix()
+			cfg := matrix.ShortMatrix()
 			if !short {
 				cfg.Latency.Duration, cfg.Latency.Rounds, cfg.Latency.Clients = 15*time.Second, 3, 32
 				cfg.Latency.Warmup = time.Second
@@ -48,10 +51,10 @@ campaigns, about 8 minutes on a 2-core machine.`,
 			if cmd.Flags().Changed("latency-duration") {
 				cfg.Latency.Duration = latency
 			}
-			cfg.Backends, cfg.Faults, cfg.Seed = backends, faults, seed
-			self, err := os.Executable()
+			cfg.Backends, cfg.Faults, cfg.Seed = backends, faultNames, seed
+			self, err := lockgateBinary(cmd)
 			if err != nil {
-				return fmt.Errorf("finding the lockgate binary for the raftlock nodes: %w", err)
+				return err
 			}
 			cfg.Lockgate = self
 			if serverLog != "" {
@@ -65,11 +68,11 @@ campaigns, about 8 minutes on a 2-core machine.`,
 				cfg.Log = io.Discard
 			}
 			cfg.Progress = cmd.ErrOrStderr()
-			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
-			ctx, stop := signalContext()
+			cfg.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
+			ctx, stop := cli.SignalContext()
 			defer stop()
 			t0 := time.Now()
-			rep, err := bench.RunMatrix(ctx, cfg)
+			rep, err := matrix.RunMatrix(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -79,8 +82,8 @@ campaigns, about 8 minutes on a 2-core machine.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&short, "short", false, "the short form (about 8 minutes): 2 s latency runs, 8 s campaigns")
-	f.StringSliceVar(&backends, "backend", bench.Backends, "backends and peers, name or name:variant")
-	f.StringSliceVar(&faults, "faults", bench.MatrixFaults, "faults, a campaign each: "+strings.Join(bench.Faults, ","))
+	f.StringSliceVar(&backends, "backend", provision.Backends, "backends and peers, name or name:variant")
+	f.StringSliceVar(&faultNames, "faults", matrix.MatrixFaults, "faults, a campaign each: "+strings.Join(faults.Names, ","))
 	f.DurationVar(&campaign, "campaign", 0, "length of each campaign (default 60s; 8s with --short)")
 	f.DurationVar(&latency, "latency-duration", 0, "measured time per backend × workload (default 15s over 3 rounds; 2s, 1 round, with --short)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the fault schedules and the clients' choices")

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"fmt"
@@ -7,12 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/report"
+	"github.com/lockgate/lockgate/bench/tenants"
+	"github.com/lockgate/lockgate/internal/cli"
 )
 
 func newBenchTenantsCmd() *cobra.Command {
 	var (
-		cfg                 bench.TenantsConfig
+		cfg                 tenants.TenantsConfig
 		policyFile, jsonOut string
 		serverLog           string
 	)
@@ -75,22 +77,22 @@ goal is expected to fail.`,
 				if cfg.NoPolicy {
 					return fmt.Errorf("--policy and --no-policy exclude each other")
 				}
-				p, err := bench.ReadTenantsPolicy(policyFile)
+				p, err := tenants.ReadTenantsPolicy(policyFile)
 				if err != nil {
 					return err
 				}
 				cfg.Policy = &p
 			}
-			self, logw, closeLog, err := benchSetup(serverLog)
+			self, logw, closeLog, err := benchSetup(cmd, serverLog)
 			if err != nil {
 				return err
 			}
 			defer closeLog()
-			ctx, stop := signalContext()
+			ctx, stop := cli.SignalContext()
 			defer stop()
 			cfg.Binary, cfg.Log, cfg.Progress = self, logw, cmd.ErrOrStderr()
-			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
-			rep, err := bench.RunTenants(ctx, cfg)
+			cfg.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
+			rep, err := tenants.RunTenants(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -98,7 +100,7 @@ goal is expected to fail.`,
 				return err
 			}
 			if jsonOut != "" {
-				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
+				if err := report.WriteFile(jsonOut, rep.WriteJSON); err != nil {
 					return err
 				}
 			}
@@ -106,11 +108,11 @@ goal is expected to fail.`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&cfg.Duration, "duration", bench.DefaultTenantsDuration, "both phases, half each (at least 4s)")
-	f.IntVar(&cfg.SeqWorkers, "seq-workers", bench.DefaultTenantsSeqWorkers, "victim workers acquiring and releasing keys of their own")
-	f.IntVar(&cfg.HotWorkers, "hot-workers", bench.DefaultTenantsHotWorkers, "victim workers contending for one key")
-	f.DurationVar(&cfg.Hold, "hold", bench.DefaultTenantsHold, "how long a contending victim worker holds the key")
-	f.IntVar(&cfg.AttackConns, "attack-conns", bench.DefaultTenantsAttackConns, "connections each of the attacker's floods spreads over")
+	f.DurationVar(&cfg.Duration, "duration", tenants.DefaultTenantsDuration, "both phases, half each (at least 4s)")
+	f.IntVar(&cfg.SeqWorkers, "seq-workers", tenants.DefaultTenantsSeqWorkers, "victim workers acquiring and releasing keys of their own")
+	f.IntVar(&cfg.HotWorkers, "hot-workers", tenants.DefaultTenantsHotWorkers, "victim workers contending for one key")
+	f.DurationVar(&cfg.Hold, "hold", tenants.DefaultTenantsHold, "how long a contending victim worker holds the key")
+	f.IntVar(&cfg.AttackConns, "attack-conns", tenants.DefaultTenantsAttackConns, "connections each of the attacker's floods spreads over")
 	f.Float64Var(&cfg.HammerRate, "hammer-rate", 0, "pace the attacker's hammer to this many requests/s (0: as fast as answers come)")
 	f.StringVar(&cfg.WatchPrefix, "attacker-watch-prefix", "attacker/", "the prefix the attacker's watches watch")
 	f.StringVar(&policyFile, "policy", "", "a policy file (JSON) for the nodes instead of the built-in one; it must let victim lock victim/ and attacker lock attacker/")

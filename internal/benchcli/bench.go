@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"errors"
@@ -10,25 +10,18 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/campaign"
+	"github.com/lockgate/lockgate/bench/election"
+	"github.com/lockgate/lockgate/bench/faults"
+	"github.com/lockgate/lockgate/bench/latency"
+	"github.com/lockgate/lockgate/bench/provision"
+	"github.com/lockgate/lockgate/bench/report"
+	"github.com/lockgate/lockgate/internal/cli"
 )
-
-func newBenchCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure the backends side by side: latency, and safety under faults",
-		Args:  cobra.NoArgs,
-	}
-	cmd.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(),
-		newBenchElectionCmd(), newBenchCampaignCmd(), newBenchScaleCmd())
-	cmd.AddCommand(newBenchUpgradeCmd())
-	cmd.AddCommand(newBenchTenantsCmd())
-	return cmd
-}
 
 func newBenchElectionCmd() *cobra.Command {
 	var (
-		cfg              bench.ElectionConfig
+		cfg              election.ElectionConfig
 		endpoints        []string
 		jsonOut, htmlOut string
 		serverLog        string
@@ -39,7 +32,7 @@ func newBenchElectionCmd() *cobra.Command {
 		Long: `Start a three-node raftlock cluster of 'lockgate node' processes on free
 127.0.0.1 ports (or use --endpoints), run --campaigners campaigner processes
 (--campaigner elect: 'lockgate elect --ttl TTL -- sh -c "echo leading …;
-exec sleep …"', the command users run; builtin: 'lockgate bench campaign',
+exec sleep …"', the command users run; builtin: 'lockgate-bench campaign',
 lock/election's Campaign through the Go SDK), observe the election with lock/election's Observe, and
 SIGKILL the leader's process --kills times, starting a new campaigner after
 each kill. For each kill it reports the time from the SIGKILL to the next
@@ -49,30 +42,33 @@ a failover: the lease TTL plus one commit, the commit being the p50 of an
 uncontended acquire on the same endpoints measured in the same run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			self, logw, closeLog, err := benchSetup(serverLog)
+			self, logw, closeLog, err := benchSetup(cmd, serverLog)
 			if err != nil {
 				return err
 			}
 			cfg.Lockgate = self
-			ctx, stop := signalContext()
+			if cfg.Bench, err = os.Executable(); err != nil {
+				return fmt.Errorf("finding lockgate-bench for the builtin campaigners: %w", err)
+			}
+			ctx, stop := cli.SignalContext()
 			defer stop()
 			errw := cmd.ErrOrStderr()
 			defer closeLog()
 			cfg.Log, cfg.Progress = logw, errw
 			cfg.Endpoints = endpoints
 			if len(endpoints) == 0 {
-				fmt.Fprintf(errw, "starting a %d-node raftlock cluster\n", bench.RaftNodes)
-				s, err := bench.Provision(ctx, []string{bench.Raft}, bench.ProvisionOptions{Lockgate: self, Log: logw})
+				fmt.Fprintf(errw, "starting a %d-node raftlock cluster\n", provision.RaftNodes)
+				s, err := provision.Provision(ctx, []string{provision.Raft}, provision.ProvisionOptions{Lockgate: self, Log: logw})
 				if err != nil {
 					return err
 				}
 				defer s.Close()
-				cfg.Endpoints, cfg.Backend = s.Spec.Raft, bench.Raft
+				cfg.Endpoints, cfg.Backend = s.Spec.Raft, provision.Raft
 			} else if cfg.Backend == "" {
 				cfg.Backend = "endpoints " + strings.Join(endpoints, ",")
 			}
-			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
-			rep, err := bench.RunElection(ctx, cfg)
+			cfg.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
+			rep, err := election.RunElection(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -82,7 +78,7 @@ uncontended acquire on the same endpoints measured in the same run.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&endpoints, "endpoints", nil, "gateway-protocol endpoints to campaign on (default: start a raftlock cluster)")
 	f.IntVar(&cfg.Campaigners, "campaigners", 3, "campaigner processes at once")
-	f.StringVar(&cfg.Campaigner, "campaigner", bench.CampaignerElect, "campaigner command: elect (lockgate elect) or builtin (lockgate bench campaign)")
+	f.StringVar(&cfg.Campaigner, "campaigner", election.CampaignerElect, "campaigner command: elect (lockgate elect) or builtin (lockgate-bench campaign)")
 	f.IntVar(&cfg.Kills, "kills", 20, "leaders to kill")
 	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "the leader's lease TTL")
 	f.IntVar(&cfg.CommitSamples, "commit-samples", 200, "uncontended acquires that measure the commit latency (half before the kills, half after)")
@@ -93,22 +89,22 @@ uncontended acquire on the same endpoints measured in the same run.`,
 	return cmd
 }
 
-// newBenchCampaignCmd is one campaigner of 'bench election' (hidden).
+// newBenchCampaignCmd is one campaigner of 'lockgate-bench election' (hidden).
 func newBenchCampaignCmd() *cobra.Command {
 	var (
-		cfg       bench.CampaignConfig
+		cfg       election.CampaignConfig
 		endpoints []string
 	)
 	cmd := &cobra.Command{
 		Use:    "campaign",
-		Short:  "Campaign for an election and hold the leadership (a campaigner of bench election)",
+		Short:  "Campaign for an election and hold the leadership (a campaigner of lockgate-bench election)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Endpoints = endpoints
-			ctx, stop := signalContext()
+			ctx, stop := cli.SignalContext()
 			defer stop()
-			return bench.Campaign(ctx, cfg, cmd.OutOrStdout())
+			return election.Campaign(ctx, cfg, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
@@ -126,9 +122,9 @@ func newBenchLatencyCmd() *cobra.Command {
 	var (
 		backends, workloads, vias []string
 		caches                    []string
-		cfg                       bench.LatencyConfig
-		affinity                  = bench.DefaultAffinity()
-		modes                     = bench.DefaultModes()
+		cfg                       latency.LatencyConfig
+		affinity                  = latency.DefaultAffinity()
+		modes                     = latency.DefaultModes()
 		servers, jsonOut, htmlOut string
 		serverLog                 string
 	)
@@ -189,51 +185,51 @@ and sets each of ours beside its peers as ratios.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Backends, cfg.Workloads, cfg.Vias, cfg.Caches, cfg.Affinity, cfg.Modes = backends, workloads, vias, caches, affinity, modes
-			spec, err := bench.ParseSpec(servers)
+			spec, err := provision.ParseSpec(servers)
 			if err != nil {
 				return err
 			}
-			if err := bench.CheckBackends(backends); err != nil {
+			if err := provision.CheckBackends(backends); err != nil {
 				return err
 			}
-			self, logw, closeLog, err := benchSetup(serverLog)
+			self, logw, closeLog, err := benchSetup(cmd, serverLog)
 			if err != nil {
 				return err
 			}
 			defer closeLog()
-			ctx, stop := signalContext()
+			ctx, stop := cli.SignalContext()
 			defer stop()
 			errw := cmd.ErrOrStderr()
 			fmt.Fprintf(errw, "starting servers for %s\n", strings.Join(backends, ", "))
 			t0 := time.Now()
-			s, err := bench.Provision(ctx, backends, bench.ProvisionOptions{Existing: spec, Lockgate: self, Log: logw})
+			s, err := provision.Provision(ctx, backends, provision.ProvisionOptions{Existing: spec, Lockgate: self, Log: logw})
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			fmt.Fprintf(errw, "servers ready in %v\n", time.Since(t0).Round(time.Millisecond))
 			cfg.Progress = errw
-			rep, err := bench.RunLatency(ctx, s, cfg)
+			rep, err := latency.RunLatency(ctx, s, cfg)
 			if err != nil {
 				return err
 			}
-			rep.Command = "lockgate " + strings.Join(os.Args[1:], " ")
+			rep.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
 			return writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut)
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&backends, "backend", bench.Ours, "backends to measure, name or name:variant: "+strings.Join(bench.Backends, ",")+
-		" (variants: "+strings.Join(bench.Variants(), ",")+")")
-	f.StringSliceVar(&workloads, "workload", []string{bench.Sequential, bench.Parallel, bench.Contended}, "workloads: "+strings.Join(bench.Workloads, ","))
-	f.StringSliceVar(&vias, "via", []string{bench.Direct}, "paths: direct (the backend's Go Locker) and/or gateway (SDK → WebSocket gateway → backend)")
-	f.StringSliceVar(&caches, "cache", []string{bench.CacheOff}, "SDK lease cache on the gateway path: on and/or off (direct runs are cache off)")
+	f.StringSliceVar(&backends, "backend", provision.Ours, "backends to measure, name or name:variant: "+strings.Join(provision.Backends, ",")+
+		" (variants: "+strings.Join(provision.Variants(), ",")+")")
+	f.StringSliceVar(&workloads, "workload", []string{latency.Sequential, latency.Parallel, latency.Contended}, "workloads: "+strings.Join(latency.Workloads, ","))
+	f.StringSliceVar(&vias, "via", []string{provision.Direct}, "paths: direct (the backend's Go Locker) and/or gateway (SDK → WebSocket gateway → backend)")
+	f.StringSliceVar(&caches, "cache", []string{latency.CacheOff}, "SDK lease cache on the gateway path: on and/or off (direct runs are cache off)")
 	f.IntVar(&cfg.Clients, "clients", 32, "clients of the parallel, contended, handoff and affinity workloads; twice the wanted workload's pairs")
-	f.IntVar(&affinity.Keys, "affinity-keys", bench.DefaultAffinityKeys, "affinity: keys each client has of its own")
-	f.IntVar(&affinity.SharedKeys, "shared-keys", bench.DefaultAffinitySharedKeys, "affinity: keys in the pool every client shares")
-	f.Float64Var(&affinity.Shared, "shared", bench.DefaultAffinityShared, "affinity: probability (0 to 1) that a cycle takes a shared key instead of one of its own")
-	f.Float64Var(&modes.SharedFraction, "rw-shared", bench.DefaultSharedFraction, "rw: probability (0 to 1) that an acquire is shared")
-	f.IntVar(&modes.Permits, "permits", bench.DefaultPermits, "semaphore: permits of the key")
-	f.IntVar(&modes.Keys, "multi-keys", bench.DefaultMultiKeys, "multikey: keys of each AcquireAll")
+	f.IntVar(&affinity.Keys, "affinity-keys", latency.DefaultAffinityKeys, "affinity: keys each client has of its own")
+	f.IntVar(&affinity.SharedKeys, "shared-keys", latency.DefaultAffinitySharedKeys, "affinity: keys in the pool every client shares")
+	f.Float64Var(&affinity.Shared, "shared", latency.DefaultAffinityShared, "affinity: probability (0 to 1) that a cycle takes a shared key instead of one of its own")
+	f.Float64Var(&modes.SharedFraction, "rw-shared", latency.DefaultSharedFraction, "rw: probability (0 to 1) that an acquire is shared")
+	f.IntVar(&modes.Permits, "permits", latency.DefaultPermits, "semaphore: permits of the key")
+	f.IntVar(&modes.Keys, "multi-keys", latency.DefaultMultiKeys, "multikey: keys of each AcquireAll")
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per backend × path × workload, split over the rounds")
 	f.IntVar(&cfg.Rounds, "rounds", 3, "rounds, interleaved across backends")
 	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unrecorded warm-up per backend × path")
@@ -248,8 +244,8 @@ and sets each of ours beside its peers as ratios.
 
 func newBenchChaosCmd() *cobra.Command {
 	var (
-		cfg                bench.ChaosConfig
-		faults             []string
+		cfg                campaign.ChaosConfig
+		faultNames         []string
 		jsonOut, htmlOut   string
 		serverLog, linPath string
 		historyOut         string
@@ -315,12 +311,12 @@ expected to break the lock), or when the campaign was not valid: a fault
 expected to break mutual exclusion (client-pause; clock on redlock) produced
 no overlap. A failed campaign writes its whole history (operations, fault
 timeline, configuration) as JSON to --history, by default next to --json or
---html (NAME-history.json) or to chaos-history-SEED.json; 'lockgate bench
+--html (NAME-history.json) or to chaos-history-SEED.json; 'lockgate-bench
 check FILE' runs the checkers on it again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg.Faults = faults
-			self, logw, closeLog, err := benchSetup(serverLog)
+			cfg.Faults = faultNames
+			self, logw, closeLog, err := benchSetup(cmd, serverLog)
 			if err != nil {
 				return err
 			}
@@ -328,13 +324,13 @@ check FILE' runs the checkers on it again.`,
 			defer closeLog()
 			cfg.Log = logw
 			cfg.Progress = cmd.ErrOrStderr()
-			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
+			cfg.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
 			if !cmd.Flags().Changed("seed") {
 				cfg.Command += fmt.Sprintf(" --seed %d", cfg.Seed)
 			}
-			ctx, stop := signalContext()
+			ctx, stop := cli.SignalContext()
 			defer stop()
-			rep, err := bench.RunChaos(ctx, cfg)
+			rep, err := campaign.RunChaos(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -349,7 +345,7 @@ check FILE' runs the checkers on it again.`,
 						p = strings.TrimSuffix(htmlOut, ".html") + "-linearizability.html"
 					}
 				}
-				if err := bench.WriteFile(p, rep.WriteLinearizability); err != nil {
+				if err := report.WriteFile(p, rep.WriteLinearizability); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "porcupine's visualisation of the lock history: %s\n", p)
@@ -359,7 +355,7 @@ check FILE' runs the checkers on it again.`,
 				if err := rep.SaveHistory(p); err != nil {
 					return fmt.Errorf("writing the history: %w", err)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "the whole history: %s (lockgate bench check %s)\n", p, p)
+				fmt.Fprintf(cmd.ErrOrStderr(), "the whole history: %s (lockgate-bench check %s)\n", p, p)
 			}
 			switch {
 			case len(failures) > 0:
@@ -371,8 +367,8 @@ check FILE' runs the checkers on it again.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Backend, "backend", bench.Raft, "backend: "+strings.Join(bench.Backends, ", "))
-	f.StringSliceVar(&faults, "faults", []string{bench.FaultKill, bench.FaultPause, bench.FaultPartition}, "faults: "+strings.Join(bench.Faults, ",")+", or "+bench.FaultAll+" (every fault that applies to the backend and that it promises to survive; add the ones that break it by design, e.g. client-pause, by name)")
+	f.StringVar(&cfg.Backend, "backend", provision.Raft, "backend: "+strings.Join(provision.Backends, ", "))
+	f.StringSliceVar(&faultNames, "faults", []string{faults.Kill, faults.Pause, faults.Partition}, "faults: "+strings.Join(faults.Names, ",")+", or "+faults.All+" (every fault that applies to the backend and that it promises to survive; add the ones that break it by design, e.g. client-pause, by name)")
 	f.DurationVar(&cfg.Duration, "duration", 60*time.Second, "campaign length: faults are injected within it; the clients run on until 5 s after the last heal so that its recovery is seen")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule and the clients' choices")
 	f.IntVar(&cfg.Clients, "clients", 0, "clients (default 32; 16 on PostgreSQL, whose 100 connections their pools share)")
@@ -380,11 +376,11 @@ check FILE' runs the checkers on it again.`,
 	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL (etcd's smallest is 2s; keep it above the election time)")
 	f.DurationVar(&cfg.Hold, "hold", 20*time.Millisecond, "longest hold of a lock after the writes (each drawn uniformly below it)")
 	f.DurationVar(&cfg.Think, "think", 0, "longest pause between a release and the next acquire (each drawn uniformly below it; 0: none)")
-	f.StringVar(&cfg.Mode, "mode", bench.ChaosExclusive, "how clients hold their keys: "+strings.Join(bench.ChaosModes, ", ")+
+	f.StringVar(&cfg.Mode, "mode", campaign.ChaosExclusive, "how clients hold their keys: "+strings.Join(campaign.ChaosModes, ", ")+
 		" (rw: shared with probability --rw-shared, else exclusive; semaphore: one of --permits permits, on clients/8 keys by default)")
 	f.Float64Var(&cfg.SharedFraction, "rw-shared", 0.5, "--mode rw: probability (above 0, at most 1) that an acquire is shared")
 	f.IntVar(&cfg.Permits, "permits", 3, "--mode semaphore: the permits of each key")
-	f.IntVar(&cfg.Observers, "observers", bench.DefaultObservers, "--mode election: observers per election key")
+	f.IntVar(&cfg.Observers, "observers", campaign.DefaultObservers, "--mode election: observers per election key")
 	f.StringVar(&historyOut, "history", "", "write the whole history (JSON) here; without it, a failed campaign writes it next to --json/--html or to chaos-history-SEED.json")
 	f.StringVar(&jsonOut, "json", "", "write the verdicts as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write an HTML report (timeline of faults and verdicts) to this file")
@@ -407,32 +403,33 @@ func historyPath(history, jsonOut, htmlOut string, seed uint64) string {
 	return fmt.Sprintf("chaos-history-%d.json", seed)
 }
 
-// report is what every bench command's result can be written as.
-type report interface {
+// reportWriter is what every bench command's result can be written as.
+type reportWriter interface {
 	WriteTable(io.Writer) error
 	WriteJSON(io.Writer) error
 	WriteHTML(io.Writer) error
 }
 
-// benchSetup finds this binary (the bench runs it as `lockgate node`
-// processes) and opens --server-log (path "" discards the servers' output).
-func benchSetup(path string) (self string, log io.Writer, closeLog func() error, err error) {
-	if self, err = os.Executable(); err != nil {
-		return "", nil, nil, fmt.Errorf("finding the lockgate binary for the raftlock nodes: %w", err)
+// benchSetup finds the lockgate binary the bench runs as its servers
+// (lockgateBinary) and opens --server-log (path "" discards the servers'
+// output).
+func benchSetup(cmd *cobra.Command, path string) (lockgate string, log io.Writer, closeLog func() error, err error) {
+	if lockgate, err = lockgateBinary(cmd); err != nil {
+		return "", nil, nil, err
 	}
 	if path == "" {
-		return self, nil, func() error { return nil }, nil
+		return lockgate, nil, func() error { return nil }, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	return self, f, f.Close, nil
+	return lockgate, f, f.Close, nil
 }
 
 // writeReport prints rep's table to w, then writes its JSON and HTML to
 // the files named (none when empty).
-func writeReport(w io.Writer, rep report, jsonOut, htmlOut string) error {
+func writeReport(w io.Writer, rep reportWriter, jsonOut, htmlOut string) error {
 	if err := rep.WriteTable(w); err != nil {
 		return err
 	}
@@ -443,7 +440,7 @@ func writeReport(w io.Writer, rep report, jsonOut, htmlOut string) error {
 		if out.path == "" {
 			continue
 		}
-		if err := bench.WriteFile(out.path, out.write); err != nil {
+		if err := report.WriteFile(out.path, out.write); err != nil {
 			return err
 		}
 	}

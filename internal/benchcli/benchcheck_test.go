@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/campaign"
+	"github.com/lockgate/lockgate/bench/provision"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
@@ -36,7 +37,7 @@ func campaignHistory(t *testing.T, broken bool) (string, []string) {
 	var n atomic.Uint64
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep, err := bench.RunChaosLockers(ctx, bench.ChaosConfig{Backend: bench.Raft,
+	rep, err := campaign.RunChaosLockers(ctx, campaign.ChaosConfig{Backend: provision.Raft,
 		Duration: 2 * time.Second, Seed: 7, Clients: 4, Keys: 1, TTL: 200 * time.Millisecond, Dir: t.TempDir(),
 		Command: "test campaign"},
 		func(int) (lock.Locker, error) {
@@ -58,13 +59,13 @@ func campaignHistory(t *testing.T, broken bool) (string, []string) {
 	return path, rep.Verdicts()
 }
 
-// TestBenchCheck: `lockgate bench check FILE` runs the checkers again on a
+// TestBenchCheck: `lockgate-bench check FILE` runs the checkers again on a
 // campaign's history and prints the campaign's verdicts; it exits 1 for a
 // failed campaign (here: a lock that granted held keys), 0 for a good one.
 func TestBenchCheck(t *testing.T) {
 	for _, broken := range []bool{true, false} {
 		path, verdicts := campaignHistory(t, broken)
-		code, out, errOut := run(t, "bench", "check", path)
+		code, out, errOut := run(t, "check", path)
 		if want := map[bool]int{true: 1, false: 0}[broken]; code != want {
 			t.Errorf("broken %v: exit %d, want %d\n%s\n%s", broken, code, want, out, errOut)
 		}
@@ -80,7 +81,7 @@ func TestBenchCheck(t *testing.T) {
 			t.Errorf("the overlaps are not named:\n%s\n%s", out, errOut)
 		}
 	}
-	if code, _, errOut := run(t, "bench", "check", filepath.Join(t.TempDir(), "none.json")); code == 0 || errOut == "" {
+	if code, _, errOut := run(t, "check", filepath.Join(t.TempDir(), "none.json")); code == 0 || errOut == "" {
 		t.Errorf("a missing file: exit %d, %q", code, errOut)
 	}
 }

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"fmt"
@@ -8,12 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/provision"
+	"github.com/lockgate/lockgate/bench/scale"
+	"github.com/lockgate/lockgate/internal/cli"
 )
 
 func newBenchScaleCmd() *cobra.Command {
 	var (
-		cfg              bench.ScaleConfig
+		cfg              scale.ScaleConfig
 		jsonOut, htmlOut string
 		serverLog        string
 	)
@@ -55,17 +57,17 @@ The exit status is 0 when the run completed, whatever goals were missed,
 unless a lease was lost or the FIFO order broke (safety): then 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			self, logw, closeLog, err := benchSetup(serverLog)
+			self, logw, closeLog, err := benchSetup(cmd, serverLog)
 			if err != nil {
 				return err
 			}
 			cfg.Lockgate = self
 			defer closeLog()
 			cfg.Log, cfg.Progress = logw, cmd.ErrOrStderr()
-			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
-			ctx, stop := signalContext()
+			cfg.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
+			ctx, stop := cli.SignalContext()
 			defer stop()
-			rep, err := bench.RunScale(ctx, cfg)
+			rep, err := scale.RunScale(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -79,7 +81,7 @@ unless a lease was lost or the FIFO order broke (safety): then 1.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Backend, "backend", bench.Raft, "backend: raft or etcd")
+	f.StringVar(&cfg.Backend, "backend", provision.Raft, "backend: raft or etcd")
 	f.StringSliceVar(&cfg.Servers, "servers", nil, "existing servers instead of starting them (raft: API addresses; etcd: client URLs); the follower restart and leader kill need started ones")
 	f.IntVar(&cfg.Leases, "leases", 100000, "leases to hold")
 	f.IntVar(&cfg.Sessions, "sessions", 1000, "sessions the leases are held in")

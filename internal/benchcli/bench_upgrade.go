@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/report"
+	"github.com/lockgate/lockgate/bench/upgrade"
+	"github.com/lockgate/lockgate/internal/cli"
 	"github.com/lockgate/lockgate/internal/servers"
 )
 
 func newBenchUpgradeCmd() *cobra.Command {
 	var (
-		cfg                bench.UpgradeConfig
+		cfg                upgrade.UpgradeConfig
 		fromRev, jsonOut   string
 		serverLog, repoDir string
 	)
@@ -45,7 +47,7 @@ AcquireAll). Meanwhile:
   downgrade-nodes  the nodes replaced one at a time by the older binary
 
 The phases share --duration; a slow step makes the drill longer. The
-history is checked as 'bench chaos' checks its own: no overlap, no fencing
+history is checked as 'lockgate-bench chaos' checks its own: no overlap, no fencing
 token granted twice (for a key, or for any key: raftlock's counter is the
 cluster's), no stale write accepted by the fenced store, linearizable
 (porcupine). The summary gives each phase's grants (in a session, shared,
@@ -59,12 +61,12 @@ rise and fall, or a step did not finish.`,
 			if (cfg.From == "") == (fromRev == "") {
 				return errors.New("give the older binary: --from OLD_BINARY or --from-rev REV")
 			}
-			self, logw, closeLog, err := benchSetup(serverLog)
+			self, logw, closeLog, err := benchSetup(cmd, serverLog)
 			if err != nil {
 				return err
 			}
 			defer closeLog()
-			ctx, stop := signalContext()
+			ctx, stop := cli.SignalContext()
 			defer stop()
 			if fromRev != "" {
 				fmt.Fprintf(errw, "building lockgate at %s (the first time takes a minute; reused after)\n", fromRev)
@@ -80,8 +82,8 @@ rise and fall, or a step did not finish.`,
 				cfg.To, cfg.ToName = self, "this binary"
 			}
 			cfg.Log, cfg.Progress = logw, errw
-			cfg.Command = "lockgate " + strings.Join(os.Args[1:], " ")
-			rep, err := bench.RunUpgrade(ctx, cfg)
+			cfg.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
+			rep, err := upgrade.RunUpgrade(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -89,7 +91,7 @@ rise and fall, or a step did not finish.`,
 				return err
 			}
 			if jsonOut != "" {
-				if err := bench.WriteFile(jsonOut, rep.WriteJSON); err != nil {
+				if err := report.WriteFile(jsonOut, rep.WriteJSON); err != nil {
 					return err
 				}
 			}
@@ -104,11 +106,11 @@ rise and fall, or a step did not finish.`,
 	f.StringVar(&fromRev, "from-rev", "", "build the older binary from this git revision (instead of --from)")
 	f.StringVar(&repoDir, "repo", "", "a directory of the git repository --from-rev is built from (default: the working directory)")
 	f.StringVar(&cfg.To, "to", "", "the newer lockgate binary (default: this one)")
-	f.DurationVar(&cfg.Duration, "duration", bench.DefaultUpgradeDuration, "the whole drill, shared by its phases (at least 30s)")
-	f.IntVar(&cfg.Workers, "workers", bench.DefaultUpgradeWorkers, "workload workers, each on SDK clients of its own")
-	f.DurationVar(&cfg.ClientLife, "client-life", bench.DefaultClientLife, "how long a worker keeps one SDK client before it opens a new one (and so sees the cluster's features anew)")
-	f.DurationVar(&cfg.Hold, "hold", bench.DefaultUpgradeHold, "longest hold of a lock after its writes")
-	f.Uint8Var(&cfg.DowngradeTo, "downgrade-to", bench.DefaultDowngradeTo, "the highest format the older binary reads (1 for a binary that predates the format gate)")
+	f.DurationVar(&cfg.Duration, "duration", upgrade.DefaultUpgradeDuration, "the whole drill, shared by its phases (at least 30s)")
+	f.IntVar(&cfg.Workers, "workers", upgrade.DefaultUpgradeWorkers, "workload workers, each on SDK clients of its own")
+	f.DurationVar(&cfg.ClientLife, "client-life", upgrade.DefaultClientLife, "how long a worker keeps one SDK client before it opens a new one (and so sees the cluster's features anew)")
+	f.DurationVar(&cfg.Hold, "hold", upgrade.DefaultUpgradeHold, "longest hold of a lock after its writes")
+	f.Uint8Var(&cfg.DowngradeTo, "downgrade-to", upgrade.DefaultDowngradeTo, "the highest format the older binary reads (1 for a binary that predates the format gate)")
 	f.Uint64Var(&cfg.Seed, "seed", 1, "seed of the workers' choices")
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON to this file")
 	f.StringVar(&serverLog, "server-log", "", "write the nodes' output to this file (default: discard)")
