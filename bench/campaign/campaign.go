@@ -492,7 +492,7 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 	}
 	fmt.Fprintf(cfg.Progress, "checking %d operations\n", len(rep.history))
 	t0 := time.Now()
-	rep.Check()
+	rep.check()
 	fmt.Fprintf(cfg.Progress, "checked in %v: %d cycles (%.0f/s)\n", time.Since(t0).Round(time.Millisecond), rep.Cycles, rep.CyclesPerS)
 	return rep, nil
 }
@@ -506,10 +506,10 @@ const (
 	LinearizabilityKeyBudget = 30 * time.Second
 )
 
-// Check runs every checker over the report's history and fault timeline
+// check runs every checker over the report's history and fault timeline
 // and sets its verdicts: a campaign's end, and `lockgate-bench check` on
 // a history file.
-func (rep *ChaosReport) Check() {
+func (rep *ChaosReport) check() {
 	rep.result = linearize.Check(rep.history, rep.faults, check.Options{
 		LinearizabilityTimeout: LinearizabilityBudget, LinearizabilityKeyTimeout: LinearizabilityKeyBudget,
 		NoTokens: !rep.Caps.Fencing})

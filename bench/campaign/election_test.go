@@ -152,7 +152,7 @@ func TestChaosElectionCheck(t *testing.T) {
 	report := func(h check.History) *ChaosReport {
 		rep := &ChaosReport{Backend: provision.Raft, Caps: provision.InfoOf(provision.Raft).Caps, Holds: ChaosElection, Election: &ChaosElectionReport{Keys: 1, ObserversPerKey: 1},
 			history: h, observations: obs, watches: watches, DurationS: 3}
-		rep.Check()
+		rep.check()
 		return rep
 	}
 	// The first leader crashed (no resign): it leads until its deadline,

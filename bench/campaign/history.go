@@ -95,7 +95,7 @@ func (r *ChaosReport) Recheck() *ChaosReport {
 		el := *r.Election
 		c.Election = &el
 	}
-	c.Check()
+	c.check()
 	return &c
 }
 

@@ -61,7 +61,7 @@ type ElectionConfig struct {
 	Log, Progress io.Writer
 }
 
-func (c *ElectionConfig) Fill() error {
+func (c *ElectionConfig) fill() error {
 	if len(c.Endpoints) == 0 {
 		return errors.New("election: no endpoints")
 	}
@@ -185,7 +185,7 @@ const PollInterval = 2 * time.Millisecond
 
 // RunElection runs the failover bench on cfg.Endpoints.
 func RunElection(ctx context.Context, cfg ElectionConfig) (*ElectionReport, error) {
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	rep := &ElectionReport{Machine: provision.ReadMachine(), Command: cfg.Command, Backend: cfg.Backend, Campaigners: cfg.Campaigners,

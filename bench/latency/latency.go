@@ -100,7 +100,7 @@ type LatencyConfig struct {
 	Progress io.Writer
 }
 
-func (c *LatencyConfig) Fill() error {
+func (c *LatencyConfig) fill() error {
 	if len(c.Backends) == 0 {
 		c.Backends = provision.Ours
 	}
@@ -267,7 +267,7 @@ var cdfQuantiles = []float64{0, 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97
 // interleaved across backends (round 1: A B C D, round 2: A B C D, …) so
 // that drift of the machine hits every backend alike.
 func RunLatency(ctx context.Context, s *provision.Servers, cfg LatencyConfig) (*Report, error) {
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	rep := &Report{Machine: provision.ReadMachine(), Rounds: cfg.Rounds, Duration: cfg.Duration.String(), Rate: cfg.Rate}

@@ -90,7 +90,7 @@ func (s *modeStore) grant(key, owner string, opts lock.AcquireOptions) *lock.Lea
 		Mode: opts.Mode, Permits: opts.Permits, Sent: time.Now()})
 }
 
-func (l *modeLocker) Check(opts lock.AcquireOptions) (lock.AcquireOptions, error) {
+func (l *modeLocker) check(opts lock.AcquireOptions) (lock.AcquireOptions, error) {
 	if opts.Permits > 0 {
 		opts.Mode = lock.ModeShared
 	}
@@ -115,7 +115,7 @@ func (s *modeStore) wait(ctx context.Context, ok func() bool) error {
 }
 
 func (l *modeLocker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	opts, err := l.Check(opts)
+	opts, err := l.check(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func (l *modeLocker) Acquire(ctx context.Context, key string, opts lock.AcquireO
 }
 
 func (l *modeLocker) TryAcquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
-	opts, err := l.Check(opts)
+	opts, err := l.check(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (l *modeLocker) AcquireAll(ctx context.Context, keys []string, opts lock.Ac
 	if !l.features.Has(lock.FeatureMultiKey) {
 		return nil, &lock.UnsupportedError{Backend: "mode", Feature: lock.FeatureMultiKey}
 	}
-	opts, err := l.Check(opts)
+	opts, err := l.check(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ import (
 func TestModesWorkloads(t *testing.T) {
 	ctx := context.Background()
 	cfg := LatencyConfig{Clients: 8, Rounds: 1, Duration: time.Second}
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{RW, Semaphore, MultiKey} {
@@ -71,7 +71,7 @@ func TestModesWorkloads(t *testing.T) {
 // RunLatency turns into an "unsupported" row), having granted nothing.
 func TestModesUnsupported(t *testing.T) {
 	cfg := LatencyConfig{Clients: 4, Rounds: 1, Duration: time.Second}
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range []string{RW, Semaphore, MultiKey} {

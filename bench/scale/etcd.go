@@ -41,7 +41,7 @@ func newEtcdScale(ctx context.Context, cfg *ScaleConfig) (*etcdScale, error) {
 	}
 	p, err := t.locker(ctx)
 	if err != nil {
-		t.Close()
+		t.close()
 		return nil, err
 	}
 	t.prober = p
@@ -227,7 +227,7 @@ func (t *etcdScale) stopKeepAlive(ctx context.Context, r *scaleRun) (time.Time, 
 
 func (t *etcdScale) renewalsSent() int64 { return -1 }
 
-func (t *etcdScale) Close() {
+func (t *etcdScale) close() {
 	closeAll(t.clients)
 	if t.prober != nil {
 		t.prober.Close()

@@ -48,7 +48,7 @@ func newRaftScale(ctx context.Context, cfg *ScaleConfig) (*raftScale, error) {
 	}
 	p, err := client.New(t.addrs, client.Options{ClientID: "scale-prober"})
 	if err != nil {
-		t.Close()
+		t.close()
 		return nil, err
 	}
 	t.prober = p
@@ -280,7 +280,7 @@ func (t *raftScale) renewalsSent() int64 {
 	return t.keeper.sent.Load()
 }
 
-func (t *raftScale) Close() {
+func (t *raftScale) close() {
 	for _, f := range t.closeFns {
 		f()
 	}

@@ -69,7 +69,7 @@ const (
 	scaleBatch           = 64 // keys per AcquireAll
 )
 
-func (c *ScaleConfig) Fill() error {
+func (c *ScaleConfig) fill() error {
 	if c.Backend == "" {
 		c.Backend = provision.Raft
 	}
@@ -163,7 +163,7 @@ type scaleTarget interface {
 	// renewalsSent is the client's count of keep-alives sent (-1: not
 	// counted).
 	renewalsSent() int64
-	Close()
+	close()
 }
 
 // scaleMetricNames name a backend's metrics.
@@ -207,7 +207,7 @@ type phaseRec struct {
 	to    time.Time
 }
 
-func (p *phaseRec) Record(d time.Duration) {
+func (p *phaseRec) record(d time.Duration) {
 	us := min(max(d.Microseconds(), report.HistMin), report.HistMax)
 	p.mu.Lock()
 	p.hist.RecordValue(us)
@@ -248,7 +248,7 @@ func (r *scaleRun) note(format string, args ...any) {
 
 // RunScale runs the scale bench.
 func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	// Each waiter is a connection in the bench and one in the leader;
@@ -273,7 +273,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer r.t.Close()
+	defer r.t.close()
 	rep.Provisioned = len(cfg.Servers) == 0
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -458,7 +458,7 @@ func (r *scaleRun) runBackground(ctx context.Context) (<-chan struct{}, error) {
 					continue
 				}
 				if p != nil {
-					p.Record(time.Since(t0))
+					p.record(time.Since(t0))
 				}
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				l.Release(rctx, lease)

@@ -340,8 +340,8 @@ func (a *tenantsAttacker) sortedQuotas() []*tenantsQuotaCounter {
 	return qs
 }
 
-// Close closes the attacker's clients and connections.
-func (a *tenantsAttacker) Close() {
+// close closes the attacker's clients and connections.
+func (a *tenantsAttacker) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, c := range a.clients {

@@ -161,7 +161,7 @@ type TenantsConfig struct {
 	Log, Progress io.Writer
 }
 
-func (c *TenantsConfig) Fill() error {
+func (c *TenantsConfig) fill() error {
 	if c.Binary == "" {
 		return errors.New("bench tenants: no lockgate binary for the nodes")
 	}
@@ -211,7 +211,7 @@ func (c *TenantsConfig) Fill() error {
 // benchmark from running (nodes that do not start, a victim that cannot
 // acquire at all); a goal not met is in the report.
 func RunTenants(ctx context.Context, cfg TenantsConfig) (*TenantsReport, error) {
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	dir, cleanup, err := provision.WorkDir(cfg.Dir, "lockgate-tenants-")
@@ -275,7 +275,7 @@ func (r *tenantsRun) phase(ctx context.Context, name string, d time.Duration) (T
 		p.What = "the victim's workload beside the attacker flooding at and beyond its quotas"
 	}
 	v := newTenantsVictim(r)
-	defer v.Close()
+	defer v.close()
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if err := v.warmUp(ctx, pctx); err != nil {
@@ -303,7 +303,7 @@ func (r *tenantsRun) phase(ctx context.Context, name string, d time.Duration) (T
 	p.DurationS = time.Since(start).Seconds()
 	p.Victim = v.result()
 	if a != nil {
-		a.Close()
+		a.close()
 		res := a.result()
 		p.Attacker = &res
 	}

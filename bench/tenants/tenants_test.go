@@ -299,7 +299,7 @@ func TestTenantsConfigFill(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "lockgate")
 	os.WriteFile(bin, nil, 0o755)
 	c := TenantsConfig{Binary: bin}
-	if err := c.Fill(); err != nil {
+	if err := c.fill(); err != nil {
 		t.Fatal(err)
 	}
 	if c.Duration != DefaultTenantsDuration || c.SeqWorkers != DefaultTenantsSeqWorkers || c.AttackConns != DefaultTenantsAttackConns ||
@@ -307,7 +307,7 @@ func TestTenantsConfigFill(t *testing.T) {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, bad := range []TenantsConfig{{}, {Binary: bin, Duration: time.Second}, {Binary: bin, AttackConns: 99}, {Binary: bin, SeqWorkers: -1, HotWorkers: -1}} {
-		if err := bad.Fill(); err == nil {
+		if err := bad.fill(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}

@@ -296,9 +296,9 @@ func (v *tenantsVictim) result() TenantsVictim {
 	return res
 }
 
-// Close closes the sessions the phase opened (their leases are released
+// close closes the sessions the phase opened (their leases are released
 // already) and the clients.
-func (v *tenantsVictim) Close() {
+func (v *tenantsVictim) close() {
 	v.mu.Lock()
 	sessions := slices.Collect(maps.Keys(v.sessions))
 	v.mu.Unlock()

@@ -186,15 +186,15 @@ func (r *upgradeRun) finish() {
 		}
 	}
 	rep.history = h
-	rep.Check(h)
+	rep.check(h)
 }
 
 // History is every operation the drill's clients recorded, in the
 // checkers' form: what a failed drill's investigation starts from.
 func (rep *UpgradeReport) History() check.History { return rep.history }
 
-// Check runs the checkers over h and lists the failures.
-func (rep *UpgradeReport) Check(h check.History) {
+// check runs the checkers over h and lists the failures.
+func (rep *UpgradeReport) check(h check.History) {
 	res := linearize.Check(h, nil, check.Options{
 		LinearizabilityTimeout: campaign.LinearizabilityBudget, LinearizabilityKeyTimeout: campaign.LinearizabilityKeyBudget})
 	rep.Overlaps, rep.OverlapExamples = res.Overlaps, res.OverlapExamples

@@ -100,7 +100,7 @@ type UpgradeConfig struct {
 	Log, Progress io.Writer
 }
 
-func (c *UpgradeConfig) Fill() error {
+func (c *UpgradeConfig) fill() error {
 	if c.From == "" || c.To == "" {
 		return errors.New("bench upgrade: want both an older (From) and a newer (To) lockgate binary")
 	}
@@ -167,7 +167,7 @@ type upgradeRun struct {
 // recorded until then is checked all the same. The error is for what
 // kept the drill from running at all.
 func RunUpgrade(ctx context.Context, cfg UpgradeConfig) (*UpgradeReport, error) {
-	if err := cfg.Fill(); err != nil {
+	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
 	dir, cleanup, err := provision.WorkDir(cfg.Dir, "lockgate-upgrade-")

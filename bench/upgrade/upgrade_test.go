@@ -81,12 +81,12 @@ func TestUpgradeConfig(t *testing.T) {
 		{From: bin, To: bin, DowngradeTo: 9},
 		{From: bin, To: bin, Workers: -1},
 	} {
-		if err := c.Fill(); err == nil {
+		if err := c.fill(); err == nil {
 			t.Errorf("%+v: accepted", c)
 		}
 	}
 	c := UpgradeConfig{From: bin, To: bin}
-	if err := c.Fill(); err != nil || c.Duration != DefaultUpgradeDuration || c.DowngradeTo != DefaultDowngradeTo || c.Workers != DefaultUpgradeWorkers {
+	if err := c.fill(); err != nil || c.Duration != DefaultUpgradeDuration || c.DowngradeTo != DefaultDowngradeTo || c.Workers != DefaultUpgradeWorkers {
 		t.Errorf("defaults: %+v, %v", c, err)
 	}
 }
