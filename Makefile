@@ -18,9 +18,10 @@ all: build
 deps:
 	./scripts/install-deps.sh
 
-## build: build bin/lockgate
+## build: build bin/lockgate and, beside it (where it finds lockgate), bin/lockgate-bench
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/lockgate ./cmd/lockgate
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/lockgate-bench ./cmd/lockgate-bench
 
 ## fmt-check: fail if any Go file is not gofmt-formatted
 fmt-check:

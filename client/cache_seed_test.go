@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/lock"

@@ -1,5 +1,6 @@
-// Command lockgate is the distributed lock service: its nodes, gateway,
-// tools and benchmarks in one binary. See internal/cli for the commands.
+// Command lockgate is the distributed lock service: its nodes, gateway and
+// tools in one binary (the bench is lockgate-bench). See internal/cli for
+// the commands.
 package main
 
 import (

@@ -1,9 +1,11 @@
 // Package backends is the one table of lockgate's backends: the names
 // `--backend` spells (raft, redlock, postgres, etcd), the servers each one
-// needs, and how to open a lock.Locker over them. `lockgate serve`, `lockgate
-// bench latency` and `lockgate bench chaos` all open their Lockers here, so a
-// new backend is one entry in this package rather than a case in each of
-// them.
+// needs, and how to open a lock.Locker over them. `lockgate serve`,
+// `lockgate-bench latency` and `lockgate-bench chaos` all open their Lockers
+// here, so a new backend is one entry in this package rather than a case in
+// each of them. The peer libraries the bench measures beside ours join the
+// table from internal/peers (Register), which `lockgate serve` does not
+// link.
 //
 // It is internal because it is the command line's table, not a library API:
 // a program that embeds lockgate picks a backend by importing its package
@@ -18,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockgate/lockgate/internal/peers"
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -84,9 +85,6 @@ type variant struct {
 	session bool
 	open    func(ctx context.Context, spec Spec, opts Options) (lock.Locker, error)
 }
-
-// Caps is what a backend guarantees; reports mark what one lacks.
-type Caps = peers.Caps
 
 // kinds says, per server kind, how many servers a Spec names and what one
 // is called in Describe ("" when the count says nothing).

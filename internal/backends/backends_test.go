@@ -14,6 +14,7 @@ import (
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/gateway/raftgw"
 	"github.com/lockgate/lockgate/internal/backends"
+	_ "github.com/lockgate/lockgate/internal/peers" // the peer libraries join the table
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
 )

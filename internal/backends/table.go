@@ -8,12 +8,12 @@ import (
 	"github.com/lockgate/lockgate/backend/sqllock"
 	"github.com/lockgate/lockgate/backend/zklike"
 	"github.com/lockgate/lockgate/client"
-	"github.com/lockgate/lockgate/internal/peers"
 	"github.com/lockgate/lockgate/lock"
 )
 
 // table is the one table of backends, in the order reports show them:
-// ours, then the peer libraries each is compared with.
+// ours, then the peer libraries each is compared with, which the package
+// wrapping them adds (Register) where it is linked: the bench, not serve.
 var table = []entry{
 	{name: Raft, kind: KindRaft, caps: Caps{Fencing: true, TTL: true, FIFO: true, Inspect: true, Wanted: true},
 		variants: []variant{{name: "cluster", mode: "SDK to a 3-node raftlock cluster (leader-local FIFO queues, fsync'd log)",
@@ -53,39 +53,6 @@ var table = []entry{
 			{name: "lease", mode: "zklike, a lease of its own per lock with the requested TTL (a LeaseGrant per acquisition)",
 				open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) { return openZklike(sp, o) }},
 		}},
-
-	// The peer libraries, each grouped with the backend of ours it is
-	// compared with; their Caps are the wrappers' own.
-	{name: EtcdMutex, kind: KindEtcd, peerOf: Etcd, caps: (*peers.EtcdMutex)(nil).Caps(),
-		variants: []variant{{name: "session", session: true,
-			mode: "go.etcd.io/etcd/client/v3/concurrency Mutex on one Session per client",
-			open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
-				return peers.NewEtcdMutex(peers.EtcdMutexConfig{Endpoints: sp.Etcd, SessionTTL: o.SessionTTL})
-			}}}},
-	{name: ZooKeeper, kind: KindZooKeeper, peerOf: Etcd, caps: (*peers.ZooKeeper)(nil).Caps(),
-		variants: []variant{{name: "recipe", session: true,
-			mode: "github.com/go-zookeeper/zk Lock (the ZooKeeper lock recipe) on a 3-server ensemble, one session per client",
-			open: func(ctx context.Context, sp Spec, o Options) (lock.Locker, error) {
-				return peers.NewZooKeeper(ctx, peers.ZooKeeperConfig{Addrs: sp.ZooKeeper, SessionTimeout: o.SessionTTL})
-			}}}},
-	{name: Redsync, kind: KindRedis, peerOf: Redlock, caps: (*peers.Redsync)(nil).Caps(),
-		variants: []variant{{name: "quorum",
-			mode: "github.com/go-redsync/redsync/v4 over every Redis master given, its default tries and retry delay",
-			open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
-				return peers.NewRedsync(peers.RedsyncConfig{Addrs: sp.Redlock, RequestTimeout: o.RequestTimeout})
-			}}}},
-	{name: Redislock, kind: KindRedis, peerOf: Redlock, caps: (*peers.Redislock)(nil).Caps(),
-		variants: []variant{{name: "single",
-			mode: "github.com/bsm/redislock on one Redis (the first master), linear back-off while it waits",
-			open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
-				return peers.NewRedislock(peers.RedislockConfig{Addr: sp.Redlock[0], RequestTimeout: o.RequestTimeout})
-			}}}},
-	{name: PGAdvisory, kind: KindPostgres, peerOf: Postgres, caps: (*peers.PGAdvisory)(nil).Caps(),
-		variants: []variant{{name: "session",
-			mode: "pg_advisory_lock on a pooled connection held per lock: no TTL, no fencing token",
-			open: func(ctx context.Context, sp Spec, o Options) (lock.Locker, error) {
-				return peers.NewPGAdvisory(ctx, peers.PGAdvisoryConfig{URL: sp.Postgres, PoolSize: o.PoolSize, RequestTimeout: o.RequestTimeout})
-			}}}},
 }
 
 func openZklike(sp Spec, o Options) (lock.Locker, error) {
@@ -151,4 +118,43 @@ func (s sessionLocks) TryAcquireAll(ctx context.Context, keys []string, opts loc
 // none).
 func (s sessionLocks) Watch(ctx context.Context, key string) (<-chan lock.Event, error) {
 	return lock.Watch(ctx, s.Locker, key)
+}
+
+// Peer is a lock library that lockgate's users would otherwise pick, as
+// the bench measures it beside the backend of ours named by PeerOf.
+type Peer struct {
+	Name, Kind, PeerOf string
+	// Caps are the wrapper's own.
+	Caps Caps
+	// Variants are the modes it can run in; the first is the default.
+	Variants []Variant
+}
+
+// Variant is one mode of a peer library.
+type Variant struct {
+	Name string
+	// Mode says in a few words how the Locker is run, for the reports.
+	Mode string
+	// Session: its locks live on a client session (Caps.Session).
+	Session bool
+	Open    func(ctx context.Context, spec Spec, opts Options) (lock.Locker, error)
+}
+
+// Register adds a peer library to the table, after those already in it
+// (internal/peers registers its wrappers when it is linked). It is called
+// from a package's initialisation, before the table is read; it panics on
+// a name already taken or a peer of no backend of ours.
+func Register(p Peer) {
+	if _, err := lookup(p.Name); err == nil {
+		panic("backends: " + p.Name + " registered twice")
+	}
+	if e, err := lookup(p.PeerOf); err != nil || e.peerOf != "" || len(p.Variants) == 0 {
+		panic("backends: peer " + p.Name + " of no backend of ours, or of no variant")
+	}
+	e := entry{name: p.Name, kind: p.Kind, peerOf: p.PeerOf, caps: p.Caps}
+	for _, v := range p.Variants {
+		e.variants = append(e.variants, variant{name: v.Name, mode: v.Mode, session: v.Session, open: v.Open})
+	}
+	table = append(table, e)
+	Names = append(Names, p.Name)
 }

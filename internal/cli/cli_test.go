@@ -124,3 +124,11 @@ func TestConfigFile(t *testing.T) {
 		t.Errorf("missing config file: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestBenchMoved: `lockgate bench …` says where the bench went.
+func TestBenchMoved(t *testing.T) {
+	code, _, errOut := run(t, "bench", "latency", "--backend", "raft")
+	if code != 1 || !strings.Contains(errOut, "lockgate-bench latency --backend raft") {
+		t.Errorf("lockgate bench latency: exit %d, %q; want 1 and a pointer to lockgate-bench", code, errOut)
+	}
+}

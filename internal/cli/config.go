@@ -64,7 +64,7 @@ func EnvName(flag string) string {
 // lookupEnv is os.LookupEnv outside tests. warn receives warnings about
 // LOCKGATE_ variables that match no setting (they are not errors: the
 // environment is inherited, not written for one command).
-func resolveConfig(cmd *cobra.Command, lookupEnv func(string) (string, bool), environ []string, warn io.Writer) (map[string]origin, error) {
+func resolveConfig(cmd *cobra.Command, fresh func() *cobra.Command, lookupEnv func(string) (string, bool), environ []string, warn io.Writer) (map[string]origin, error) {
 	flags := cmd.Flags()
 	origins := map[string]origin{}
 	var err error
@@ -92,7 +92,7 @@ func resolveConfig(cmd *cobra.Command, lookupEnv func(string) (string, bool), en
 	}
 	warnUnknownEnv(cmd.Root(), environ, warn)
 	if f := flags.Lookup("config"); f != nil && f.Value.String() != "" {
-		if err := applyConfigFile(cmd, f.Value.String(), origins); err != nil {
+		if err := applyConfigFile(cmd, fresh, f.Value.String(), origins); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +105,7 @@ func resolveConfig(cmd *cobra.Command, lookupEnv func(string) (string, bool), en
 // command is checked (it must name a flag and have the right type) and
 // otherwise skipped. A malformed file, an unknown setting, a duplicate or a
 // value of the wrong type is an error naming the file, line and setting.
-func applyConfigFile(cmd *cobra.Command, path string, origins map[string]origin) error {
+func applyConfigFile(cmd *cobra.Command, fresh func() *cobra.Command, path string, origins map[string]origin) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
@@ -148,7 +148,7 @@ func applyConfigFile(cmd *cobra.Command, path string, origins map[string]origin)
 			continue
 		}
 		if probe == nil {
-			probe = NewRoot(io.Discard, io.Discard)
+			probe = fresh()
 		}
 		others := flagsNamed(probe, k.Value)
 		if len(others) == 0 {
@@ -329,7 +329,7 @@ func warnUnknownEnv(root *cobra.Command, environ []string, w io.Writer) {
 		if known[name] {
 			continue
 		}
-		msg := fmt.Sprintf("lockgate: warning: environment variable %s matches no setting", name)
+		msg := fmt.Sprintf("%s: warning: environment variable %s matches no setting", root.Name(), name)
 		if s := suggest(name, envNames); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", s)
 		}

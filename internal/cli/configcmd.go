@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-func newConfigCmd() *cobra.Command {
+func newConfigCmd(fresh func() *cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Show the effective configuration",
@@ -31,7 +31,7 @@ A layer replaces a lower one's value whole (lists are not merged). One file
 may hold the settings of several commands; each command takes its own.`,
 		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newConfigPrintCmd())
+	cmd.AddCommand(newConfigPrintCmd(fresh))
 	return cmd
 }
 
@@ -44,7 +44,7 @@ type settingView struct {
 	Where string `json:"where,omitempty"`
 }
 
-func newConfigPrintCmd() *cobra.Command {
+func newConfigPrintCmd(fresh func() *cobra.Command) *cobra.Command {
 	var (
 		forCmd string
 		asJSON bool
@@ -62,13 +62,13 @@ and the password in URLs and key=value strings
 (postgres://user:pass@host → postgres://user:****@host).
 
   lockgate config print --for node
-  lockgate --config /etc/lockgate.yaml config print --for "bench latency"
+  lockgate --config /etc/lockgate.yaml config print --for "lock acquire"
   lockgate config print --for serve -- --backend postgres`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() < 0 && len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q: put COMMAND in --for and its flags after --", args[0])
 			}
-			views, title, err := effectiveConfig(cmd, forCmd, args)
+			views, title, err := effectiveConfig(cmd, fresh, forCmd, args)
 			if err != nil {
 				return err
 			}
@@ -87,15 +87,15 @@ and the password in URLs and key=value strings
 }
 
 // effectiveConfig resolves the settings of the command path forCmd in a
-// fresh command tree, as if it were started with flags plus the shared
+// fresh command tree of the program (fresh), as if it were started with flags plus the shared
 // flags (--config, --log-level) given to `config print` itself.
-func effectiveConfig(self *cobra.Command, forCmd string, flags []string) ([]settingView, string, error) {
-	root := NewRoot(io.Discard, io.Discard)
+func effectiveConfig(self *cobra.Command, fresh func() *cobra.Command, forCmd string, flags []string) ([]settingView, string, error) {
+	root := fresh()
 	target := root
 	if path := strings.Fields(forCmd); len(path) > 0 {
 		c, rest, err := root.Find(path)
 		if err != nil || len(rest) > 0 || c == root {
-			return nil, "", fmt.Errorf("--for %q: no such command (try lockgate --help)", forCmd)
+			return nil, "", fmt.Errorf("--for %q: no such command (try %s --help)", forCmd, root.Name())
 		}
 		target = c
 	}
@@ -114,7 +114,7 @@ func effectiveConfig(self *cobra.Command, forCmd string, flags []string) ([]sett
 	if err != nil {
 		return nil, "", err
 	}
-	origins, err := resolveConfig(target, os.LookupEnv, nil, io.Discard)
+	origins, err := resolveConfig(target, fresh, os.LookupEnv, nil, io.Discard)
 	if err != nil {
 		return nil, "", err
 	}

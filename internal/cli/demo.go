@@ -31,7 +31,7 @@ Leaves nothing behind.`,
 			if duration < 6*time.Second {
 				return fmt.Errorf("--duration %v: want at least 6s (the failover and the pause need time)", duration)
 			}
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			defer stop()
 			out := cmd.OutOrStdout()
 			logger := slog.New(slog.NewTextHandler(io.Discard, nil))

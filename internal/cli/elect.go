@@ -42,7 +42,7 @@ etcdctl elect and Kubernetes' leader election.`,
 				return err
 			}
 			defer c.Close()
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			if wait > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, wait)
@@ -210,7 +210,7 @@ func newLockWatchCmd() *cobra.Command {
 // streamContext is the context of a command that prints a stream until it
 // is interrupted (SIGINT, SIGTERM) or, when forTime > 0, for that long.
 func streamContext(forTime time.Duration) (context.Context, context.CancelFunc) {
-	ctx, stop := signalContext()
+	ctx, stop := SignalContext()
 	if forTime <= 0 {
 		return ctx, stop
 	}

@@ -37,8 +37,9 @@ func (f *raftFlags) register(cmd *cobra.Command) {
 	cmd.MarkFlagRequired("data-dir")
 }
 
-// signalContext is cancelled by SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
+// SignalContext is canceled by an interrupt or SIGTERM: a command stops
+// cleanly on either.
+func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
@@ -119,7 +120,7 @@ loopback API without client tokens. See docs/security.md.`,
 				return err
 			}
 			defer sec.tenancy.closeAudit()
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			defer stop()
 			toks, _, err := sec.tokens(ctx)
 			if err != nil {
@@ -205,7 +206,7 @@ restart the cluster from disk. Ctrl-C shuts every node down cleanly.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			defer stop()
 			startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()

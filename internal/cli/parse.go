@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -18,7 +19,11 @@ import (
 // Deployment files (docker-compose.yml) are tested with it so that a
 // renamed or removed flag breaks the build, not a deployment.
 func CheckArgs(args []string, env map[string]string) error {
-	root := NewRoot(io.Discard, io.Discard)
+	return CheckArgsOf(NewRoot(io.Discard, io.Discard), args, env)
+}
+
+// CheckArgsOf is CheckArgs for the program whose root is root (NewProgram).
+func CheckArgsOf(root *cobra.Command, args []string, env map[string]string) error {
 	cmd, rest, err := root.Find(args)
 	if err != nil {
 		return err
@@ -53,7 +58,7 @@ func CheckArgs(args []string, env map[string]string) error {
 		v, ok := env[name]
 		return v, ok
 	}
-	if _, err := resolveConfig(cmd, lookup, nil, io.Discard); err != nil {
+	if _, err := resolveConfig(cmd, nil, lookup, nil, io.Discard); err != nil { // no file read: no fresh tree needed
 		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
 	}
 	if err := cmd.ValidateRequiredFlags(); err != nil {

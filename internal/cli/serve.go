@@ -89,7 +89,7 @@ a CA made in memory at start. See docs/security.md.`,
 			if nodes < 1 || nodes > 9 {
 				return fmt.Errorf("--nodes %d: want 1 to 9", nodes)
 			}
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			defer stop()
 			if dataDir == "" {
 				dir, err := os.MkdirTemp("", "lockgate-serve-")
@@ -174,7 +174,7 @@ var serveServerFlags = map[string]string{
 
 // serveLocker serves the gateway over the Locker that open returns.
 func serveLocker(cmd *cobra.Command, listen string, sec *securityFlags, what string, open func(context.Context) (lock.Locker, error)) error {
-	ctx, stop := signalContext()
+	ctx, stop := SignalContext()
 	defer stop()
 	openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

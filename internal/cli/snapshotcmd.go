@@ -74,7 +74,7 @@ FILE. A failed save leaves FILE as it was. The header is printed.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			defer stop()
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()

@@ -53,7 +53,7 @@ of a key and lock every legitimate writer out for good.`,
 			if err := checkStoreAuth(listen, sec.tokensFile != "", insecure); err != nil {
 				return err
 			}
-			ctx, stop := signalContext()
+			ctx, stop := SignalContext()
 			defer stop()
 			logger := slog.Default()
 			toks, _, err := sec.tokens(ctx)

@@ -17,11 +17,11 @@ var (
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the version of lockgate",
+		Short: "Print the version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "lockgate %s (commit %s, %s, %s/%s)\n",
-				Version, Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s (commit %s, %s, %s/%s)\n",
+				cmd.Root().Name(), Version, Commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return err
 		},
 	}

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/backend/raftlock"
-	"github.com/lockgate/lockgate/bench/check"
+	"github.com/lockgate/lockgate/check"
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/gateway"

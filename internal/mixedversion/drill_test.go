@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/bench"
+	"github.com/lockgate/lockgate/bench/upgrade"
 )
 
-// TestUpgradeDrillSmoke runs `lockgate bench upgrade` briefly (40 s) from
+// TestUpgradeDrillSmoke runs `lockgate-bench upgrade` briefly (40 s) from
 // the binary before the format gate to today's and back: the checkers
 // pass (no overlap, no token granted twice, no stale write accepted,
 // linearizable), the gate rises to format 3 and falls to 1, and the
@@ -24,7 +24,7 @@ func TestUpgradeDrillSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	w := &logWriter{t: t}
-	rep, err := bench.RunUpgrade(ctx, bench.UpgradeConfig{From: old, To: cur, FromName: oldRevision, ToName: "today",
+	rep, err := upgrade.RunUpgrade(ctx, upgrade.UpgradeConfig{From: old, To: cur, FromName: oldRevision, ToName: "today",
 		Duration: 40 * time.Second, Log: w, Progress: w})
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +57,10 @@ func TestUpgradeDrillSmoke(t *testing.T) {
 		t.Errorf("%d node replacements over %d phases, want 6 over 7", len(rep.Swaps), len(rep.Phases))
 	}
 	for _, p := range rep.Phases {
-		if p.Name == bench.PhaseNew && p.Ops.SessionGrants == 0 {
+		if p.Name == upgrade.PhaseNew && p.Ops.SessionGrants == 0 {
 			t.Errorf("no grant in a session while the gate was at 3: %+v", p.Ops)
 		}
-		if (p.Name == bench.PhaseOld || p.Name == bench.PhaseOldAgain) && p.Ops.SessionGrants != 0 {
+		if (p.Name == upgrade.PhaseOld || p.Name == upgrade.PhaseOldAgain) && p.Ops.SessionGrants != 0 {
 			t.Errorf("%d grants in a session on the binary before sessions", p.Ops.SessionGrants)
 		}
 	}

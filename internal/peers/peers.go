@@ -1,5 +1,5 @@
 // Package peers wraps the lock libraries that lockgate's users would
-// otherwise pick as lock.Lockers, so that `lockgate bench` measures them
+// otherwise pick as lock.Lockers, so that `lockgate-bench` measures them
 // through the same workloads, histograms and fault campaigns as lockgate's
 // own backends, in the same run:
 //
@@ -21,29 +21,15 @@
 // when the library cannot name a holder.
 package peers
 
-import "errors"
+import (
+	"errors"
 
-// Caps is what a lock implementation guarantees, for the report's table.
-type Caps struct {
-	// Fencing: every grant carries a token that strictly increases across
-	// the grants of a key, usable against a fenced resource.
-	Fencing bool
-	// TTL: a holder that stops (crash, pause, cut off) loses the lock after
-	// a bounded time, without anyone's help.
-	TTL bool
-	// Session: the TTL is a client session's, kept alive in the background
-	// by the client (etcd's session lease, ZooKeeper's session): a lock
-	// ends at the TTL only when the whole client stops (a process pause, a
-	// partition), not when one caller stalls.
-	Session bool
-	// FIFO: waiters are granted in arrival order across clients.
-	FIFO bool
-	// Inspect: the holder of a key can be named.
-	Inspect bool
-	// Wanted: a holder is told when another caller waits for its key
-	// (lock.Lease.Wanted). None of the peer libraries offers it.
-	Wanted bool
-}
+	"github.com/lockgate/lockgate/internal/backends"
+)
+
+// Caps is what a lock implementation guarantees (backends.Caps): the
+// wrappers' own, which the bench's table of backends shows.
+type Caps = backends.Caps
 
 // ErrUnsupported is returned by an operation the wrapped library does not
 // offer (Inspect on a library that cannot name a holder, Renew on one

@@ -17,7 +17,7 @@ import (
 )
 
 // Building lockgate binaries: the current source tree's (BuildLockgate),
-// and a git revision's (BuildRevision), for the tests and `lockgate bench
+// and a git revision's (BuildRevision), for the tests and `lockgate-bench
 // upgrade` that run an older binary beside today's.
 
 // ErrUnknownRevision is matched by BuildRevision's error when the

@@ -1,6 +1,6 @@
 // Package servers starts and stops real server processes — redis-server,
 // PostgreSQL, etcd, ZooKeeper and `lockgate node` — on free 127.0.0.1 ports, and offers
-// the fault-injection primitives that tests and `lockgate bench` need:
+// the fault-injection primitives that tests and `lockgate-bench` need:
 // Pause/Resume (SIGSTOP/SIGCONT), Kill (SIGKILL), Stop (graceful, with a
 // SIGKILL fallback) and Restart on the same ports and data.
 //

@@ -5,7 +5,7 @@
 // the same port and data.
 //
 // It is a thin layer over internal/servers, which does the process
-// management and returns errors (so that `lockgate bench` can use it without
+// management and returns errors (so that `lockgate-bench` can use it without
 // linking the testing package). testenv adds what a test wants: the server
 // logs its output to t.Log prefixed with its name, is stopped by a t.Cleanup
 // registered when it is started (the cleanup returns only after the process

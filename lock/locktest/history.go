@@ -1,6 +1,6 @@
 package locktest
 
-import "github.com/lockgate/lockgate/bench/check"
+import "github.com/lockgate/lockgate/check"
 
 // The history a conformance test records and its checker live in
 // bench/check, beside the campaign's, so that one sweep decides what an

@@ -1,0 +1,5 @@
+//go:build race
+
+package linearize
+
+const raceEnabled = true
