@@ -37,11 +37,11 @@ const (
 	PathRemove = "/v1/cluster/remove"
 	// PathSnapshot takes a snapshot of this node now (admin credential,
 	// as join and remove): operators before a backup or an upgrade, and
-	// `lockgate bench scale` to time one.
+	// `lockgate-bench scale` to time one.
 	PathSnapshot = "/v1/cluster/snapshot"
 	// PathGC runs a garbage collection and answers the live heap (admin
 	// credential): to measure what the lock table costs in memory
-	// (`lockgate bench scale`), without waiting for the collector.
+	// (`lockgate-bench scale`), without waiting for the collector.
 	PathGC     = "/v1/debug/gc"
 	hopsHeader = "X-Lockgate-Hops"
 )

@@ -64,7 +64,7 @@ type UpgradeReport struct {
 	Ops    PhaseOps       `json:"ops"`
 	Errors map[string]int `json:"errors"`
 
-	// The checkers of bench/check over the whole history, as a chaos
+	// The checkers of check over the whole history, as a chaos
 	// campaign's: see ChaosReport. TokensReusedAnyKey counts grants
 	// whose token a grant of any key carried before: raftlock's counter
 	// is the cluster's, so no token is ever granted twice.

@@ -29,7 +29,7 @@ func TestTokensReusedAnyKey(t *testing.T) {
 	if n, ex := tokensReusedAnyKey(bad, 5); n != 1 || len(ex) != 1 || !strings.Contains(ex[0], "token 2 granted again") {
 		t.Errorf("token 2 granted for b and then c: %d reused (%q), want 1", n, ex)
 	}
-	// Per key, the same history passes bench/check's Tokens: only the
+	// Per key, the same history passes check's Tokens: only the
 	// drill's check sees it.
 	if reused, _, _ := check.Tokens(bad, 5); reused != 0 {
 		t.Errorf("check.Tokens counts %d: the histories no longer tell the two checks apart", reused)

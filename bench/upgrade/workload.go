@@ -27,7 +27,7 @@ import (
 // (always), a shared or exclusive hold of a read-write key, a semaphore
 // permit, or an AcquireAll of two exclusive keys; auto-renewed leases go
 // into the client's session whenever sessions are offered (the SDK's
-// default). Every operation is recorded for the checkers of bench/check.
+// default). Every operation is recorded for the checkers of check.
 
 // The drill's keys: exclusive keys (exclusive acquires and AcquireAll),
 // read-write keys (shared and exclusive holds), and one semaphore key.

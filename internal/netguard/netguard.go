@@ -44,7 +44,7 @@ const (
 	DefaultMaxConns = 10000
 	// DefaultMaxConnsPerIP caps the connections from one remote IP, so
 	// that a single host cannot take the whole of DefaultMaxConns. It
-	// leaves room for `lockgate bench latency` at its maximum of 1024
+	// leaves room for `lockgate-bench latency` at its maximum of 1024
 	// clients on one host; behind a proxy or load balancer every client
 	// shares the proxy's IP: raise it or turn it off (-1) there.
 	DefaultMaxConnsPerIP = 2048

@@ -2,9 +2,9 @@ package locktest
 
 import "github.com/lockgate/lockgate/check"
 
-// The history a conformance test records and its checker live in
-// bench/check, beside the campaign's, so that one sweep decides what an
-// overlap is. These names keep the tests that use them through locktest
+// The history a conformance test records and its checker live in package
+// check, which the bench's fault campaigns use too, so that one sweep
+// decides what an overlap is. These names keep the tests that use them through locktest
 // working.
 
 // Hold is one interval during which a client believed it held a key; see

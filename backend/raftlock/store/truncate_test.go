@@ -95,7 +95,7 @@ func tailTruncationRestart(t *testing.T, kind store.Kind) {
 }
 
 // TestTailTruncationSurvivesRestart: the default store reopens a log whose
-// tail was truncated. `lockgate bench chaos` found that raft-wal v0.4.0 does
+// tail was truncated. `lockgate-bench chaos` found that raft-wal v0.4.0 does
 // not: a raftlock follower that cleared a conflicting suffix and was then
 // killed panicked at restart ("sealed segment has no index block").
 func TestTailTruncationSurvivesRestart(t *testing.T) {
