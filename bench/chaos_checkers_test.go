@@ -18,6 +18,7 @@ import (
 
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -116,7 +117,7 @@ func TestChaosOverlapCheckerFails(t *testing.T) {
 			}
 			// The stale view has the key free: grant it at once,
 			// with a token above any the store gave.
-			return lock.NewLease(lock.Grant{Key: key, Owner: "stale", Token: lock.Token(1<<40 + stale.Add(1)),
+			return kit.NewLease(kit.Grant{Key: key, Owner: "stale", Token: lock.Token(1<<40 + stale.Add(1)),
 				Handle: lock.NewHandle(), TTL: opts.TTL, Sent: time.Now()}), nil
 		}}
 	})
@@ -147,7 +148,7 @@ func TestChaosTokenCheckerFails(t *testing.T) {
 				counter[key]++
 				tok := counter[key]
 				mu.Unlock()
-				out := lock.NewLease(lock.Grant{Key: key, Owner: l.Owner, Token: tok, Handle: l.Handle, TTL: l.TTL(),
+				out := kit.NewLease(kit.Grant{Key: key, Owner: l.Owner, Token: tok, Handle: l.Handle, TTL: l.TTL(),
 					Sent: l.Deadline().Add(-l.TTL())})
 				inner.Store(out, l)
 				return out, nil
@@ -233,7 +234,7 @@ func TestChaosHistoryRoundTrip(t *testing.T) {
 			if n.Add(1)%5 != 0 {
 				return m.Acquire(ctx, key, opts)
 			}
-			return lock.NewLease(lock.Grant{Key: key, Owner: "stale", Token: 1, Handle: lock.NewHandle(), TTL: opts.TTL, Sent: time.Now()}), nil
+			return kit.NewLease(kit.Grant{Key: key, Owner: "stale", Token: 1, Handle: lock.NewHandle(), TTL: opts.TTL, Sent: time.Now()}), nil
 		}}
 	})
 	if len(rep.Failures()) == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The workloads of the primitives beyond the mutex: read-write locks, semaphores and
@@ -142,7 +143,7 @@ func needFeature(ctx context.Context, conn *Conn, f lock.Features) error {
 		return fmt.Errorf("bench: feature probe: %w", err)
 	}
 	if have := lock.FeaturesOf(l); !have.Has(f) {
-		return lock.CheckSupported(conn.Backend+" via "+conn.Via, have, f, nil)
+		return kit.CheckSupported(conn.Backend+" via "+conn.Via, have, f, nil)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // scenarioTimeout bounds one Go scenario.
@@ -385,7 +386,7 @@ func staleRelease(ctx context.Context, r *goRun, s scenario) error {
 	}
 	// A copy rebuilt from the stale grant (as after a restart) goes to the
 	// server whatever the SDK remembers about the lease.
-	copyA := lock.NewLease(lock.Grant{Key: la.Key, Owner: la.Owner, Token: la.Token, Handle: la.Handle, TTL: ttlOf(s), Sent: time.Now()})
+	copyA := kit.NewLease(kit.Grant{Key: la.Key, Owner: la.Owner, Token: la.Token, Handle: la.Handle, TTL: ttlOf(s), Sent: time.Now()})
 	if err := a.Release(ctx, copyA); !errors.Is(err, lock.ErrNotHeld) {
 		return fmt.Errorf("release of a rebuilt copy of A's lease: %v, want %v", err, lock.ErrNotHeld)
 	}

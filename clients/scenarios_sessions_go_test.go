@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The sessions scenarios, as the Go runner implements them (the
@@ -284,7 +285,7 @@ func sessionLeaderKilled(ctx context.Context, r *goRun, s scenario) error {
 		if err := lostWhileHeld(las); err != nil {
 			return false, stop{err}
 		}
-		return sess.Deadline().After(lock.DeadlineFor(killedAt, ttl, 0)),
+		return sess.Deadline().After(kit.DeadlineFor(killedAt, ttl, 0)),
 			fmt.Errorf("session deadline %v after the kill", sess.Deadline().Sub(killedAt))
 	})
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/wire"
-	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 type forceBody struct {
@@ -51,7 +51,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: want {\"key\": \"...\"}: "+err.Error())
 		return
 	}
-	if err := lock.ValidateKey(b.Key); err != nil {
+	if err := kit.ValidateKey(b.Key); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 type lockJSON struct {
@@ -112,7 +113,7 @@ func (c *Console) lock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.URL.Query().Get("key")
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // apiError is the error object of both protocols (docs/protocol.md, "Error
@@ -105,13 +106,13 @@ func decodeStrict(data []byte, v any) error {
 // (lock.MinHandleLen to lock.MaxHandleLen lowercase hex: what a
 // client-chosen handle must be and every backend mints) and its key rule;
 // the other options are left zero, which it accepts. This is stricter
-// than lock.ValidateLease, which checks only the handle's length: a
+// than kit.ValidateLease, which checks only the handle's length: a
 // malformed token gets its own 400 here instead of not_held.
 func validateLeaseRef(key, handle string) *apiError {
 	if handle == "" {
 		return newError(wire.CodeMissingField, "lockToken is required")
 	}
-	if _, err := (lock.AcquireOptions{Handle: handle}).Normalize(key, "gateway"); err != nil {
+	if _, err := kit.Normalize(lock.AcquireOptions{Handle: handle}, key, "gateway"); err != nil {
 		return toAPIError(err)
 	}
 	return nil

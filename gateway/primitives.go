@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The primitives beyond the mutex over the protocols: shared locks, semaphores,
@@ -83,7 +84,7 @@ func (g *Gateway) Features() lock.Features { return g.announce().features }
 
 // unsupported is the error of a request that needs what the backend lacks.
 func (g *Gateway) unsupported(need lock.Features) *apiError {
-	err := lock.CheckSupported(g.backend, g.Features(), need, nil)
+	err := kit.CheckSupported(g.backend, g.Features(), need, nil)
 	if err == nil {
 		return nil
 	}
@@ -100,10 +101,10 @@ func (g *Gateway) primitiveOptions(opts *lock.AcquireOptions, key, mode string, 
 		return toAPIError(err)
 	}
 	opts.Mode, opts.Permits, opts.LockDelay = m, permits, lockDelayOption(delayMS)
-	if _, err := opts.Normalize(key, "gateway"); err != nil {
+	if _, err := kit.Normalize(*opts, key, "gateway"); err != nil {
 		return toAPIError(err)
 	}
-	return g.unsupported(opts.Needs() | extra)
+	return g.unsupported(kit.Needs(*opts) | extra)
 }
 
 // lockDelayOption turns a wire lock-delay (ms) into a duration, keeping a
@@ -156,7 +157,7 @@ func (c *conn) acquireAll(req wire.Request) {
 		c.fail(req.ID, newError(wire.CodeMissingField, "keys is required"))
 		return
 	}
-	if err := lock.ValidateKeys(req.Keys); err != nil {
+	if err := kit.ValidateKeys(req.Keys); err != nil {
 		c.fail(req.ID, toAPIError(err))
 		return
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // REST: /locks/{key} and /tickets/{ticket}. Leases are not
@@ -157,7 +158,7 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, newError(wire.CodeMissingField, "keys is required"))
 		return
 	}
-	if err := lock.ValidateKeys(b.Keys); err != nil {
+	if err := kit.ValidateKeys(b.Keys); err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return
 	}
@@ -323,7 +324,7 @@ func (g *Gateway) restRelease(w http.ResponseWriter, r *http.Request, key string
 }
 
 func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Sessions over the protocols: openSession (11), renewSession
@@ -107,7 +108,7 @@ func (g *Gateway) sessionLocker() (lock.SessionLocker, *apiError) {
 
 // sessionLockerErr is sessionLocker with the lock package's error.
 func (g *Gateway) sessionLockerErr() (lock.SessionLocker, error) {
-	if err := lock.CheckSupported(g.backend, g.Features(), lock.FeatureSessions, nil); err != nil {
+	if err := kit.CheckSupported(g.backend, g.Features(), lock.FeatureSessions, nil); err != nil {
 		return nil, err
 	}
 	return g.tl, nil // featuresOf checked the backend's interface
@@ -166,7 +167,7 @@ func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Durati
 		return nil, aerr
 	}
 	opts := lock.SessionOptions{TTL: ttl, Owner: owner}
-	if err := lock.ValidateSessionOptions(opts); err != nil {
+	if err := kit.ValidateSessionOptions(opts); err != nil {
 		return nil, toAPIError(err)
 	}
 	s, err := sl.OpenSession(ctx, opts)
@@ -194,7 +195,7 @@ func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*l
 	if ttl <= 0 {
 		ttl = lock.DefaultSessionTTL
 	}
-	s := lock.NewSession(lock.SessionGrant{ID: id, TTL: ttl, Sent: time.Now()})
+	s := kit.NewSession(kit.SessionGrant{ID: id, TTL: ttl, Sent: time.Now()})
 	if err := sl.RenewSession(ctx, s); err != nil {
 		s.End(err)
 		return nil, err
@@ -234,7 +235,7 @@ func (g *Gateway) closeSession(ctx context.Context, id string) error {
 	if s == nil {
 		// Not ours: a Session of the id is enough for the backend, which
 		// knows its own; the TTL is only its local deadline.
-		s = lock.NewSession(lock.SessionGrant{ID: id, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
+		s = kit.NewSession(kit.SessionGrant{ID: id, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
 	}
 	err = sl.CloseSession(ctx, s)
 	g.sessions.drop(s)
@@ -261,7 +262,7 @@ func (g *Gateway) sessionAcquire(ctx context.Context, id string, key string, opt
 		return err
 	}
 	opts.Session, opts.AutoRenew = s, false
-	if _, err := opts.Normalize(key, "gateway"); err != nil {
+	if _, err := kit.Normalize(*opts, key, "gateway"); err != nil {
 		return err
 	}
 	return nil
@@ -303,7 +304,7 @@ func (c *conn) openSessionWS(req wire.Request) {
 	if owner == "" {
 		owner = c.clientID
 	}
-	if err := lock.ValidateSessionOptions(lock.SessionOptions{TTL: ttl, Owner: owner}); err != nil {
+	if err := kit.ValidateSessionOptions(lock.SessionOptions{TTL: ttl, Owner: owner}); err != nil {
 		c.fail(req.ID, toAPIError(err))
 		return
 	}
@@ -507,7 +508,7 @@ func sessionIDOf(l *lock.Lease) string {
 // positiveTTL is a wire TTL as a duration when it is a valid one, else 0.
 func positiveTTL(ms int64) time.Duration {
 	d := ttlOption(ms)
-	if ms == 0 || lock.ValidateTTL(d) != nil {
+	if ms == 0 || kit.ValidateTTL(d) != nil {
 		return 0
 	}
 	return d

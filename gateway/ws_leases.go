@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // leaseFor rebuilds the lease a release or renew names.
@@ -120,7 +121,7 @@ func (c *conn) inspect(req wire.Request) {
 		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
-	if err := lock.ValidateKey(req.Key); err != nil {
+	if err := kit.ValidateKey(req.Key); err != nil {
 		c.fail(req.ID, toAPIError(err))
 		return
 	}

@@ -6,28 +6,11 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
-func TestDeadlineFormula(t *testing.T) {
-	sent := time.Now()
-	for _, tc := range []struct {
-		ttl    time.Duration
-		factor float64
-		want   time.Duration // deadline − sent
-	}{
-		{10 * time.Second, 0, 10*time.Second - 100*time.Millisecond - lock.DriftFloor},
-		{10 * time.Second, 0.05, 10*time.Second - 500*time.Millisecond - lock.DriftFloor},
-		{time.Second, 0, time.Second - 10*time.Millisecond - lock.DriftFloor},
-		{time.Millisecond, 0, 0}, // eaten by the drift floor: over at once
-	} {
-		if got := lock.DeadlineFor(sent, tc.ttl, tc.factor).Sub(sent); got != tc.want {
-			t.Errorf("DeadlineFor(ttl %v, factor %v) = sent+%v, want sent+%v", tc.ttl, tc.factor, got, tc.want)
-		}
-	}
-}
-
 func TestLeaseEndsAtDeadline(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", Token: 1, TTL: 50 * time.Millisecond, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", Token: 1, TTL: 50 * time.Millisecond, Sent: time.Now()})
 	select {
 	case <-l.Done():
 		t.Fatal("Done closed before the deadline")
@@ -46,7 +29,7 @@ func TestLeaseEndsAtDeadline(t *testing.T) {
 }
 
 func TestLeaseAlreadyPastDeadline(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Second, Sent: time.Now().Add(-time.Hour)})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Second, Sent: time.Now().Add(-time.Hour)})
 	select {
 	case <-l.Done():
 	default:
@@ -55,12 +38,12 @@ func TestLeaseAlreadyPastDeadline(t *testing.T) {
 }
 
 func TestLeaseExtend(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
 	sent := time.Now()
 	if !l.Extend(sent, time.Hour) {
 		t.Fatal("Extend of a live lease failed")
 	}
-	if got, want := l.Deadline(), lock.DeadlineFor(sent, time.Hour, 0); !got.Equal(want) {
+	if got, want := l.Deadline(), kit.DeadlineFor(sent, time.Hour, 0); !got.Equal(want) {
 		t.Errorf("Deadline after Extend = %v, want %v", got, want)
 	}
 	if l.TTL() != time.Hour {
@@ -75,7 +58,7 @@ func TestLeaseExtend(t *testing.T) {
 	// moved there too.
 	sent = time.Now()
 	l.Extend(sent, 50*time.Millisecond)
-	if got, want := l.Deadline(), lock.DeadlineFor(sent, 50*time.Millisecond, 0); !got.Equal(want) {
+	if got, want := l.Deadline(), kit.DeadlineFor(sent, 50*time.Millisecond, 0); !got.Equal(want) {
 		t.Errorf("Deadline after a shorter Extend = %v, want %v", got, want)
 	}
 	<-l.Done()
@@ -85,7 +68,7 @@ func TestLeaseExtend(t *testing.T) {
 }
 
 func TestLeaseEndFirstCauseWins(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
 	l.End(lock.ErrReleased)
 	l.End(lock.ErrNotHeld)
 	<-l.Done()
@@ -124,15 +107,15 @@ func TestErrorsMatch(t *testing.T) {
 }
 
 func TestRenewedAndReleased(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
 	sent := time.Now()
-	if err := l.Renewed(sent, time.Hour, true); err != nil || !l.Deadline().Equal(lock.DeadlineFor(sent, time.Hour, 0)) {
+	if err := l.Renewed(sent, time.Hour, true); err != nil || !l.Deadline().Equal(kit.DeadlineFor(sent, time.Hour, 0)) {
 		t.Fatalf("Renewed(held) = %v, deadline %v", err, l.Deadline())
 	}
 	if err := l.Released(true); err != nil || !errors.Is(l.Err(), lock.ErrReleased) {
 		t.Fatalf("Released(held) = %v, Err %v", err, l.Err())
 	}
-	if _, err := lock.ValidateRenew(l, time.Second); !errors.Is(err, lock.ErrNotHeld) {
+	if _, err := kit.ValidateRenew(l, time.Second); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("ValidateRenew of a released lease = %v, want ErrNotHeld", err)
 	}
 	if err := l.Renewed(time.Now(), time.Hour, true); !errors.Is(err, lock.ErrNotHeld) {
@@ -143,7 +126,7 @@ func TestRenewedAndReleased(t *testing.T) {
 		func(l *lock.Lease) error { return l.Renewed(time.Now(), time.Hour, false) },
 		func(l *lock.Lease) error { return l.Released(false) },
 	} {
-		l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
+		l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
 		err := refuse(l)
 		if !errors.Is(err, lock.ErrNotHeld) || !errors.Is(l.Err(), lock.ErrNotHeld) {
 			t.Errorf("refusal: %v, lease Err %v; want both ErrNotHeld", err, l.Err())
@@ -168,7 +151,7 @@ func TestAfterEnd(t *testing.T) {
 		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
 	} {
 		t.Run(end.name, func(t *testing.T) {
-			l := lock.NewLease(lock.Grant{Key: "k", Owner: "o", Token: 1, Handle: "h", TTL: 30 * time.Millisecond, Sent: time.Now()})
+			l := kit.NewLease(kit.Grant{Key: "k", Owner: "o", Token: 1, Handle: "h", TTL: 30 * time.Millisecond, Sent: time.Now()})
 			ran := make(chan struct{}, 2)
 			l.AfterEnd(func() { ran <- struct{}{} })
 			l.AfterEnd(func() { ran <- struct{}{} })
@@ -205,7 +188,7 @@ func TestAfterEndSynchronous(t *testing.T) {
 		{"extended into the past", func(l *lock.Lease) { l.Extend(time.Now().Add(-time.Hour), time.Second) }},
 	} {
 		t.Run(end.name, func(t *testing.T) {
-			l := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
+			l := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
 			var seen error
 			l.AfterEnd(func() { seen = l.Err(); l.AfterEnd(func() {}) })
 			end.do(l)
@@ -219,7 +202,7 @@ func TestAfterEndSynchronous(t *testing.T) {
 // TestLeaseWanted: Wanted closes once on MarkWanted, AfterWanted runs once
 // (at once when registered late), and an ended lease is never marked.
 func TestLeaseWanted(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	ch := l.Wanted()
 	calls := 0
 	l.AfterWanted(func() { calls++ })
@@ -241,7 +224,7 @@ func TestLeaseWanted(t *testing.T) {
 		t.Fatalf("callbacks ran %d and %d times (want 1 each), IsWanted %v", calls, late, l.IsWanted())
 	}
 
-	ended := lock.NewLease(lock.Grant{Key: "k", Token: 2, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	ended := kit.NewLease(kit.Grant{Key: "k", Token: 2, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	ran := false
 	ended.AfterWanted(func() { ran = true })
 	ended.End(lock.ErrReleased)

@@ -17,7 +17,7 @@ import (
 // every lease in it, and each lease's Done closes.
 //
 // The deadline rule is the lease's, applied to the session: a session
-// lease's deadline is the session's, DeadlineFor(sent, TTL) of the last
+// lease's deadline is the session's, sent + TTL − Drift(TTL) of the last
 // keep-alive (or of the open) that succeeded, sent being when that request
 // was sent. A lease acquired in a session does not move the session's
 // deadline; it lives at most as long as the session.
@@ -80,20 +80,6 @@ type SessionLocker interface {
 	CloseSession(ctx context.Context, s *Session) error
 }
 
-// SessionGrant is what a backend knows when it opens a session; NewSession
-// turns it into a Session.
-type SessionGrant struct {
-	// ID is the backend's secret identity of the session (a random value
-	// of at least 128 bits): whoever knows it can renew and close the
-	// session. Treat it like a lease handle.
-	ID    string
-	Owner string
-	TTL   time.Duration
-	// Sent precedes the start of the backend's TTL (see Grant.Sent).
-	Sent        time.Time
-	DriftFactor float64
-}
-
 // Session is a group of leases kept alive together. Its ID and Owner never
 // change; its deadline moves with each successful keep-alive (Extend), and
 // every lease in it follows. A Session is safe for concurrent use.
@@ -112,19 +98,16 @@ type Session struct {
 	leases   map[*Lease]struct{}
 }
 
-// NewSession builds a Session from a grant and arms its deadline: Done
-// closes with ErrExpired when the deadline passes unless Extend moves it
-// first, and every lease in the session ends with it.
-func NewSession(g SessionGrant) *Session {
-	s := &Session{
-		ID:          g.ID,
-		Owner:       g.Owner,
-		driftFactor: g.DriftFactor,
-		ttl:         g.TTL,
-		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),
-		done:        make(chan struct{}),
-		leases:      make(map[*Lease]struct{}),
-	}
+// initSession completes a Session whose ID and Owner are set and arms its
+// deadline: Done closes with ErrExpired when the deadline passes unless
+// Extend moves it first, and every lease in the session ends with it.
+// lock/kit's NewSession calls it.
+func initSession(s *Session, ttl time.Duration, sent time.Time, driftFactor float64) *Session {
+	s.driftFactor = driftFactor
+	s.ttl = ttl
+	s.deadline = deadlineFor(sent, ttl, driftFactor)
+	s.done = make(chan struct{})
+	s.leases = make(map[*Lease]struct{})
 	s.mu.Lock()
 	s.armLocked()
 	s.mu.Unlock()
@@ -156,7 +139,7 @@ func (s *Session) TTL() time.Duration {
 }
 
 // Deadline is the latest instant at which a holder of a lease in the
-// session may still act on it (see DeadlineFor).
+// session may still act on it (see Lease.Deadline).
 func (s *Session) Deadline() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -182,7 +165,7 @@ func (s *Session) Leases() int {
 }
 
 // Extend records a successful keep-alive sent at sent: the session's
-// deadline, and every lease's in it, becomes DeadlineFor(sent, TTL). It
+// deadline, and every lease's in it, becomes sent + TTL − Drift(TTL). It
 // reports false, changing nothing, when the session has already ended.
 func (s *Session) Extend(sent time.Time) bool {
 	s.mu.Lock()
@@ -190,7 +173,7 @@ func (s *Session) Extend(sent time.Time) bool {
 		s.mu.Unlock()
 		return false
 	}
-	d := DeadlineFor(sent, s.ttl, s.driftFactor)
+	d := deadlineFor(sent, s.ttl, s.driftFactor)
 	if d.Before(s.deadline) {
 		d = s.deadline // a keep-alive answered out of order never shortens it
 	}
@@ -204,7 +187,7 @@ func (s *Session) Extend(sent time.Time) bool {
 // backend reported the session's TTL: when ttl differs from the one the
 // Session was built with (a gateway that adopted a session by its id
 // alone, and guessed), the Session takes the backend's ttl and its
-// deadline becomes DeadlineFor(sent, ttl) even if that is earlier. It
+// deadline becomes sent + ttl − Drift(ttl) even if that is earlier. It
 // reports false when the session has already ended.
 func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
@@ -214,7 +197,7 @@ func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
 	}
 	if ttl > 0 && ttl != s.ttl {
 		s.ttl = ttl
-		s.deadline = DeadlineFor(sent, ttl, s.driftFactor)
+		s.deadline = deadlineFor(sent, ttl, s.driftFactor)
 	}
 	s.mu.Unlock()
 	return s.Extend(sent)
@@ -322,15 +305,4 @@ func KeepSessionAlive(ctx context.Context, l SessionLocker, s *Session) {
 			}
 		}
 	}
-}
-
-// ValidateSessionOptions checks a session's options (TTL 0 or within
-// MinTTL..MaxTTL, a valid owner).
-func ValidateSessionOptions(o SessionOptions) error {
-	if o.TTL != 0 {
-		if err := ValidateTTL(o.TTL); err != nil {
-			return err
-		}
-	}
-	return ValidateOwner(o.Owner)
 }

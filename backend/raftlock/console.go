@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // What the web console (package console, docs/console.md) reads of a node:
@@ -248,7 +249,7 @@ func (n *Node) consoleLock(key string) ConsoleLock {
 // LockDetail returns key as ScanLocks shows it, with its queue: at most
 // maxQueue waiters, in queue order (the leader's; a follower has none).
 func (n *Node) LockDetail(key string, maxQueue int) (ConsoleLock, []ConsoleWaiter, error) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return ConsoleLock{}, nil, err
 	}
 	c := n.consoleLock(key)

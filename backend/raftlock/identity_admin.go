@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The operator's view of the tenants (docs/security.md, "Tenants"): what
@@ -94,7 +95,7 @@ func (n *Node) CloseIdentity(ctx context.Context, identity string, who AuditCall
 	})
 	var errs []error
 	for _, sid := range ids {
-		s := lock.NewSession(lock.SessionGrant{ID: sid, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
+		s := kit.NewSession(kit.SessionGrant{ID: sid, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
 		switch err := n.CloseSession(ctx, s); {
 		case err == nil:
 			sessions++
@@ -111,7 +112,7 @@ func (n *Node) CloseIdentity(ctx context.Context, identity string, who AuditCall
 		return true
 	})
 	for _, l := range held {
-		lease := lock.NewLease(lock.Grant{Key: l.Key, Token: lock.Token(l.Token), Handle: l.Handle, TTL: l.TTL, Sent: time.Now()})
+		lease := kit.NewLease(kit.Grant{Key: l.Key, Token: lock.Token(l.Token), Handle: l.Handle, TTL: l.TTL, Sent: time.Now()})
 		switch err := n.Release(ctx, lease); {
 		case err == nil:
 			leases++

@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Session is one client of a Node: a lock.Locker with its own client id,
@@ -84,7 +85,7 @@ func (s *Session) Watch(ctx context.Context, key string) (<-chan lock.Event, err
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -118,7 +119,7 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	opts, err := opts.Normalize(key, s.clientID)
+	opts, err := kit.Normalize(opts, key, s.clientID)
 	if err != nil {
 		return nil, err
 	}
@@ -153,10 +154,10 @@ func (s *Session) acquireAll(ctx context.Context, keys []string, opts lock.Acqui
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKeys(keys); err != nil {
+	if err := kit.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
-	opts, err := opts.Normalize(keys[0], s.clientID)
+	opts, err := kit.Normalize(opts, keys[0], s.clientID)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (s *Session) wait(ctx context.Context, w *waiter) ([]*lock.Lease, error) {
 		}
 		leases := make([]*lock.Lease, len(r.grants))
 		for i, g := range r.grants {
-			leases[i] = lock.NewLease(*g)
+			leases[i] = kit.NewLease(*g)
 			s.n.sched.attach(leases[i])
 			if w.opts.AutoRenew {
 				go lock.KeepAlive(s.ctx, s, leases[i])
@@ -214,7 +215,7 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if s.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	ttl, err := lock.ValidateRenew(lease, ttl)
+	ttl, err := kit.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
 	}
@@ -245,7 +246,7 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 	if s.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	// The release may share its entry with the grant to the key's next
@@ -299,7 +300,7 @@ func (s *Session) ReleaseAll(ctx context.Context, leases []*lock.Lease) error {
 		return lock.ErrClosed
 	}
 	for _, lease := range leases {
-		if err := lock.ValidateLease(lease); err != nil {
+		if err := kit.ValidateLease(lease); err != nil {
 			return err
 		}
 		if err := s.n.batch.checkOps(releaseOp(lease.Key, lease.Handle, uint64(lease.Token))); err != nil {
@@ -350,7 +351,7 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if err := s.n.verifyLeader(); err != nil {
@@ -475,7 +476,7 @@ func (n *Node) Close() error { return n.Shutdown() }
 // (ErrNotHeld); fencing tokens protect the resource meanwhile. A key nobody
 // holds gives lock.ErrNotFound.
 func (n *Node) ForceRelease(ctx context.Context, key string) error {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return err
 	}
 	sc := n.sched

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Sessions (lock.SessionLocker, docs/raftlock.md "Sessions"): a session is
@@ -36,7 +37,7 @@ func (s *Session) OpenSession(ctx context.Context, opts lock.SessionOptions) (*l
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateSessionOptions(opts); err != nil {
+	if err := kit.ValidateSessionOptions(opts); err != nil {
 		return nil, err
 	}
 	if opts.TTL == 0 {
@@ -61,7 +62,7 @@ func (s *Session) OpenSession(ctx context.Context, opts lock.SessionOptions) (*l
 	if st := res.Results[0].Status; st != fsm.StatusOK {
 		return nil, fmt.Errorf("raftlock: open session refused by the state machine (status %s)", st)
 	}
-	return lock.NewSession(lock.SessionGrant{ID: id, Owner: opts.Owner, TTL: opts.TTL, Sent: sent}), nil
+	return kit.NewSession(kit.SessionGrant{ID: id, Owner: opts.Owner, TTL: opts.TTL, Sent: sent}), nil
 }
 
 // RenewSession implements lock.SessionLocker: one entry, whatever the

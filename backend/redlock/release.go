@@ -11,7 +11,7 @@ import (
 // Renew implements lock.Locker: compare-and-pexpire on every node; the lease
 // is extended only when a quorum still holds its handle and the round ended
 // within the new validity window. A renewed lease is told when it is wanted
-// from then on, also one rebuilt with lock.NewLease (this Locker becomes
+// from then on, also one rebuilt with kit.NewLease (this Locker becomes
 // the one the grant's waiters notify), and at once if a waiter was already
 // refused by the grant.
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {

@@ -29,7 +29,7 @@ import (
 // attempt finds it. The "wanted" field covers what pub/sub may lose (a
 // PubSub connection that was reconnecting) and what it cannot reach: renew.lua
 // reports it and moves "notify" to the renewing Locker, so a lease rebuilt
-// with lock.NewLease and renewed by another Locker is told from that Renew
+// with kit.NewLease and renewed by another Locker is told from that Renew
 // on; handoff.lua carries it to the next grant, so a local waiter handed
 // the lock while remote waiters still wait (they only retry on a real
 // release) is told at once.

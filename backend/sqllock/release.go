@@ -13,7 +13,7 @@ import (
 
 // Renew implements lock.Locker: compare-and-extend on the database's clock.
 // The renewal also reads whether a waiter marked the row: a lease rebuilt
-// with lock.NewLease is told it is wanted from its first Renew on (and
+// with kit.NewLease is told it is wanted from its first Renew on (and
 // then through notifications like the leases this Locker granted).
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })

@@ -20,7 +20,7 @@ import (
 //     grant marks its lease. A grant made while the row is marked (a
 //     handoff, a re-sent acquire) and every renewal read the mark back in
 //     their own statement, so the new holder, a lease rebuilt with
-//     lock.NewLease and passed to Renew, and a holder whose notification
+//     kit.NewLease and passed to Renew, and a holder whose notification
 //     was lost learn it too. After the listening connection is replaced,
 //     one query (wanted.sql) reads the marks of every key this Locker
 //     holds.

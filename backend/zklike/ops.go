@@ -77,7 +77,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		return lease.Renewed(time.Now(), ttl, false)
 	}
 	// A Lease object this Locker does not know yet (rebuilt with
-	// lock.NewLease, as the gateway does) joins the wanted register from
+	// kit.NewLease, as the gateway does) joins the wanted register from
 	// this renewal on. If its grant is there already (another copy, or
 	// the Lease that Acquire returned) it joins that entry and reads
 	// nothing more; otherwise this renewal's Txn also reads the newest

@@ -63,7 +63,7 @@ type wantedHub struct {
 
 // holding is one grant (Token, Handle) this Locker holds, with the live
 // Lease objects that stand for it: the one Acquire returned and copies
-// rebuilt with lock.NewLease and renewed here (the gateway renews a fresh
+// rebuilt with kit.NewLease and renewed here (the gateway renews a fresh
 // copy each time; a copy leaves when it ends, at the latest at its
 // deadline, so a grant has about TTL / renewal interval copies at most).
 type holding struct {

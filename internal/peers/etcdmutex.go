@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Defaults of EtcdMutexConfig.
@@ -332,7 +333,7 @@ func (e *EtcdMutex) acquire(ctx context.Context, key string, opts lock.AcquireOp
 			return nil, e.life.fail(ctx, "etcd-mutex", "acquire", key, err)
 		}
 		h := &etcdHeld{name: m.Key(), rev: ownRevision(m), sess: s, leave: leave}
-		lease := lock.NewLease(lock.Grant{
+		lease := kit.NewLease(kit.Grant{
 			Key: key, Owner: opts.Owner, Token: lock.Token(h.rev), Handle: lock.NewHandle(),
 			Value: opts.Value, TTL: s.ttl, Sent: sent.Add(-s.ttl / 3),
 		})

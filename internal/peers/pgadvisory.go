@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // DefaultPGAdvisoryPoolSize is the default number of pooled connections
@@ -195,7 +196,7 @@ func (p *PGAdvisory) acquire(ctx context.Context, key string, opts lock.AcquireO
 		conn.Release()
 		return nil, &lock.HeldError{Key: key}
 	}
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key: key, Owner: opts.Owner, Handle: lock.NewHandle(), Value: opts.Value,
 		TTL: opts.TTL, Sent: sent,
 	})

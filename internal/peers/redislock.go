@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // DefaultRedislockRetry is the pause between Obtain's attempts while the
@@ -139,7 +140,7 @@ func (r *Redislock) acquire(ctx context.Context, key string, opts lock.AcquireOp
 			return nil, r.life.fail(ctx, "redislock", "acquire", key, nil)
 		}
 		if err == nil {
-			lease := lock.NewLease(lock.Grant{
+			lease := kit.NewLease(kit.Grant{
 				Key: key, Owner: opts.Owner, Handle: lock.NewHandle(), Value: opts.Value,
 				TTL: opts.TTL, Sent: sent,
 			})

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // redsyncDriftFactor is redsync's default clock-drift factor, which its
@@ -161,7 +162,7 @@ func (r *Redsync) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 			// Until is the start of the successful try plus the expiry
 			// less redsync's drift: recover that start as the grant's Sent.
 			valid := opts.TTL - time.Duration(float64(opts.TTL)*redsyncDriftFactor)
-			lease := lock.NewLease(lock.Grant{
+			lease := kit.NewLease(kit.Grant{
 				Key: key, Owner: opts.Owner, Handle: handle, Value: opts.Value,
 				TTL: opts.TTL, Sent: m.Until().Add(-valid),
 			})

@@ -15,6 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // ZooKeeperConfig configures a ZooKeeper Locker.
@@ -350,7 +351,7 @@ func (z *ZooKeeper) granted(ctx context.Context, key string, opts lock.AcquireOp
 		}
 		return nil, z.fail(ctx, "acquire", key, err)
 	}
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key:    key,
 		Owner:  opts.Owner,
 		Token:  lock.Token(st.Czxid),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // MemStore is the in-memory reference implementation of the lock contract:
@@ -113,7 +114,7 @@ type memWaiter struct {
 }
 
 type memResult struct {
-	grants []lock.Grant // one per key, in the order of keys
+	grants []kit.Grant // one per key, in the order of keys
 	err    error
 }
 
@@ -169,7 +170,7 @@ func (l *MemLocker) check(need lock.Features) error {
 	if l.store.bugs.pretendsShared {
 		have |= lock.FeatureShared
 	}
-	return lock.CheckSupported(memBackend, have, need, func(lock.Features) string { return "not enabled in this MemStore" })
+	return kit.CheckSupported(memBackend, have, need, func(lock.Features) string { return "not enabled in this MemStore" })
 }
 
 // Renew implements lock.Locker.
@@ -177,7 +178,7 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	if l.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	ttl, err := lock.ValidateRenew(lease, ttl)
+	ttl, err := kit.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
 	}
@@ -214,7 +215,7 @@ func (l *MemLocker) Release(ctx context.Context, lease *lock.Lease) error {
 	if l.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	s := l.store
@@ -239,7 +240,7 @@ func (l *MemLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, er
 	if l.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	s := l.store
@@ -329,7 +330,7 @@ func (s *MemStore) keyLocked(key string) *memKey {
 
 // grantLocked adds the caller to k's holders. now, the grant's Sent, is
 // taken before the TTL starts, so the holder's deadline is conservative.
-func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Time, queued bool) lock.Grant {
+func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Time, queued bool) kit.Grant {
 	s.lastToken++
 	token := s.lastToken
 	if s.bugs.reuseTokenOnTakeover && k.expired && k.token != 0 {
@@ -343,7 +344,7 @@ func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Tim
 	k.holders = append(k.holders, h)
 	s.armLocked(k, h, opts.TTL)
 	s.emitLocked(k, lock.EventGranted, h, queued)
-	return lock.Grant{
+	return kit.Grant{
 		Key: k.name, Owner: h.owner, Token: token, Handle: h.handle, Value: opts.Value, TTL: opts.TTL,
 		Mode: opts.Mode, Permits: opts.Permits, Sent: now,
 	}
@@ -424,7 +425,7 @@ func (s *MemStore) scheduleLocked(keys ...string) {
 				w.done <- memResult{err: err}
 				continue
 			}
-			grants := make([]lock.Grant, len(w.keys))
+			grants := make([]kit.Grant, len(w.keys))
 			for i, name := range w.keys {
 				grants[i] = s.grantLocked(s.keys[name], w.opts, now, true)
 			}
