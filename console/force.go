@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock/kit"
@@ -75,7 +75,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	before, _, _ := c.n.LockDetail(b.Key, 0)
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err = c.n.ForceRelease(raftlock.WithAuditCaller(ctx, raftlock.AuditCaller{Identity: c.identity(r, cred), Remote: browserAddr(r)}), b.Key)
+	err = c.n.ForceRelease(audit.WithCaller(ctx, audit.Caller{Identity: c.identity(r, cred), Remote: browserAddr(r)}), b.Key)
 	holders := make([]string, 0, len(before.Holders))
 	for _, h := range before.Holders {
 		holders = append(holders, fmt.Sprintf("%s/%d", h.Owner, h.Token))

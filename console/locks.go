@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/nodeview"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/kit"
@@ -56,7 +56,7 @@ func modeName(m lock.Mode) string {
 	return wire.ModeExclusive
 }
 
-func lockOf(l raftlock.ConsoleLock) lockJSON {
+func lockOf(l nodeview.Lock) lockJSON {
 	j := lockJSON{Key: l.Key, Mode: modeName(l.Mode), Permits: l.Permits, Waiters: l.Waiters,
 		DelayMs: l.Delay.Milliseconds(), Holders: make([]holderJSON, 0, len(l.Holders))}
 	for _, h := range l.Holders {

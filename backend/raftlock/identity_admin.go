@@ -82,7 +82,7 @@ func (n *Node) EachIdentityUsage(fn func(identity string, leases, sessions int))
 // CloseIdentity ends every session of identity (releasing its leases) and
 // releases every other lease it holds, on the leader. who is the
 // operator, for the audit trail.
-func (n *Node) CloseIdentity(ctx context.Context, identity string, who AuditCaller) (sessions, leases int, err error) {
+func (n *Node) CloseIdentity(ctx context.Context, identity string, who audit.Caller) (sessions, leases int, err error) {
 	if identity == "" {
 		return 0, 0, errors.New("raftlock: name the identity to close")
 	}
@@ -149,7 +149,7 @@ func (n *Node) handleCloseIdentity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cred, _ := n.Credential(r)
-	sessions, leases, err := n.CloseIdentity(r.Context(), a.Identity, AuditCaller{Identity: cred.Identity, Remote: r.RemoteAddr})
+	sessions, leases, err := n.CloseIdentity(r.Context(), a.Identity, audit.Caller{Identity: cred.Identity, Remote: r.RemoteAddr})
 	rep := CloseIdentityReply{Sessions: sessions, Leases: leases, LeaderID: n.cfg.ID}
 	code := http.StatusOK
 	if err != nil {

@@ -514,7 +514,7 @@ func (n *Node) ForceRelease(ctx context.Context, key string) error {
 		}
 	}
 	n.log.Warn("lock force-released", "key", key, "holders", len(ls), "owner", plainOwner(ls[0].Owner), "token", ls[0].Token)
-	who := auditCallerOf(ctx)
+	who := audit.CallerOf(ctx)
 	for _, l := range ls {
 		holder, _ := fsm.SplitOwner(l.Owner)
 		n.audit(audit.Event{Op: audit.OpForceRelease, Identity: who.Identity, Remote: who.Remote, Keys: []string{key},
