@@ -10,7 +10,6 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
-	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // apiError is the error object of both protocols (docs/protocol.md, "Error
@@ -93,27 +92,6 @@ func decodeStrict(data []byte, v any) error {
 	}
 	if rest := data[dec.InputOffset():]; bytes.IndexFunc(rest, notJSONSpace) >= 0 {
 		return errors.New("data after the JSON object")
-	}
-	return nil
-}
-
-// validateLeaseRef checks the key and lock token that a renew or release
-// names, with the lock package's limits, before the backend sees them: a
-// malformed one gets its own 400 (invalid_key, invalid_handle) and never
-// joins a backend's batch with other clients' operations.
-//
-// Normalize applies the lock package's one rule for handles
-// (lock.MinHandleLen to lock.MaxHandleLen lowercase hex: what a
-// client-chosen handle must be and every backend mints) and its key rule;
-// the other options are left zero, which it accepts. This is stricter
-// than kit.ValidateLease, which checks only the handle's length: a
-// malformed token gets its own 400 here instead of not_held.
-func validateLeaseRef(key, handle string) *apiError {
-	if handle == "" {
-		return newError(wire.CodeMissingField, "lockToken is required")
-	}
-	if _, err := kit.Normalize(lock.AcquireOptions{Handle: handle}, key, "gateway"); err != nil {
-		return toAPIError(err)
 	}
 	return nil
 }

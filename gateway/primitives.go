@@ -91,22 +91,6 @@ func (g *Gateway) unsupported(need lock.Features) *apiError {
 	return toAPIError(err)
 }
 
-// primitiveOptions sets mode, permits and lockDelayMs on opts, validates
-// the options (for key; with the lock package's rules) and checks that the
-// backend offers what they need, plus extra. Malformed input is refused
-// before unsupported: a request is wrong before it is unsupported.
-func (g *Gateway) primitiveOptions(opts *lock.AcquireOptions, key, mode string, permits int, delayMS int64, extra lock.Features) *apiError {
-	m, err := lock.ParseMode(mode)
-	if err != nil {
-		return toAPIError(err)
-	}
-	opts.Mode, opts.Permits, opts.LockDelay = m, permits, lockDelayOption(delayMS)
-	if _, err := kit.Normalize(*opts, key, "gateway"); err != nil {
-		return toAPIError(err)
-	}
-	return g.unsupported(kit.Needs(*opts) | extra)
-}
-
 // lockDelayOption turns a wire lock-delay (ms) into a duration, keeping a
 // value out of range out of range without overflowing (validation then
 // refuses it with invalid_lock_delay).
@@ -153,24 +137,10 @@ func misplacedFields(req wire.Request) *apiError {
 
 // acquireAll serves acquireAll (7) and tryAcquireAll (8).
 func (c *conn) acquireAll(req wire.Request) {
-	if req.Keys == nil {
-		c.fail(req.ID, newError(wire.CodeMissingField, "keys is required"))
-		return
-	}
-	if err := kit.ValidateKeys(req.Keys); err != nil {
-		c.fail(req.ID, toAPIError(err))
-		return
-	}
-	opts := c.acquireOptions(req)
-	if aerr := c.g.primitiveOptions(&opts, req.Keys[0], req.Mode, req.Permits, req.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
+	opts, aerr := c.g.acquireOptions(wsAcquire(req), c.owner)
+	if aerr != nil {
 		c.fail(req.ID, aerr)
 		return
-	}
-	if req.SessionID != "" {
-		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL, req.ClientID); aerr != nil {
-			c.fail(req.ID, aerr)
-			return
-		}
 	}
 	ml := c.g.tl // featuresOf checked the backend's interface
 	try := req.CommandType == wire.CmdTryAcquireAll

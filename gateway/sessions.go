@@ -160,15 +160,11 @@ func isHex(s string, minLen, maxLen int) bool {
 	return true
 }
 
-// openSession opens a session for owner with ttl (0: the default).
-func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Duration) (*lock.Session, *apiError) {
+// openSession opens a session with opts, which sessionOptions checked.
+func (g *Gateway) openSession(ctx context.Context, opts lock.SessionOptions) (*lock.Session, *apiError) {
 	sl, aerr := g.sessionLocker()
 	if aerr != nil {
 		return nil, aerr
-	}
-	opts := lock.SessionOptions{TTL: ttl, Owner: owner}
-	if err := kit.ValidateSessionOptions(opts); err != nil {
-		return nil, toAPIError(err)
 	}
 	s, err := sl.OpenSession(ctx, opts)
 	if err != nil {
@@ -268,26 +264,6 @@ func (g *Gateway) sessionAcquire(ctx context.Context, id string, key string, opt
 	return nil
 }
 
-// sessionOptions prepares acquire options that name a session: refused
-// when the backend lacks sessions, before it sees them. A session lease
-// takes the session's TTL: opts.TTL is left 0 unless the request named one
-// (which must then be the session's), and the session's owner unless the
-// request named one (clientID).
-func (g *Gateway) sessionOptions(opts *lock.AcquireOptions, id string, ttlMS int64, clientID string) *apiError {
-	if aerr := g.unsupported(lock.FeatureSessions); aerr != nil {
-		return aerr
-	}
-	if aerr := checkSessionID(id); aerr != nil {
-		return aerr
-	}
-	if ttlMS == 0 {
-		opts.TTL = 0
-	}
-	opts.Owner = clientID
-	opts.AutoRenew = false
-	return nil
-}
-
 // WebSocket commands 11–13.
 
 // openSessionWS serves command 11: {ttl, clientId}.
@@ -296,16 +272,9 @@ func (c *conn) openSessionWS(req wire.Request) {
 		c.fail(req.ID, aerr)
 		return
 	}
-	ttl := time.Duration(0)
-	if req.TTL != 0 {
-		ttl = ttlOption(req.TTL)
-	}
-	owner := req.ClientID
-	if owner == "" {
-		owner = c.clientID
-	}
-	if err := kit.ValidateSessionOptions(lock.SessionOptions{TTL: ttl, Owner: owner}); err != nil {
-		c.fail(req.ID, toAPIError(err))
+	opts, aerr := sessionOptions(req.TTL, req.ClientID, c.owner)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
 		return
 	}
 	c.mu.Lock()
@@ -333,7 +302,7 @@ func (c *conn) openSessionWS(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
-		s, aerr := c.g.openSession(ctx, owner, ttl)
+		s, aerr := c.g.openSession(ctx, opts)
 		c.mu.Lock()
 		c.openingSessions--
 		if aerr == nil && c.sessions != nil {
@@ -377,11 +346,7 @@ func (c *conn) closeSessionWS(req wire.Request) {
 // before the backend sees it); call runs on a worker, in a slot, bounded
 // by opTimeout, and its reply or error is sent.
 func (c *conn) sessionCall(req wire.Request, call func(context.Context) (wire.Reply, error)) {
-	if _, aerr := c.g.sessionKeeper(); aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	if aerr := checkSessionID(req.SessionID); aerr != nil {
+	if aerr := c.g.sessionRef(req.SessionID); aerr != nil {
 		c.fail(req.ID, aerr)
 		return
 	}
@@ -439,15 +404,12 @@ func (g *Gateway) restOpenSession(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, aerr)
 		return
 	}
-	owner := b.ClientID
-	if owner == "" {
-		owner = "rest-" + lock.NewHandle()[:12]
+	opts, aerr := sessionOptions(b.TTLMS, b.ClientID, restOwner)
+	if aerr != nil {
+		g.writeError(w, r, aerr)
+		return
 	}
-	ttl := time.Duration(0)
-	if b.TTLMS != 0 {
-		ttl = ttlOption(b.TTLMS)
-	}
-	s, aerr := g.openSession(r.Context(), owner, ttl)
+	s, aerr := g.openSession(r.Context(), opts)
 	if aerr != nil {
 		g.writeError(w, r, aerr)
 		return
@@ -461,11 +423,7 @@ func (g *Gateway) restSessionID(w http.ResponseWriter, r *http.Request) (string,
 	if !g.readBody(w, r, &b, false) {
 		return "", false
 	}
-	if _, aerr := g.sessionKeeper(); aerr != nil {
-		g.writeError(w, r, aerr)
-		return "", false
-	}
-	if aerr := checkSessionID(b.SessionID); aerr != nil {
+	if aerr := g.sessionRef(b.SessionID); aerr != nil {
 		g.writeError(w, r, aerr)
 		return "", false
 	}

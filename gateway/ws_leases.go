@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/wire"
@@ -12,19 +11,8 @@ import (
 
 // leaseFor rebuilds the lease a release or renew names.
 func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
-	switch {
-	case req.Key == "":
-		return nil, newError(wire.CodeInvalidKey, "key is empty")
-	case req.LockToken == "":
-		return nil, newError(wire.CodeMissingField, "lockToken is required")
-	case req.FencingToken == nil:
-		return nil, newError(wire.CodeMissingField, "fencingToken is required")
-	}
-	if aerr := validateLeaseRef(req.Key, req.LockToken); aerr != nil {
+	if aerr := leaseRef(req.Key, req.LockToken, req.FencingToken, wsSpelling); aerr != nil {
 		return nil, aerr
-	}
-	if k := req.FencingToken.Key; k != "" && k != req.Key {
-		return nil, newError(wire.CodeBadJSON, fmt.Sprintf("fencingToken.key %q is not the request's key %q", k, req.Key))
 	}
 	ttl := lock.DefaultTTL
 	c.mu.Lock()
