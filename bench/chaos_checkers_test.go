@@ -159,7 +159,7 @@ func TestChaosTokenCheckerFails(t *testing.T) {
 					return lock.ErrNotHeld
 				}
 				err := m.Release(ctx, l.(*lock.Lease))
-				lease.Released(err == nil)
+				kit.Released(lease, err == nil)
 				return err
 			}}
 	})

@@ -222,7 +222,7 @@ func (c *Client) lease(r wire.Grant, key string, opts lock.AcquireOptions, sent 
 	lease := kit.NewLease(kit.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent,
 		Mode: mode, Permits: permits})
 	if r.Wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	c.track(lease)
 	if opts.AutoRenew {
@@ -251,7 +251,7 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	if err != nil {
 		return err
 	}
-	if err := lease.Renewed(sent, ttl, held); err != nil {
+	if err := kit.Renewed(lease, sent, ttl, held); err != nil {
 		return err
 	}
 	c.track(lease)
@@ -316,14 +316,14 @@ func (c *Client) release(ctx context.Context, lease *lock.Lease) error {
 	}
 	switch {
 	case r.Type == wire.TypeReleased:
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	case r.code() == wire.CodeNotHeld:
 		if k.prior && alive {
 			// An earlier copy may have reached the gateway before its
 			// connection failed, and nothing else can have ended a lease
 			// that was alive by our clock: that copy freed it.
 			c.log.Debug("lockgate client: re-sent release answered not_held; the earlier copy released it", "key", lease.Key, "token", lease.Token)
-			return lease.Released(true)
+			return kit.Released(lease, true)
 		}
 		if k.prior {
 			err := fmt.Errorf("%w: release %q (token %d): outcome unknown: the re-sent copy was answered not_held after the lease's deadline, "+
@@ -331,7 +331,7 @@ func (c *Client) release(ctx context.Context, lease *lock.Lease) error {
 			lease.End(err)
 			return err
 		}
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	return unexpected(r, lease.Key, wire.TypeReleased)
 }

@@ -158,7 +158,7 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 			return acquire(c.outsideSession(opts))
 		}
 		if attempt == 0 && errors.Is(err, lock.ErrSessionExpired) {
-			s.Refused(err)
+			kit.SessionRefused(s, err)
 			continue
 		}
 		return got, err
@@ -288,12 +288,12 @@ func (c *Client) RenewSession(ctx context.Context, s *lock.Session) error {
 	}
 	switch {
 	case r.Type == wire.TypeSessionRenewed:
-		if !s.Extend(k.last) {
+		if !kit.ExtendSession(s, k.last) {
 			return fmt.Errorf("lockgate client: renew-session: %w: %w", lock.ErrSessionExpired, s.Err())
 		}
 		return nil
 	case r.code() == wire.CodeSessionExpired:
-		return s.Refused(replyError(r, ""))
+		return kit.SessionRefused(s, replyError(r, ""))
 	}
 	return unexpected(r, "", wire.TypeSessionRenewed)
 }
@@ -321,7 +321,7 @@ func (c *Client) CloseSession(ctx context.Context, s *lock.Session) error {
 		s.End(lock.ErrReleased)
 		return nil
 	case r.code() == wire.CodeSessionExpired:
-		return s.Refused(replyError(r, ""))
+		return kit.SessionRefused(s, replyError(r, ""))
 	}
 	return unexpected(r, "", wire.TypeSessionClosed)
 }
@@ -379,7 +379,7 @@ func (c *Client) sessionLease(r wire.Grant, key, owner string, token lock.Token,
 		return nil, fmt.Errorf("lockgate client: acquire %q: %w: %w", key, lock.ErrSessionExpired, err)
 	}
 	if r.Wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	c.track(lease)
 	return lease, nil

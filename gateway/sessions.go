@@ -179,7 +179,7 @@ func (g *Gateway) openSession(ctx context.Context, opts lock.SessionOptions) (*l
 // another gateway, or before a leader change). An adopted session starts
 // with ttl when the request named one, else lock.DefaultSessionTTL; a
 // backend that knows the session's TTL corrects it with the adopting
-// keep-alive's answer (lock.Session.Renewed: raftlock does).
+// keep-alive's answer (kit.SessionRenewed: raftlock does).
 func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*lock.Session, error) {
 	if s := g.sessions.get(id); s != nil {
 		return s, nil

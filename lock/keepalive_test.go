@@ -51,7 +51,7 @@ func (s *scripted) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durati
 	s.mu.Unlock()
 	s.calls.Add(1)
 	if err == nil {
-		lease.Extend(time.Now(), lease.TTL())
+		kit.Extend(lease, time.Now(), lease.TTL())
 	}
 	return err
 }

@@ -9,4 +9,9 @@ func init() {
 	leasekit.DeadlineFor = deadlineFor
 	leasekit.InitLease = initLease
 	leasekit.InitSession = initSession
+	leasekit.ExtendLease = (*Lease).extend
+	leasekit.MarkWanted = (*Lease).markWanted
+	leasekit.ExtendSession = (*Session).extend
+	leasekit.SessionRenewed = (*Session).renewed
+	leasekit.SessionRefused = (*Session).refused
 }

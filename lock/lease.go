@@ -3,7 +3,6 @@ package lock
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -59,7 +58,7 @@ type Lease struct {
 	// ModeShared as a reader (Permits 0) or one of Permits semaphore
 	// holders. Informational: (Key, Token, Handle) identify the lease.
 	Mode Mode
-	// wanted (MarkWanted was called while the lease lived) sits beside
+	// wanted (markWanted was called while the lease lived) sits beside
 	// Mode, in the same word: a Lease fits the 240-byte size class.
 	wanted  bool
 	Permits int
@@ -227,13 +226,13 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
-// Extend records a successful renewal for ttl whose request was sent at
+// extend records a successful renewal for ttl whose request was sent at
 // sent: the deadline becomes sent + ttl − Drift(ttl) — earlier than before
 // if the renewal asked for a shorter TTL, since the backend's expiry moved
 // there too. It
 // reports false, changing nothing, when the lease has already ended: a lease
 // whose Done is closed stays closed.
-func (l *Lease) Extend(sent time.Time, ttl time.Duration) bool {
+func (l *Lease) extend(sent time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -308,11 +307,12 @@ func (l *Lease) IsWanted() bool {
 	return l.wanted
 }
 
-// MarkWanted records that another contender waits for the key: Wanted
+// markWanted records that another contender waits for the key: Wanted
 // closes and the AfterWanted callbacks run, on the caller's goroutine,
-// after the lease's lock is released. Backends call it; only the first call
-// on a live lease has an effect, and a call on an ended lease has none.
-func (l *Lease) MarkWanted() {
+// after the lease's lock is released. Backends call it (lock/kit's
+// MarkWanted); only the first call on a live lease has an effect, and a
+// call on an ended lease has none.
+func (l *Lease) markWanted() {
 	l.mu.Lock()
 	if l.wanted || l.err != nil {
 		l.mu.Unlock()
@@ -328,8 +328,8 @@ func (l *Lease) MarkWanted() {
 	runAll(fs)
 }
 
-// AfterWanted arranges for f to run once the lease is marked wanted (see
-// MarkWanted), or at once, on the caller's goroutine, if it already is. f
+// AfterWanted arranges for f to run once the lease is marked wanted (its
+// backend learnt of a waiter), or at once, on the caller's goroutine, if it already is. f
 // is dropped, never run, if the lease ends first. As for AfterEnd, f must
 // be quick and must not block: it runs on the backend's path that learnt of
 // the waiter. The gateway uses it to push a "wanted" message to the holder.
@@ -344,37 +344,6 @@ func (l *Lease) AfterWanted(f func()) {
 		l.afterWanted = append(l.afterWanted, f)
 	}
 	l.mu.Unlock()
-}
-
-// Renewed records a backend's answer to a renewal of l for ttl whose request
-// was sent at sent. held means the backend extended the grant: the deadline
-// moves (see Extend). Otherwise the lease ends and the error, matching
-// ErrNotHeld, is returned; Renew implementations return Renewed's result.
-func (l *Lease) Renewed(sent time.Time, ttl time.Duration, held bool) error {
-	if !held {
-		return l.refused()
-	}
-	if !l.Extend(sent, ttl) {
-		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
-	}
-	return nil
-}
-
-// Released records a backend's answer to a release of l: held means it
-// freed the grant, and the lease ends with ErrReleased; otherwise it ends
-// with, and Released returns, an error matching ErrNotHeld.
-func (l *Lease) Released(held bool) error {
-	if !held {
-		return l.refused()
-	}
-	l.End(ErrReleased)
-	return nil
-}
-
-func (l *Lease) refused() error {
-	err := fmt.Errorf("%w: %q was released, expired or granted to someone else", ErrNotHeld, l.Key)
-	l.End(err)
-	return err
 }
 
 // NewHandle returns a fresh random lease handle: 128 bits from crypto/rand,

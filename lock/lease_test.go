@@ -23,7 +23,7 @@ func TestLeaseEndsAtDeadline(t *testing.T) {
 	if !errors.Is(l.Err(), lock.ErrExpired) {
 		t.Errorf("Err = %v, want ErrExpired", l.Err())
 	}
-	if l.Extend(time.Now(), time.Minute) {
+	if kit.Extend(l, time.Now(), time.Minute) {
 		t.Error("Extend revived an ended lease")
 	}
 }
@@ -40,7 +40,7 @@ func TestLeaseAlreadyPastDeadline(t *testing.T) {
 func TestLeaseExtend(t *testing.T) {
 	l := kit.NewLease(kit.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
 	sent := time.Now()
-	if !l.Extend(sent, time.Hour) {
+	if !kit.Extend(l, sent, time.Hour) {
 		t.Fatal("Extend of a live lease failed")
 	}
 	if got, want := l.Deadline(), kit.DeadlineFor(sent, time.Hour, 0); !got.Equal(want) {
@@ -57,7 +57,7 @@ func TestLeaseExtend(t *testing.T) {
 	// A shorter renewal moves the deadline earlier: the backend's expiry
 	// moved there too.
 	sent = time.Now()
-	l.Extend(sent, 50*time.Millisecond)
+	kit.Extend(l, sent, 50*time.Millisecond)
 	if got, want := l.Deadline(), kit.DeadlineFor(sent, 50*time.Millisecond, 0); !got.Equal(want) {
 		t.Errorf("Deadline after a shorter Extend = %v, want %v", got, want)
 	}
@@ -109,22 +109,22 @@ func TestErrorsMatch(t *testing.T) {
 func TestRenewedAndReleased(t *testing.T) {
 	l := kit.NewLease(kit.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
 	sent := time.Now()
-	if err := l.Renewed(sent, time.Hour, true); err != nil || !l.Deadline().Equal(kit.DeadlineFor(sent, time.Hour, 0)) {
+	if err := kit.Renewed(l, sent, time.Hour, true); err != nil || !l.Deadline().Equal(kit.DeadlineFor(sent, time.Hour, 0)) {
 		t.Fatalf("Renewed(held) = %v, deadline %v", err, l.Deadline())
 	}
-	if err := l.Released(true); err != nil || !errors.Is(l.Err(), lock.ErrReleased) {
+	if err := kit.Released(l, true); err != nil || !errors.Is(l.Err(), lock.ErrReleased) {
 		t.Fatalf("Released(held) = %v, Err %v", err, l.Err())
 	}
 	if _, err := kit.ValidateRenew(l, time.Second); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("ValidateRenew of a released lease = %v, want ErrNotHeld", err)
 	}
-	if err := l.Renewed(time.Now(), time.Hour, true); !errors.Is(err, lock.ErrNotHeld) {
+	if err := kit.Renewed(l, time.Now(), time.Hour, true); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Renewed on an ended lease = %v, want ErrNotHeld", err)
 	}
 
 	for _, refuse := range []func(*lock.Lease) error{
-		func(l *lock.Lease) error { return l.Renewed(time.Now(), time.Hour, false) },
-		func(l *lock.Lease) error { return l.Released(false) },
+		func(l *lock.Lease) error { return kit.Renewed(l, time.Now(), time.Hour, false) },
+		func(l *lock.Lease) error { return kit.Released(l, false) },
 	} {
 		l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
 		err := refuse(l)
@@ -146,9 +146,9 @@ func TestAfterEnd(t *testing.T) {
 		name string
 		do   func(l *lock.Lease)
 	}{
-		{"released", func(l *lock.Lease) { l.Released(true) }},
+		{"released", func(l *lock.Lease) { kit.Released(l, true) }},
 		{"expired", func(l *lock.Lease) {}}, // a 30 ms TTL runs out
-		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
+		{"refused", func(l *lock.Lease) { kit.Renewed(l, time.Now(), time.Minute, false) }},
 	} {
 		t.Run(end.name, func(t *testing.T) {
 			l := kit.NewLease(kit.Grant{Key: "k", Owner: "o", Token: 1, Handle: "h", TTL: 30 * time.Millisecond, Sent: time.Now()})
@@ -183,9 +183,9 @@ func TestAfterEndSynchronous(t *testing.T) {
 		name string
 		do   func(l *lock.Lease)
 	}{
-		{"released", func(l *lock.Lease) { l.Released(true) }},
-		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
-		{"extended into the past", func(l *lock.Lease) { l.Extend(time.Now().Add(-time.Hour), time.Second) }},
+		{"released", func(l *lock.Lease) { kit.Released(l, true) }},
+		{"refused", func(l *lock.Lease) { kit.Renewed(l, time.Now(), time.Minute, false) }},
+		{"extended into the past", func(l *lock.Lease) { kit.Extend(l, time.Now().Add(-time.Hour), time.Second) }},
 	} {
 		t.Run(end.name, func(t *testing.T) {
 			l := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
@@ -199,7 +199,7 @@ func TestAfterEndSynchronous(t *testing.T) {
 	}
 }
 
-// TestLeaseWanted: Wanted closes once on MarkWanted, AfterWanted runs once
+// TestLeaseWanted: Wanted closes once on kit.MarkWanted, AfterWanted runs once
 // (at once when registered late), and an ended lease is never marked.
 func TestLeaseWanted(t *testing.T) {
 	l := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
@@ -211,8 +211,8 @@ func TestLeaseWanted(t *testing.T) {
 		t.Fatal("Wanted closed before MarkWanted")
 	default:
 	}
-	l.MarkWanted()
-	l.MarkWanted()
+	kit.MarkWanted(l)
+	kit.MarkWanted(l)
 	select {
 	case <-ch:
 	default:
@@ -228,7 +228,7 @@ func TestLeaseWanted(t *testing.T) {
 	ran := false
 	ended.AfterWanted(func() { ran = true })
 	ended.End(lock.ErrReleased)
-	ended.MarkWanted()
+	kit.MarkWanted(ended)
 	select {
 	case <-ended.Wanted():
 		t.Fatal("an ended lease was marked wanted")

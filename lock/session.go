@@ -81,7 +81,7 @@ type SessionLocker interface {
 }
 
 // Session is a group of leases kept alive together. Its ID and Owner never
-// change; its deadline moves with each successful keep-alive (Extend), and
+// change; its deadline moves with each successful keep-alive, and
 // every lease in it follows. A Session is safe for concurrent use.
 type Session struct {
 	ID    string
@@ -100,7 +100,7 @@ type Session struct {
 
 // initSession completes a Session whose ID and Owner are set and arms its
 // deadline: Done closes with ErrExpired when the deadline passes unless
-// Extend moves it first, and every lease in the session ends with it.
+// a keep-alive moves it first, and every lease in the session ends with it.
 // lock/kit's NewSession calls it.
 func initSession(s *Session, ttl time.Duration, sent time.Time, driftFactor float64) *Session {
 	s.driftFactor = driftFactor
@@ -164,10 +164,10 @@ func (s *Session) Leases() int {
 	return len(s.leases)
 }
 
-// Extend records a successful keep-alive sent at sent: the session's
+// extend records a successful keep-alive sent at sent: the session's
 // deadline, and every lease's in it, becomes sent + TTL − Drift(TTL). It
 // reports false, changing nothing, when the session has already ended.
-func (s *Session) Extend(sent time.Time) bool {
+func (s *Session) extend(sent time.Time) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -183,13 +183,13 @@ func (s *Session) Extend(sent time.Time) bool {
 	return true
 }
 
-// Renewed records a successful keep-alive sent at sent for which the
+// renewed records a successful keep-alive sent at sent for which the
 // backend reported the session's TTL: when ttl differs from the one the
 // Session was built with (a gateway that adopted a session by its id
 // alone, and guessed), the Session takes the backend's ttl and its
 // deadline becomes sent + ttl − Drift(ttl) even if that is earlier. It
 // reports false when the session has already ended.
-func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
+func (s *Session) renewed(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -200,7 +200,7 @@ func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
 		s.deadline = deadlineFor(sent, ttl, s.driftFactor)
 	}
 	s.mu.Unlock()
-	return s.Extend(sent)
+	return s.extend(sent)
 }
 
 // End ends the session with cause (ErrReleased when it was closed) and
@@ -227,10 +227,11 @@ func (s *Session) End(cause error) {
 	}
 }
 
-// Refused ends the session after its backend refused a keep-alive (it no
+// refused ends the session after its backend refused a keep-alive (it no
 // longer has the session) and returns the error every lease ends with:
-// it matches ErrSessionExpired and ErrNotHeld.
-func (s *Session) Refused(detail error) error {
+// it matches ErrSessionExpired and ErrNotHeld. lock/kit's SessionRefused
+// calls it.
+func (s *Session) refused(detail error) error {
 	err := fmt.Errorf("%w: %w", ErrNotHeld, ErrSessionExpired)
 	if detail != nil && !errors.Is(detail, ErrSessionExpired) {
 		err = fmt.Errorf("%w: %w (%v)", ErrNotHeld, ErrSessionExpired, detail)
@@ -294,7 +295,7 @@ func KeepSessionAlive(ctx context.Context, l SessionLocker, s *Session) {
 			}
 			switch {
 			case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrNotHeld):
-				s.Refused(err)
+				s.refused(err)
 				return
 			case errors.Is(err, ErrClosed), ctx.Err() != nil:
 				return

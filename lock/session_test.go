@@ -25,10 +25,10 @@ func TestSessionLeasesFollowAndEnd(t *testing.T) {
 		t.Fatalf("%d leases in the session, want 2", s.Leases())
 	}
 	t1 := t0.Add(10 * time.Second)
-	if !s.Extend(t1) || !a.Deadline().Equal(kit.DeadlineFor(t1, time.Minute, 0)) || !b.Deadline().Equal(s.Deadline()) {
+	if !kit.ExtendSession(s, t1) || !a.Deadline().Equal(kit.DeadlineFor(t1, time.Minute, 0)) || !b.Deadline().Equal(s.Deadline()) {
 		t.Fatalf("after Extend: session %v, a %v, b %v", s.Deadline(), a.Deadline(), b.Deadline())
 	}
-	if s.Extend(t0); !s.Deadline().Equal(kit.DeadlineFor(t1, time.Minute, 0)) {
+	if kit.ExtendSession(s, t0); !s.Deadline().Equal(kit.DeadlineFor(t1, time.Minute, 0)) {
 		t.Fatal("an older keep-alive moved the deadline back")
 	}
 	b.End(lock.ErrReleased)
@@ -36,10 +36,10 @@ func TestSessionLeasesFollowAndEnd(t *testing.T) {
 		t.Fatalf("%d leases after a release, want 1", s.Leases())
 	}
 	// The backend says the TTL is 2 s: the session (and a) take it.
-	if !s.Renewed(t1, 2*time.Second) || s.TTL() != 2*time.Second || !a.Deadline().Equal(kit.DeadlineFor(t1, 2*time.Second, 0)) {
+	if !kit.SessionRenewed(s, t1, 2*time.Second) || s.TTL() != 2*time.Second || !a.Deadline().Equal(kit.DeadlineFor(t1, 2*time.Second, 0)) {
 		t.Fatalf("after Renewed: TTL %v, a's deadline %v", s.TTL(), a.Deadline())
 	}
-	err := s.Refused(nil)
+	err := kit.SessionRefused(s, nil)
 	if !errors.Is(err, lock.ErrSessionExpired) || !errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Refused = %v, want lock.ErrSessionExpired and lock.ErrNotHeld", err)
 	}
@@ -56,7 +56,7 @@ func TestSessionLeasesFollowAndEnd(t *testing.T) {
 		t.Fatal("a lease granted into an ended session is live")
 	}
 	<-late.Done()
-	if s.Extend(time.Now()) {
+	if kit.ExtendSession(s, time.Now()) {
 		t.Fatal("an ended session was extended")
 	}
 }

@@ -184,7 +184,7 @@ func (s *scheduler) unlockAndRun(inline bool) {
 	s.proposals, s.tell = nil, nil
 	s.mu.Unlock()
 	for _, lease := range tell {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	for i, p := range ps {
 		if inline && i == 0 {

@@ -228,8 +228,8 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if sess := lease.Session(); sess != nil && ok {
 		// A session lease: the state machine renewed its session, and so
 		// every lease of it.
-		sess.Extend(sent)
-	} else if err := lease.Renewed(sent, ttl, ok); err != nil {
+		kit.ExtendSession(sess, sent)
+	} else if err := kit.Renewed(lease, sent, ttl, ok); err != nil {
 		return err
 	}
 	s.n.sched.attach(lease)
@@ -272,7 +272,7 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 	if a.err != nil {
 		return a.err
 	}
-	return lease.Released(a.res.Results[0].Status == fsm.StatusOK)
+	return kit.Released(lease, a.res.Results[0].Status == fsm.StatusOK)
 }
 
 // awaitApplied waits for a commit's outcome, or for ctx. An outcome that
@@ -338,7 +338,7 @@ func (s *Session) ReleaseAll(ctx context.Context, leases []*lock.Lease) error {
 	}
 	var errs []error
 	for i, lease := range leases {
-		if err := lease.Released(a.res.Results[i].Status == fsm.StatusOK); err != nil {
+		if err := kit.Released(lease, a.res.Results[i].Status == fsm.StatusOK); err != nil {
 			errs = append(errs, fmt.Errorf("release %q: %w", lease.Key, err))
 		}
 	}

@@ -72,7 +72,7 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 		return err
 	}
 	if err := s.n.drainRefuses(sess.ID); err != nil {
-		return sess.Refused(err)
+		return kit.SessionRefused(sess, err)
 	}
 	sent := time.Now()
 	res, err := s.n.applyCtx(ctx, fsm.Op{Type: fsm.OpSessionRenew, Key: sess.ID})
@@ -80,7 +80,7 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 		return err
 	}
 	if res.Results[0].Status != fsm.StatusOK {
-		return sess.Refused(nil)
+		return kit.SessionRefused(sess, nil)
 	}
 	// The state machine's TTL is the session's: a Session rebuilt from
 	// its id alone (a gateway adopting it after a leader change) learns
@@ -89,7 +89,7 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 	if si, ok := s.n.fsm.Session(sess.ID); ok {
 		ttl = si.TTL
 	}
-	if !sess.Renewed(sent, ttl) {
+	if !kit.SessionRenewed(sess, sent, ttl) {
 		return fmt.Errorf("%w: %w", lock.ErrSessionExpired, sess.Err())
 	}
 	return nil
@@ -106,7 +106,7 @@ func (s *Session) CloseSession(ctx context.Context, sess *lock.Session) error {
 		return err
 	}
 	if res.Results[0].Status != fsm.StatusOK {
-		return sess.Refused(nil)
+		return kit.SessionRefused(sess, nil)
 	}
 	sess.End(lock.ErrReleased)
 	return nil
@@ -171,7 +171,7 @@ func (cl *clusterLocker) CloseSession(ctx context.Context, sess *lock.Session) e
 func sessionErr(key string, sess *lock.Session) error {
 	err := fmt.Errorf("raftlock: acquire %q: %w", key, lock.ErrSessionExpired)
 	if sess != nil {
-		sess.Refused(nil)
+		kit.SessionRefused(sess, nil)
 	}
 	return err
 }

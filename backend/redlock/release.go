@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Renew implements lock.Locker: compare-and-pexpire on every node; the lease
@@ -30,7 +31,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	r.collect(true)
 	switch {
 	case r.won():
-		if err := lease.Renewed(sent, ttl, true); err != nil {
+		if err := kit.Renewed(lease, sent, ttl, true); err != nil {
 			return err
 		}
 		if err := lease.Err(); err != nil {
@@ -43,7 +44,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		l.track(lease, false, wanted)
 		return nil
 	case r.lost():
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		return fmt.Errorf("%w: redlock: renew %q: %d of %d nodes answered, %d still hold it (quorum %d): %v",
 			lock.ErrUnavailable, lease.Key, r.answered(), r.n, r.ok, r.quorum, r.err())
@@ -79,9 +80,9 @@ func (l *Locker) releaseCounted(ctx context.Context, lease *lock.Lease, moved in
 	case t.won():
 		l.deliver(k.channel, uint64(lease.Token)) // wake a local waiter at once
 		l.gate.EndHolder(lease, lock.ErrReleased)
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	case t.lost() || t.answered() == t.n:
-		err := lease.Released(false)
+		err := kit.Released(lease, false)
 		l.gate.EndHolder(lease, err)
 		return err
 	default:

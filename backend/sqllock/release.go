@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Renew implements lock.Locker: compare-and-extend on the database's clock.
@@ -37,13 +38,13 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	}
 	switch {
 	case err == nil:
-		if err := lease.Renewed(sent, ttl, true); err != nil {
+		if err := kit.Renewed(lease, sent, ttl, true); err != nil {
 			return err
 		}
 		l.wanted.renewed(lease, contended)
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		return l.fail("renew", lease.Key, err)
 	}
@@ -78,7 +79,7 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	if err == nil {
 		l.deliver(lease.Key) // wake a local waiter without waiting for the notification
 	}
-	err = lease.Released(held)
+	err = kit.Released(lease, held)
 	if held {
 		l.gate.EndHolder(lease, lock.ErrReleased)
 	} else {

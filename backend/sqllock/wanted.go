@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The wanted signal (lock.Lease.Wanted). A holder is told that a caller
@@ -139,7 +140,7 @@ func (w *wanted) granted(lease *lock.Lease, contended, counted bool) {
 	w.mu.Unlock()
 	lease.AfterEnd(func() { w.untrack(lease) })
 	if contended || others > 0 {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -171,7 +172,7 @@ func (w *wanted) renewed(lease *lock.Lease, contended bool) {
 		lease.AfterEnd(func() { w.untrack(lease) })
 	}
 	if contended {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -211,11 +212,11 @@ func (w *wanted) notice(key string, token lock.Token) {
 	markAll(marks)
 }
 
-// markAll marks leases outside w.mu: MarkWanted runs the leases'
+// markAll marks leases outside w.mu: kit.MarkWanted runs the leases'
 // AfterWanted callbacks.
 func markAll(ls []*lock.Lease) {
 	for _, l := range ls {
-		l.MarkWanted()
+		kit.MarkWanted(l)
 	}
 }
 

@@ -224,7 +224,7 @@ func (r *Redsync) release(ctx context.Context, lease *lock.Lease) error {
 	if !ok && redsyncUnreachable(err) && !redsyncTaken(err) && !errors.Is(err, redsync.ErrLockAlreadyExpired) {
 		return r.life.fail(ctx, "redsync", "release", lease.Key, err)
 	}
-	return lease.Released(ok)
+	return kit.Released(lease, ok)
 }
 
 // Renew implements lock.Locker with ExtendContext: the keys whose value is
@@ -242,7 +242,7 @@ func (r *Redsync) renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if !ok && redsyncUnreachable(err) && !redsyncTaken(err) {
 		return r.life.fail(ctx, "redsync", "renew", lease.Key, err)
 	}
-	return lease.Renewed(sent, ttl, ok)
+	return kit.Renewed(lease, sent, ttl, ok)
 }
 
 // Inspect returns ErrUnsupported: redsync cannot name a holder.

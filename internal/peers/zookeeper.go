@@ -448,7 +448,7 @@ func (z *ZooKeeper) Release(ctx context.Context, lease *lock.Lease) error {
 func (z *ZooKeeper) release(ctx context.Context, lease *lock.Lease) error {
 	g := z.grant(lease)
 	if g == nil {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	var err error
 	if g.lk != nil {
@@ -462,7 +462,7 @@ func (z *ZooKeeper) release(ctx context.Context, lease *lock.Lease) error {
 	z.mu.Lock()
 	delete(z.held, lease.Handle)
 	z.mu.Unlock()
-	return lease.Released(err == nil)
+	return kit.Released(lease, err == nil)
 }
 
 // Renew checks that the lock node still exists in this session and moves
@@ -475,7 +475,7 @@ func (z *ZooKeeper) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 func (z *ZooKeeper) renew(ctx context.Context, lease *lock.Lease) error {
 	g := z.grant(lease)
 	if g == nil {
-		return lease.Renewed(time.Time{}, 0, false)
+		return kit.Renewed(lease, time.Time{}, 0, false)
 	}
 	sent := time.Now()
 	ok, st, err := z.conn.Exists(g.path)
@@ -488,7 +488,7 @@ func (z *ZooKeeper) renew(ctx context.Context, lease *lock.Lease) error {
 		delete(z.held, lease.Handle)
 		z.mu.Unlock()
 	}
-	return lease.Renewed(sent, z.SessionTimeout(), held)
+	return kit.Renewed(lease, sent, z.SessionTimeout(), held)
 }
 
 // Inspect names the owner of the key's lowest lock node.

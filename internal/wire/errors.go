@@ -102,7 +102,7 @@ var Codes = []Code{
 	{Name: CodeUnsupported, Status: http.StatusNotImplemented, Cause: lock.ErrUnsupported, Sentinel: lock.ErrUnsupported},
 	// The session named is gone (expired or closed): a keep-alive, a
 	// close or an acquire in it was refused. Before not_held, which a
-	// session's refused keep-alive matches too (lock.Session.Refused); a
+	// session's refused keep-alive matches too (kit.SessionRefused); a
 	// client's error for it matches lock.ErrNotHeld as well.
 	{Name: CodeSessionExpired, Status: http.StatusConflict, Cause: lock.ErrSessionExpired, Sentinel: lock.ErrSessionExpired},
 	{Name: CodeNotHeld, Status: http.StatusConflict, Cause: lock.ErrNotHeld, Sentinel: lock.ErrNotHeld},

@@ -159,13 +159,13 @@ func normalizeErr(opts lock.AcquireOptions) error {
 	return err
 }
 
-// TestSessionCodes: a refused session keep-alive (lock.Session.Refused's
+// TestSessionCodes: a refused session keep-alive (kit.SessionRefused's
 // error, which matches ErrNotHeld too) is session_expired, not not_held;
 // a plain not-held stays not_held.
 func TestSessionCodes(t *testing.T) {
 	s := kit.NewSession(kit.SessionGrant{ID: "s", TTL: time.Hour, Sent: time.Now()})
 	defer s.End(nil)
-	refused := s.Refused(errors.New("gone"))
+	refused := kit.SessionRefused(s, errors.New("gone"))
 	for _, tc := range []struct {
 		err  error
 		want string

@@ -8,5 +8,7 @@
 // features against the backend's (Needs, CheckSupported), and the building
 // of the Lease and Session a backend hands out (NewLease from a Grant,
 // NewSession from a SessionGrant), whose deadline follows the holder's
-// view of time that package lock documents (DeadlineFor).
+// view of time that package lock documents (DeadlineFor), and the record
+// of the backend's answers on them (Renewed, Released, MarkWanted,
+// ExtendSession, SessionRenewed, SessionRefused).
 package kit

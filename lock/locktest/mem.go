@@ -196,14 +196,14 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 		k.holders = append(k.holders, h)
 	case i < 0:
 		s.mu.Unlock()
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		h = k.holders[i]
 	}
 	h.expires = sent.Add(ttl)
 	s.armLocked(k, h, ttl)
 	s.mu.Unlock()
-	return lease.Renewed(sent, ttl, true)
+	return kit.Renewed(lease, sent, ttl, true)
 }
 
 func (k *memKey) holderIndex(lease *lock.Lease) int {
@@ -232,7 +232,7 @@ func (l *MemLocker) Release(ctx context.Context, lease *lock.Lease) error {
 	}
 	s.scheduleLocked(lease.Key)
 	s.mu.Unlock()
-	return lease.Released(ours)
+	return kit.Released(lease, ours)
 }
 
 // Inspect implements lock.Locker.
@@ -290,12 +290,12 @@ func (s *MemStore) attach(lease *lock.Lease) {
 	}
 	s.mu.Unlock()
 	if wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
 // wantedLocked returns the leases to tell that a caller with opts queued on
-// k (to be told once mu is released: MarkWanted runs callbacks): every
+// k (to be told once mu is released: kit.MarkWanted runs callbacks): every
 // holder, when the holders keep the caller out.
 func (s *MemStore) wantedLocked(k *memKey, opts lock.AcquireOptions) []*lock.Lease {
 	var out []*lock.Lease

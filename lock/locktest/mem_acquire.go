@@ -132,7 +132,7 @@ func (l *MemLocker) acquire(ctx context.Context, keys []string, opts lock.Acquir
 	s.scheduleLocked(keys...) // expiries above may have freed keys with waiters
 	s.mu.Unlock()
 	for _, lease := range tell {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 
 	select {

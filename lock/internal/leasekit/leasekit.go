@@ -28,4 +28,14 @@ var (
 	//
 	//	func(s *lock.Session, ttl time.Duration, sent time.Time, driftFactor float64) *lock.Session
 	InitSession any
+
+	// What a backend records of its answers, on a Lease or Session whose
+	// state is lock's:
+	//
+	//	ExtendLease    func(l *lock.Lease, sent time.Time, ttl time.Duration) bool
+	//	MarkWanted     func(l *lock.Lease)
+	//	ExtendSession  func(s *lock.Session, sent time.Time) bool
+	//	SessionRenewed func(s *lock.Session, sent time.Time, ttl time.Duration) bool
+	//	SessionRefused func(s *lock.Session, detail error) error
+	ExtendLease, MarkWanted, ExtendSession, SessionRenewed, SessionRefused any
 )
