@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Acquire implements lock.Locker: it waits, across reconnects and leader
@@ -36,7 +37,7 @@ func (c *Client) acquire(ctx context.Context, key string, opts lock.AcquireOptio
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if _, err := opts.Normalize(key, c.opts.ClientID); err != nil {
+	if _, err := kit.Normalize(opts, key, c.opts.ClientID); err != nil {
 		return nil, err // before a session is opened for it
 	}
 	return waitOutRateLimits(c, ctx, wait, func() string { return fmt.Sprintf("acquire %q", key) }, func() (*lock.Lease, error) {
@@ -81,7 +82,7 @@ func waitOutRateLimits[T any](c *Client, ctx context.Context, wait bool, what fu
 
 // acquireIn is acquire with the session, if any, chosen.
 func (c *Client) acquireIn(ctx context.Context, key string, opts lock.AcquireOptions, wait bool) (*lock.Lease, error) {
-	opts, err := opts.Normalize(key, c.opts.ClientID)
+	opts, err := kit.Normalize(opts, key, c.opts.ClientID)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +167,7 @@ func acquireRequest(req wire.Request, opts lock.AcquireOptions, handle string) w
 // lock-delay (a kept lease that expired unseen would hold the key for
 // its delay).
 func cacheable(opts lock.AcquireOptions) bool {
-	return opts.Needs() == 0
+	return kit.Needs(opts) == 0
 }
 
 // grantOf is a grant reply's lease.
@@ -218,10 +219,10 @@ func (c *Client) lease(r wire.Grant, key string, opts lock.AcquireOptions, sent 
 	if r.Permits != 0 {
 		permits = r.Permits
 	}
-	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent,
+	lease := kit.NewLease(kit.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value, TTL: ttl, Sent: sent,
 		Mode: mode, Permits: permits})
 	if r.Wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	c.track(lease)
 	if opts.AutoRenew {
@@ -236,7 +237,7 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		return lock.ErrClosed
 	}
 	defer c.leave()
-	ttl, err := lock.ValidateRenew(lease, ttl)
+	ttl, err := kit.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
 	}
@@ -250,7 +251,7 @@ func (c *Client) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	if err != nil {
 		return err
 	}
-	if err := lease.Renewed(sent, ttl, held); err != nil {
+	if err := kit.Renewed(lease, sent, ttl, held); err != nil {
 		return err
 	}
 	c.track(lease)
@@ -281,7 +282,7 @@ func (c *Client) renew(parent, ctx context.Context, key, handle string, token lo
 // not_held answer to a re-sent release is judged. With Options.CacheLeases
 // a lease nobody else wants is kept in the cache instead (see there).
 func (c *Client) Release(ctx context.Context, lease *lock.Lease) error {
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	if c.cache != nil {
@@ -298,7 +299,7 @@ func (c *Client) release(ctx context.Context, lease *lock.Lease) error {
 		return lock.ErrClosed
 	}
 	defer c.leave()
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	octx, cancel := c.opCtx(ctx)
@@ -315,14 +316,14 @@ func (c *Client) release(ctx context.Context, lease *lock.Lease) error {
 	}
 	switch {
 	case r.Type == wire.TypeReleased:
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	case r.code() == wire.CodeNotHeld:
 		if k.prior && alive {
 			// An earlier copy may have reached the gateway before its
 			// connection failed, and nothing else can have ended a lease
 			// that was alive by our clock: that copy freed it.
 			c.log.Debug("lockgate client: re-sent release answered not_held; the earlier copy released it", "key", lease.Key, "token", lease.Token)
-			return lease.Released(true)
+			return kit.Released(lease, true)
 		}
 		if k.prior {
 			err := fmt.Errorf("%w: release %q (token %d): outcome unknown: the re-sent copy was answered not_held after the lease's deadline, "+
@@ -330,7 +331,7 @@ func (c *Client) release(ctx context.Context, lease *lock.Lease) error {
 			lease.End(err)
 			return err
 		}
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	return unexpected(r, lease.Key, wire.TypeReleased)
 }
@@ -341,7 +342,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*lock.LockInfo, error
 		return nil, lock.ErrClosed
 	}
 	defer c.leave()
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	octx, cancel := c.opCtx(ctx)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The primitives beyond the mutex: the Client passes AcquireOptions.Mode, Permits
@@ -66,10 +67,10 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 		return nil, lock.ErrClosed
 	}
 	defer c.leave()
-	if err := lock.ValidateKeys(keys); err != nil {
+	if err := kit.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
-	if _, err := opts.Normalize(keys[0], c.opts.ClientID); err != nil {
+	if _, err := kit.Normalize(opts, keys[0], c.opts.ClientID); err != nil {
 		return nil, err // before a session is opened for it
 	}
 	return waitOutRateLimits(c, ctx, wait, func() string { return fmt.Sprintf("acquire-all %q", keys) }, func() ([]*lock.Lease, error) {
@@ -81,7 +82,7 @@ func (c *Client) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 
 // acquireAllIn is acquireAll with the session, if any, chosen.
 func (c *Client) acquireAllIn(ctx context.Context, keys []string, opts lock.AcquireOptions, wait bool) ([]*lock.Lease, error) {
-	opts, err := opts.Normalize(keys[0], c.opts.ClientID)
+	opts, err := kit.Normalize(opts, keys[0], c.opts.ClientID)
 	if err != nil {
 		return nil, err
 	}

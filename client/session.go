@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Sessions. The Client is a lock.SessionLocker over commands
@@ -157,7 +158,7 @@ func withOwnSession[T any](c *Client, ctx context.Context, opts lock.AcquireOpti
 			return acquire(c.outsideSession(opts))
 		}
 		if attempt == 0 && errors.Is(err, lock.ErrSessionExpired) {
-			s.Refused(err)
+			kit.SessionRefused(s, err)
 			continue
 		}
 		return got, err
@@ -243,7 +244,7 @@ func (c *Client) OpenSession(ctx context.Context, opts lock.SessionOptions) (*lo
 	if opts.Owner == "" {
 		opts.Owner = c.opts.ClientID
 	}
-	if err := lock.ValidateSessionOptions(opts); err != nil {
+	if err := kit.ValidateSessionOptions(opts); err != nil {
 		return nil, err
 	}
 	octx, cancel := c.opCtx(ctx)
@@ -259,7 +260,7 @@ func (c *Client) OpenSession(ctx context.Context, opts lock.SessionOptions) (*lo
 	if r.SessionID == "" || r.TTL <= 0 {
 		return nil, fmt.Errorf("lockgate client: open-session: answer without sessionId or ttl: %w", lock.ErrUnavailable)
 	}
-	return lock.NewSession(lock.SessionGrant{ID: r.SessionID, Owner: opts.Owner,
+	return kit.NewSession(kit.SessionGrant{ID: r.SessionID, Owner: opts.Owner,
 		TTL: time.Duration(r.TTL) * time.Millisecond, Sent: k.last}), nil
 }
 
@@ -287,12 +288,12 @@ func (c *Client) RenewSession(ctx context.Context, s *lock.Session) error {
 	}
 	switch {
 	case r.Type == wire.TypeSessionRenewed:
-		if !s.Extend(k.last) {
+		if !kit.ExtendSession(s, k.last) {
 			return fmt.Errorf("lockgate client: renew-session: %w: %w", lock.ErrSessionExpired, s.Err())
 		}
 		return nil
 	case r.code() == wire.CodeSessionExpired:
-		return s.Refused(replyError(r, ""))
+		return kit.SessionRefused(s, replyError(r, ""))
 	}
 	return unexpected(r, "", wire.TypeSessionRenewed)
 }
@@ -320,7 +321,7 @@ func (c *Client) CloseSession(ctx context.Context, s *lock.Session) error {
 		s.End(lock.ErrReleased)
 		return nil
 	case r.code() == wire.CodeSessionExpired:
-		return s.Refused(replyError(r, ""))
+		return kit.SessionRefused(s, replyError(r, ""))
 	}
 	return unexpected(r, "", wire.TypeSessionClosed)
 }
@@ -370,7 +371,7 @@ func (c *Client) sessionLease(r wire.Grant, key, owner string, token lock.Token,
 	if r.Permits != 0 {
 		permits = r.Permits
 	}
-	lease := lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value,
+	lease := kit.NewLease(kit.Grant{Key: key, Owner: owner, Token: token, Handle: r.LockToken, Value: opts.Value,
 		Mode: mode, Permits: permits, Session: s})
 	if err := lease.Err(); err != nil {
 		// The session ended while the grant was on its way: so did the
@@ -378,7 +379,7 @@ func (c *Client) sessionLease(r wire.Grant, key, owner string, token lock.Token,
 		return nil, fmt.Errorf("lockgate client: acquire %q: %w: %w", key, lock.ErrSessionExpired, err)
 	}
 	if r.Wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	c.track(lease)
 	return lease, nil

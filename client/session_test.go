@@ -12,6 +12,7 @@ import (
 
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Sessions through the Go client, against a three-node
@@ -201,7 +202,7 @@ func TestSessionClosedByServer(t *testing.T) {
 	admin := newClient(t, []string{addr}, client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	alias := lock.NewSession(lock.SessionGrant{ID: s.ID, TTL: s.TTL(), Sent: time.Now()})
+	alias := kit.NewSession(kit.SessionGrant{ID: s.ID, TTL: s.TTL(), Sent: time.Now()})
 	if err := admin.CloseSession(ctx, alias); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestSessionLocker(t *testing.T) {
 	if err := sl.RenewSession(ctx, s); !errors.Is(err, lock.ErrSessionExpired) {
 		t.Errorf("renew of a closed session: %v, want ErrSessionExpired", err)
 	}
-	if err := sl.CloseSession(ctx, lock.NewSession(lock.SessionGrant{ID: s.ID, TTL: time.Second, Sent: time.Now()})); !errors.Is(err, lock.ErrSessionExpired) {
+	if err := sl.CloseSession(ctx, kit.NewSession(kit.SessionGrant{ID: s.ID, TTL: time.Second, Sent: time.Now()})); !errors.Is(err, lock.ErrSessionExpired) {
 		t.Errorf("close of a closed session: %v, want ErrSessionExpired", err)
 	}
 }

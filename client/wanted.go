@@ -2,6 +2,7 @@ package client
 
 import (
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The gateway pushes "wanted" to the connection that holds a lease when
@@ -25,7 +26,7 @@ func (c *Client) track(lease *lock.Lease) {
 	delete(c.early, lease.Handle)
 	c.hmu.Unlock()
 	if early {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	lease.AfterEnd(func() {
 		c.hmu.Lock()
@@ -49,7 +50,7 @@ func (c *Client) wanted(r *reply) {
 	if lease == nil || lease.Key != r.Key || r.FencingToken == nil || lease.Token != r.token() {
 		return
 	}
-	lease.MarkWanted()
+	kit.MarkWanted(lease)
 }
 
 // expect prepares for a grant with lock token handle: a "wanted" push for

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // WatchBuffer is how many events of one watch the client holds for a
@@ -95,9 +96,9 @@ func (c *Client) watch(ctx context.Context, key string, prefix bool) (<-chan loc
 		return nil, lock.ErrClosed
 	}
 	defer c.leave()
-	validate, what := lock.ValidateKey, fmt.Sprintf("watch %q", key)
+	validate, what := kit.ValidateKey, fmt.Sprintf("watch %q", key)
 	if prefix {
-		validate, what = lock.ValidatePrefix, fmt.Sprintf("watch prefix %q", key)
+		validate, what = kit.ValidatePrefix, fmt.Sprintf("watch prefix %q", key)
 	}
 	if err := validate(key); err != nil {
 		return nil, err

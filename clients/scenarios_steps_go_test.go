@@ -13,6 +13,7 @@ import (
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/election"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // goSteps are the Go runner's implementations of the step kinds of
@@ -369,7 +370,7 @@ func stepReleaseRebuilt(r *goRun, st step) error {
 	if err != nil {
 		return err
 	}
-	cp := lock.NewLease(lock.Grant{Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle, TTL: l.TTL(), Sent: time.Now()})
+	cp := kit.NewLease(kit.Grant{Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle, TTL: l.TTL(), Sent: time.Now()})
 	ctx, cancel := context.WithTimeout(r.ctx, within(st, callBound))
 	defer cancel()
 	err = c.Release(ctx, cp)

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/nodeview"
 	"github.com/lockgate/lockgate/internal/wire"
 )
 
@@ -31,7 +31,7 @@ func (c *Console) whoami(w http.ResponseWriter, r *http.Request) {
 
 // memberView is one member in the cluster view.
 type memberView struct {
-	raftlock.NodeStatus
+	nodeview.Status
 	Voter      bool   `json:"voter"`
 	LagEntries int64  `json:"lagEntries"`
 	Lagging    bool   `json:"lagging"`
@@ -50,15 +50,15 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	if _, ok := c.authorize(w, r); !ok {
 		return
 	}
-	pl, err := c.n.Peers()
+	pl, err := c.n.MembersView()
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error())
 		return
 	}
-	self := c.n.Status()
+	self := c.n.StatusView()
 	rep := clusterReply{Node: c.n.ID(), LeaderID: pl.LeaderID, LeaderAddr: pl.LeaderAddr, Term: pl.Term}
-	ids := make([]string, 0, len(pl.PeerAddress))
-	for id := range pl.PeerAddress {
+	ids := make([]string, 0, len(pl.RaftAddr))
+	for id := range pl.RaftAddr {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -66,10 +66,10 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		m := &rep.Nodes[i]
-		m.ID, m.RaftAddr, m.APIAddr = id, pl.PeerAddress[id], pl.APIAddress[id]
+		m.ID, m.RaftAddr, m.APIAddr = id, pl.RaftAddr[id], pl.APIAddr[id]
 		m.Voter = slices.Contains(pl.Voters, id)
 		if id == self.ID {
-			m.NodeStatus = self
+			m.Status = self
 			continue
 		}
 		wg.Go(func() {
@@ -79,7 +79,7 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			st.RaftAddr = m.RaftAddr
-			m.NodeStatus = st
+			m.Status = st
 		})
 	}
 	wg.Wait()
@@ -106,14 +106,14 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 
 // memberStatus asks the member at apiAddr for its own status, with the
 // caller's credential (a member checks it as this node does).
-func (c *Console) memberStatus(r *http.Request, apiAddr string) (raftlock.NodeStatus, error) {
-	var st raftlock.NodeStatus
+func (c *Console) memberStatus(r *http.Request, apiAddr string) (nodeview.Status, error) {
+	var st nodeview.Status
 	if apiAddr == "" {
 		return st, errors.New("no API address known")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), FanOutTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+raftlock.PathStatus, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+nodeview.PathStatus, nil)
 	if err != nil {
 		return st, err
 	}
@@ -135,7 +135,8 @@ func (c *Console) memberStatus(r *http.Request, apiAddr string) (raftlock.NodeSt
 	return st, nil
 }
 
-// holderJSON and lockJSON are the JSON of raftlock's console views.
+// holderJSON and lockJSON are the JSON of a node's nodeview.Holder and
+// nodeview.Lock.
 type holderJSON struct {
 	Owner       string `json:"owner"`
 	Token       string `json:"token"`

@@ -10,6 +10,7 @@
 package console
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"io/fs"
@@ -17,8 +18,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/internal/crossorigin"
+	"github.com/lockgate/lockgate/internal/nodeview"
 	"github.com/lockgate/lockgate/internal/wire"
 )
 
@@ -50,7 +51,7 @@ const (
 	// hopsHeader counts the forwards of a request that no member vouched
 	// for; past maxHops it is answered where it lands.
 	hopsHeader = "X-Lockgate-Console-Hops"
-	maxHops    = raftlock.DefaultMaxJoinHops
+	maxHops    = 5 // as many as a join may be forwarded (raftlock's default)
 )
 
 // Path prefixes served.
@@ -70,6 +71,39 @@ const (
 const csp = "default-src 'self'; connect-src 'self'; style-src 'self'; script-src 'self'; " +
 	"img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 
+// Node is what the console reads of the node it serves, and asks of it:
+// backend/raftlock's *Node is one. The data are internal/nodeview's types.
+type Node interface {
+	ID() string
+	// APIAddr is the node's own API address; Leader the leader's, "" when
+	// none is known.
+	APIAddr() string
+	IsLeader() bool
+	Leader() (id, apiAddr string)
+	// StatusView is the node's Raft view of itself (what it serves at
+	// nodeview.PathStatus); MembersView the cluster's members.
+	StatusView() nodeview.Status
+	MembersView() (nodeview.Members, error)
+	// Credential judges the credential r carries (its Authorization
+	// header's token), CredentialWith a token found elsewhere; false: none
+	// that may read the lock table.
+	Credential(r *http.Request) (nodeview.Credential, bool)
+	CredentialWith(r *http.Request, tok string, hasToken bool) (nodeview.Credential, bool)
+	// APIScheme and APITransport are how to reach the members' API
+	// addresses ("http" or "https", with the node's client certificate).
+	APIScheme() string
+	APITransport() http.RoundTripper
+	// ScanLocks is a page of the held keys containing q after the key
+	// after, in key order, at most limit (1..MaxPageSize) of them.
+	ScanLocks(q, after string, limit int) nodeview.LockPage
+	// LockDetail is key as ScanLocks shows it, with at most maxQueue of
+	// its waiters, in queue order (the leader's; a follower has none).
+	LockDetail(key string, maxQueue int) (nodeview.Lock, []nodeview.Waiter, error)
+	// ForceRelease frees every holder of key, on the leader; ctx names
+	// the caller for the audit trail (audit.WithCaller).
+	ForceRelease(ctx context.Context, key string) error
+}
+
 // Options configures Mount.
 type Options struct {
 	Logger *slog.Logger // default slog.Default()
@@ -88,7 +122,7 @@ type Options struct {
 
 // Console serves one node's console.
 type Console struct {
-	n          *raftlock.Node
+	n          Node
 	readable   func(identity, key string) bool
 	keyAdmin   func(identity, key string) bool
 	restricted func() bool
@@ -98,19 +132,19 @@ type Console struct {
 	mux        *http.ServeMux
 }
 
-// Mount serves the console on s's API address: the page at /ui and its
-// data under /v1/console/.
-func Mount(s *raftlock.Server, opts Options) *Console {
-	c := New(s.Node, opts)
-	s.Mux.Handle("/ui", c)
-	s.Mux.Handle(PathUI, c)
-	s.Mux.Handle(PathData, c)
+// Mount serves the console of n on mux (the node's API address): the
+// page at /ui and its data under /v1/console/.
+func Mount(mux *http.ServeMux, n Node, opts Options) *Console {
+	c := New(n, opts)
+	mux.Handle("/ui", c)
+	mux.Handle(PathUI, c)
+	mux.Handle(PathData, c)
 	return c
 }
 
 // New returns the console of n as an http.Handler of /ui, /ui/ and
 // /v1/console/.
-func New(n *raftlock.Node, opts Options) *Console {
+func New(n Node, opts Options) *Console {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -166,7 +200,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (forwardedHeader) and carries the credential a member forwards with,
 // which a browser page cannot make its user's browser send: over TLS, a
 // client certificate verified against the cluster CA (the follower's own,
-// APITransport; anyone holding one is a member, raftlock.TLS); without
+// APITransport; anyone holding one is a member); without
 // TLS, an admin token (what authorizes joining the cluster; a follower
 // forwards a force-release with the admin token its user presented). A
 // client token, or none on an open node, never makes the header count.
@@ -195,7 +229,7 @@ func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
 
 // authorize answers 401 and reports false when r carries no credential
 // that may read the lock table.
-func (c *Console) authorize(w http.ResponseWriter, r *http.Request) (raftlock.Credential, bool) {
+func (c *Console) authorize(w http.ResponseWriter, r *http.Request) (nodeview.Credential, bool) {
 	cred, ok := c.n.Credential(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lockgate"`)
@@ -218,7 +252,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // identity is the identity r's credential names: the browser's, as the
 // member that forwarded r says (identityHeader, honoured only from a
 // member: ServeHTTP dropped anyone else's), else cred's own.
-func (c *Console) identity(r *http.Request, cred raftlock.Credential) string {
+func (c *Console) identity(r *http.Request, cred nodeview.Credential) string {
 	if id := r.Header.Get(identityHeader); id != "" {
 		return id
 	}

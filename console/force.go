@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/wire"
-	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 type forceBody struct {
@@ -51,7 +51,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, wire.CodeBadJSON, "body: want {\"key\": \"...\"}: "+err.Error())
 		return
 	}
-	if err := lock.ValidateKey(b.Key); err != nil {
+	if err := kit.ValidateKey(b.Key); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
 		return
 	}
@@ -75,7 +75,7 @@ func (c *Console) forceRelease(w http.ResponseWriter, r *http.Request) {
 	before, _, _ := c.n.LockDetail(b.Key, 0)
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	err = c.n.ForceRelease(raftlock.WithAuditCaller(ctx, raftlock.AuditCaller{Identity: c.identity(r, cred), Remote: browserAddr(r)}), b.Key)
+	err = c.n.ForceRelease(audit.WithCaller(ctx, audit.Caller{Identity: c.identity(r, cred), Remote: browserAddr(r)}), b.Key)
 	holders := make([]string, 0, len(before.Holders))
 	for _, h := range before.Holders {
 		holders = append(holders, fmt.Sprintf("%s/%d", h.Owner, h.Token))

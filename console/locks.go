@@ -7,9 +7,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
+	"github.com/lockgate/lockgate/internal/nodeview"
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 type lockJSON struct {
@@ -55,7 +56,7 @@ func modeName(m lock.Mode) string {
 	return wire.ModeExclusive
 }
 
-func lockOf(l raftlock.ConsoleLock) lockJSON {
+func lockOf(l nodeview.Lock) lockJSON {
 	j := lockJSON{Key: l.Key, Mode: modeName(l.Mode), Permits: l.Permits, Waiters: l.Waiters,
 		DelayMs: l.Delay.Milliseconds(), Holders: make([]holderJSON, 0, len(l.Holders))}
 	for _, h := range l.Holders {
@@ -112,7 +113,7 @@ func (c *Console) lock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.URL.Query().Get("key")
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		writeError(w, http.StatusBadRequest, wire.CodeInvalidKey, err.Error())
 		return
 	}

@@ -114,7 +114,7 @@ func TestHTTP400(t *testing.T) {
 	}
 }
 
-// TestWriteInputRefused: keys follow the lock keys' rules (lock.ValidateKey),
+// TestWriteInputRefused: keys follow the lock keys' rules (kit.ValidateKey),
 // and a body is exactly one JSON object of the documented fields. Each
 // refusal has its own code and leaves the store untouched.
 func TestWriteInputRefused(t *testing.T) {

@@ -18,7 +18,7 @@
 // may be an acknowledged write, and dropping it would take its key's highest
 // token back.
 //
-// Keys obey the lock keys' rules (lock.ValidateKey): a key is the key of the
+// Keys obey the lock keys' rules (kit.ValidateKey): a key is the key of the
 // lock whose fencing token guards the write.
 //
 // NewHandler serves the store over HTTP (POST /write, GET /read/{key},
@@ -40,9 +40,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
-// Input limits. A key obeys the lock keys' rules (lock.ValidateKey): it is
+// Input limits. A key obeys the lock keys' rules (kit.ValidateKey): it is
 // the key of the lock whose fencing token guards the write. A clientID is
 // shown in answers and logs, so it is UTF-8 text without control characters
 // too. The data file's format (maxPayload) depends on these bounds.
@@ -141,7 +142,7 @@ type Options struct {
 // Validate reports why req cannot be written, as an error wrapping ErrInvalid.
 // A bad key wraps ErrInvalidKey, a bad clientID ErrInvalidClientID.
 func (req *WriteRequest) Validate() error {
-	if err := lock.ValidateKey(req.Token.Key); err != nil {
+	if err := kit.ValidateKey(req.Token.Key); err != nil {
 		if ve := (*lock.ValidationError)(nil); errors.As(err, &ve) {
 			return fmt.Errorf("%w %s %s", ErrInvalidKey, ve.Value, ve.Reason)
 		}
@@ -389,7 +390,7 @@ func (s *Store) apply(off int64, r logRecord) error {
 	return nil
 }
 
-// isControl matches what lock.ValidateKey refuses in keys: C0 controls
+// isControl matches what kit.ValidateKey refuses in keys: C0 controls
 // and DEL.
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 

@@ -96,27 +96,6 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// validateLeaseRef checks the key and lock token that a renew or release
-// names, with the lock package's limits, before the backend sees them: a
-// malformed one gets its own 400 (invalid_key, invalid_handle) and never
-// joins a backend's batch with other clients' operations.
-//
-// Normalize applies the lock package's one rule for handles
-// (lock.MinHandleLen to lock.MaxHandleLen lowercase hex: what a
-// client-chosen handle must be and every backend mints) and its key rule;
-// the other options are left zero, which it accepts. This is stricter
-// than lock.ValidateLease, which checks only the handle's length: a
-// malformed token gets its own 400 here instead of not_held.
-func validateLeaseRef(key, handle string) *apiError {
-	if handle == "" {
-		return newError(wire.CodeMissingField, "lockToken is required")
-	}
-	if _, err := (lock.AcquireOptions{Handle: handle}).Normalize(key, "gateway"); err != nil {
-		return toAPIError(err)
-	}
-	return nil
-}
-
 // loneSurrogate reports whether JSON text has a \u escape of a UTF-16
 // surrogate that is not half of a high-low pair. encoding/json decodes one
 // to U+FFFD, so that keys "a\ud800" and "a\udbff" would name one lock, as

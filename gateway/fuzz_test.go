@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -101,7 +101,7 @@ func FuzzREST(f *testing.F) {
 			t.Fatalf("%s %s: %d with nothing held", method, req.URL, rec.Code)
 		}
 		key, err := url.PathUnescape(seg)
-		if err != nil || strings.Contains(seg, "/") || lock.ValidateKey(key) != nil {
+		if err != nil || strings.Contains(seg, "/") || kit.ValidateKey(key) != nil {
 			t.Fatalf("%s %s: %d for key %q", method, req.URL, rec.Code, key)
 		}
 		if strings.TrimSpace(body) == "" {

@@ -19,6 +19,7 @@ import (
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/internal/workerpool"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Defaults of Options.
@@ -315,5 +316,5 @@ func ttlOption(ms int64) time.Duration {
 // rebuild makes a Lease for (key, token, handle) as a client presented it;
 // backends identify grants by those fields, not by the object.
 func rebuild(key, handle string, token uint64, ttl time.Duration) *lock.Lease {
-	return lock.NewLease(lock.Grant{Key: key, Token: lock.Token(token), Handle: handle, TTL: ttl, Sent: time.Now()})
+	return kit.NewLease(kit.Grant{Key: key, Token: lock.Token(token), Handle: handle, TTL: ttl, Sent: time.Now()})
 }

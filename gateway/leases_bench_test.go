@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -65,11 +66,11 @@ func BenchmarkSessionLeaseBytes(b *testing.B) {
 		g := New(locktest.NewMemStore().NewLocker(), Options{MaxLocksPerConn: n})
 		ctx, cancel := context.WithCancel(context.Background())
 		c := g.newConn(nil, ctx, cancel)
-		s := lock.NewSession(lock.SessionGrant{ID: lock.NewHandle(), Owner: "bench", TTL: time.Hour, Sent: time.Now()})
+		s := kit.NewSession(kit.SessionGrant{ID: lock.NewHandle(), Owner: "bench", TTL: time.Hour, Sent: time.Now()})
 		base := heapInUse()
 		leases := make([]*lock.Lease, n)
 		for i := range leases {
-			leases[i] = lock.NewLease(lock.Grant{Key: fmt.Sprint("session-lease-", i), Owner: "bench", Token: lock.Token(i + 1),
+			leases[i] = kit.NewLease(kit.Grant{Key: fmt.Sprint("session-lease-", i), Owner: "bench", Token: lock.Token(i + 1),
 				Handle: lock.NewHandle(), TTL: time.Hour, Session: s})
 		}
 		made := heapInUse()

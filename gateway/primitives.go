@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The primitives beyond the mutex over the protocols: shared locks, semaphores,
@@ -83,27 +84,11 @@ func (g *Gateway) Features() lock.Features { return g.announce().features }
 
 // unsupported is the error of a request that needs what the backend lacks.
 func (g *Gateway) unsupported(need lock.Features) *apiError {
-	err := lock.CheckSupported(g.backend, g.Features(), need, nil)
+	err := kit.CheckSupported(g.backend, g.Features(), need, nil)
 	if err == nil {
 		return nil
 	}
 	return toAPIError(err)
-}
-
-// primitiveOptions sets mode, permits and lockDelayMs on opts, validates
-// the options (for key; with the lock package's rules) and checks that the
-// backend offers what they need, plus extra. Malformed input is refused
-// before unsupported: a request is wrong before it is unsupported.
-func (g *Gateway) primitiveOptions(opts *lock.AcquireOptions, key, mode string, permits int, delayMS int64, extra lock.Features) *apiError {
-	m, err := lock.ParseMode(mode)
-	if err != nil {
-		return toAPIError(err)
-	}
-	opts.Mode, opts.Permits, opts.LockDelay = m, permits, lockDelayOption(delayMS)
-	if _, err := opts.Normalize(key, "gateway"); err != nil {
-		return toAPIError(err)
-	}
-	return g.unsupported(opts.Needs() | extra)
 }
 
 // lockDelayOption turns a wire lock-delay (ms) into a duration, keeping a
@@ -152,24 +137,10 @@ func misplacedFields(req wire.Request) *apiError {
 
 // acquireAll serves acquireAll (7) and tryAcquireAll (8).
 func (c *conn) acquireAll(req wire.Request) {
-	if req.Keys == nil {
-		c.fail(req.ID, newError(wire.CodeMissingField, "keys is required"))
-		return
-	}
-	if err := lock.ValidateKeys(req.Keys); err != nil {
-		c.fail(req.ID, toAPIError(err))
-		return
-	}
-	opts := c.acquireOptions(req)
-	if aerr := c.g.primitiveOptions(&opts, req.Keys[0], req.Mode, req.Permits, req.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
+	opts, aerr := c.g.acquireOptions(wsAcquire(req), c.owner)
+	if aerr != nil {
 		c.fail(req.ID, aerr)
 		return
-	}
-	if req.SessionID != "" {
-		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL, req.ClientID); aerr != nil {
-			c.fail(req.ID, aerr)
-			return
-		}
 	}
 	ml := c.g.tl // featuresOf checked the backend's interface
 	try := req.CommandType == wire.CmdTryAcquireAll

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // REST: /locks/{key} and /tickets/{ticket}. Leases are not
@@ -40,18 +41,11 @@ type acquireAllBody struct {
 	acquireBody
 }
 
-// options are the acquire options b names, but for the primitives' (mode,
-// permits, lock_delay_ms: primitiveOptions checks them); a client without
-// a client_id gets an owner of its own.
-func (b *acquireBody) options() lock.AcquireOptions {
-	opts := lock.AcquireOptions{TTL: ttlOption(b.TTLMS), Owner: b.ClientID, Handle: b.LockToken}
-	if opts.Owner == "" {
-		opts.Owner = "rest-" + lock.NewHandle()[:12]
-	}
-	if b.Value != nil {
-		opts.Value = []byte(*b.Value)
-	}
-	return opts
+// request is the acquire b names: of key, or of keys (multi).
+func (b *acquireBody) request(key string, keys []string, multi bool) acquireRequest {
+	return acquireRequest{Key: key, Keys: keys, Multi: multi,
+		TTLMS: b.TTLMS, Value: b.Value, ClientID: b.ClientID, LockToken: b.LockToken,
+		Mode: b.Mode, Permits: b.Permits, LockDelayMS: b.LockDelayMS, SessionID: b.SessionID}
 }
 
 // leaseBody names a lease. fencing_token is {"key", "value"}, the shape of
@@ -105,22 +99,16 @@ func (g *Gateway) restAcquire(w http.ResponseWriter, r *http.Request, key string
 	if !g.checkWait(w, r, b.WaitMS) {
 		return
 	}
-	opts := b.options()
 	// The backend validates too; checking here keeps bad input from
 	// taking a ticket.
-	if aerr := g.primitiveOptions(&opts, key, b.Mode, b.Permits, b.LockDelayMS, 0); aerr != nil {
+	opts, aerr := g.acquireOptions(b.request(key, nil, false), restOwner)
+	if aerr != nil {
 		g.writeError(w, r, aerr)
 		return
 	}
-	if b.SessionID != "" {
-		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS, b.ClientID); aerr != nil {
-			g.writeError(w, r, aerr)
-			return
-		}
-		if err := g.sessionAcquire(r.Context(), b.SessionID, key, &opts); err != nil {
-			g.writeError(w, r, toAPIError(err))
-			return
-		}
+	if err := g.sessionAcquire(r.Context(), b.SessionID, key, &opts); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
 	}
 	start := time.Now()
 	if b.WaitMS == 0 {
@@ -153,28 +141,14 @@ func (g *Gateway) restAcquireAll(w http.ResponseWriter, r *http.Request) {
 	if !g.checkWait(w, r, b.WaitMS) {
 		return
 	}
-	if b.Keys == nil {
-		g.writeError(w, r, newError(wire.CodeMissingField, "keys is required"))
-		return
-	}
-	if err := lock.ValidateKeys(b.Keys); err != nil {
-		g.writeError(w, r, toAPIError(err))
-		return
-	}
-	opts := b.options()
-	if aerr := g.primitiveOptions(&opts, b.Keys[0], b.Mode, b.Permits, b.LockDelayMS, lock.FeatureMultiKey); aerr != nil {
+	opts, aerr := g.acquireOptions(b.request("", b.Keys, true), restOwner)
+	if aerr != nil {
 		g.writeError(w, r, aerr)
 		return
 	}
-	if b.SessionID != "" {
-		if aerr := g.sessionOptions(&opts, b.SessionID, b.TTLMS, b.ClientID); aerr != nil {
-			g.writeError(w, r, aerr)
-			return
-		}
-		if err := g.sessionAcquire(r.Context(), b.SessionID, b.Keys[0], &opts); err != nil {
-			g.writeError(w, r, toAPIError(err))
-			return
-		}
+	if err := g.sessionAcquire(r.Context(), b.SessionID, b.Keys[0], &opts); err != nil {
+		g.writeError(w, r, toAPIError(err))
+		return
 	}
 	ml := g.tl // featuresOf checked the backend's interface
 	start := time.Now()
@@ -277,20 +251,8 @@ func (g *Gateway) leaseFromBody(w http.ResponseWriter, r *http.Request, key stri
 	} else if !g.readBody(w, r, &b, true) {
 		return nil, 0, false
 	}
-	switch {
-	case b.LockToken == "":
-		g.writeError(w, r, newError(wire.CodeMissingField, "lock_token is required"))
-		return nil, 0, false
-	case b.FencingToken == nil:
-		g.writeError(w, r, newError(wire.CodeMissingField, "fencing_token is required"))
-		return nil, 0, false
-	}
-	if aerr := validateLeaseRef(key, b.LockToken); aerr != nil {
+	if aerr := leaseRef(key, b.LockToken, b.FencingToken, restSpelling); aerr != nil {
 		g.writeError(w, r, aerr)
-		return nil, 0, false
-	}
-	if k := b.FencingToken.Key; k != "" && k != key {
-		g.writeError(w, r, newError(wire.CodeBadJSON, fmt.Sprintf("fencing_token.key %q is not the lock's key %q", k, key)))
 		return nil, 0, false
 	}
 	ttl := ttlOption(b.TTLMS)
@@ -323,7 +285,7 @@ func (g *Gateway) restRelease(w http.ResponseWriter, r *http.Request, key string
 }
 
 func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string) {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		g.writeError(w, r, toAPIError(err))
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Sessions over the protocols: openSession (11), renewSession
@@ -107,7 +108,7 @@ func (g *Gateway) sessionLocker() (lock.SessionLocker, *apiError) {
 
 // sessionLockerErr is sessionLocker with the lock package's error.
 func (g *Gateway) sessionLockerErr() (lock.SessionLocker, error) {
-	if err := lock.CheckSupported(g.backend, g.Features(), lock.FeatureSessions, nil); err != nil {
+	if err := kit.CheckSupported(g.backend, g.Features(), lock.FeatureSessions, nil); err != nil {
 		return nil, err
 	}
 	return g.tl, nil // featuresOf checked the backend's interface
@@ -159,15 +160,11 @@ func isHex(s string, minLen, maxLen int) bool {
 	return true
 }
 
-// openSession opens a session for owner with ttl (0: the default).
-func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Duration) (*lock.Session, *apiError) {
+// openSession opens a session with opts, which sessionOptions checked.
+func (g *Gateway) openSession(ctx context.Context, opts lock.SessionOptions) (*lock.Session, *apiError) {
 	sl, aerr := g.sessionLocker()
 	if aerr != nil {
 		return nil, aerr
-	}
-	opts := lock.SessionOptions{TTL: ttl, Owner: owner}
-	if err := lock.ValidateSessionOptions(opts); err != nil {
-		return nil, toAPIError(err)
 	}
 	s, err := sl.OpenSession(ctx, opts)
 	if err != nil {
@@ -182,7 +179,7 @@ func (g *Gateway) openSession(ctx context.Context, owner string, ttl time.Durati
 // another gateway, or before a leader change). An adopted session starts
 // with ttl when the request named one, else lock.DefaultSessionTTL; a
 // backend that knows the session's TTL corrects it with the adopting
-// keep-alive's answer (lock.Session.Renewed: raftlock does).
+// keep-alive's answer (kit.SessionRenewed: raftlock does).
 func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*lock.Session, error) {
 	if s := g.sessions.get(id); s != nil {
 		return s, nil
@@ -194,7 +191,7 @@ func (g *Gateway) session(ctx context.Context, id string, ttl time.Duration) (*l
 	if ttl <= 0 {
 		ttl = lock.DefaultSessionTTL
 	}
-	s := lock.NewSession(lock.SessionGrant{ID: id, TTL: ttl, Sent: time.Now()})
+	s := kit.NewSession(kit.SessionGrant{ID: id, TTL: ttl, Sent: time.Now()})
 	if err := sl.RenewSession(ctx, s); err != nil {
 		s.End(err)
 		return nil, err
@@ -234,7 +231,7 @@ func (g *Gateway) closeSession(ctx context.Context, id string) error {
 	if s == nil {
 		// Not ours: a Session of the id is enough for the backend, which
 		// knows its own; the TTL is only its local deadline.
-		s = lock.NewSession(lock.SessionGrant{ID: id, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
+		s = kit.NewSession(kit.SessionGrant{ID: id, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
 	}
 	err = sl.CloseSession(ctx, s)
 	g.sessions.drop(s)
@@ -261,29 +258,9 @@ func (g *Gateway) sessionAcquire(ctx context.Context, id string, key string, opt
 		return err
 	}
 	opts.Session, opts.AutoRenew = s, false
-	if _, err := opts.Normalize(key, "gateway"); err != nil {
+	if _, err := kit.Normalize(*opts, key, "gateway"); err != nil {
 		return err
 	}
-	return nil
-}
-
-// sessionOptions prepares acquire options that name a session: refused
-// when the backend lacks sessions, before it sees them. A session lease
-// takes the session's TTL: opts.TTL is left 0 unless the request named one
-// (which must then be the session's), and the session's owner unless the
-// request named one (clientID).
-func (g *Gateway) sessionOptions(opts *lock.AcquireOptions, id string, ttlMS int64, clientID string) *apiError {
-	if aerr := g.unsupported(lock.FeatureSessions); aerr != nil {
-		return aerr
-	}
-	if aerr := checkSessionID(id); aerr != nil {
-		return aerr
-	}
-	if ttlMS == 0 {
-		opts.TTL = 0
-	}
-	opts.Owner = clientID
-	opts.AutoRenew = false
 	return nil
 }
 
@@ -295,16 +272,9 @@ func (c *conn) openSessionWS(req wire.Request) {
 		c.fail(req.ID, aerr)
 		return
 	}
-	ttl := time.Duration(0)
-	if req.TTL != 0 {
-		ttl = ttlOption(req.TTL)
-	}
-	owner := req.ClientID
-	if owner == "" {
-		owner = c.clientID
-	}
-	if err := lock.ValidateSessionOptions(lock.SessionOptions{TTL: ttl, Owner: owner}); err != nil {
-		c.fail(req.ID, toAPIError(err))
+	opts, aerr := sessionOptions(req.TTL, req.ClientID, c.owner)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
 		return
 	}
 	c.mu.Lock()
@@ -332,7 +302,7 @@ func (c *conn) openSessionWS(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
-		s, aerr := c.g.openSession(ctx, owner, ttl)
+		s, aerr := c.g.openSession(ctx, opts)
 		c.mu.Lock()
 		c.openingSessions--
 		if aerr == nil && c.sessions != nil {
@@ -376,11 +346,7 @@ func (c *conn) closeSessionWS(req wire.Request) {
 // before the backend sees it); call runs on a worker, in a slot, bounded
 // by opTimeout, and its reply or error is sent.
 func (c *conn) sessionCall(req wire.Request, call func(context.Context) (wire.Reply, error)) {
-	if _, aerr := c.g.sessionKeeper(); aerr != nil {
-		c.fail(req.ID, aerr)
-		return
-	}
-	if aerr := checkSessionID(req.SessionID); aerr != nil {
+	if aerr := c.g.sessionRef(req.SessionID); aerr != nil {
 		c.fail(req.ID, aerr)
 		return
 	}
@@ -438,15 +404,12 @@ func (g *Gateway) restOpenSession(w http.ResponseWriter, r *http.Request) {
 		g.writeError(w, r, aerr)
 		return
 	}
-	owner := b.ClientID
-	if owner == "" {
-		owner = "rest-" + lock.NewHandle()[:12]
+	opts, aerr := sessionOptions(b.TTLMS, b.ClientID, restOwner)
+	if aerr != nil {
+		g.writeError(w, r, aerr)
+		return
 	}
-	ttl := time.Duration(0)
-	if b.TTLMS != 0 {
-		ttl = ttlOption(b.TTLMS)
-	}
-	s, aerr := g.openSession(r.Context(), owner, ttl)
+	s, aerr := g.openSession(r.Context(), opts)
 	if aerr != nil {
 		g.writeError(w, r, aerr)
 		return
@@ -460,11 +423,7 @@ func (g *Gateway) restSessionID(w http.ResponseWriter, r *http.Request) (string,
 	if !g.readBody(w, r, &b, false) {
 		return "", false
 	}
-	if _, aerr := g.sessionKeeper(); aerr != nil {
-		g.writeError(w, r, aerr)
-		return "", false
-	}
-	if aerr := checkSessionID(b.SessionID); aerr != nil {
+	if aerr := g.sessionRef(b.SessionID); aerr != nil {
 		g.writeError(w, r, aerr)
 		return "", false
 	}
@@ -507,7 +466,7 @@ func sessionIDOf(l *lock.Lease) string {
 // positiveTTL is a wire TTL as a duration when it is a valid one, else 0.
 func positiveTTL(ms int64) time.Duration {
 	d := ttlOption(ms)
-	if ms == 0 || lock.ValidateTTL(d) != nil {
+	if ms == 0 || kit.ValidateTTL(d) != nil {
 		return 0
 	}
 	return d

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Watches (commands 9 and 10), of a key or, with prefix, of every key
@@ -53,9 +54,9 @@ func (c *conn) watch(req wire.Request) {
 		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
-	validate, need := lock.ValidateKey, lock.FeatureWatch
+	validate, need := kit.ValidateKey, lock.FeatureWatch
 	if req.Prefix {
-		validate, need = lock.ValidatePrefix, lock.FeatureWatch|lock.FeatureWatchPrefix
+		validate, need = kit.ValidatePrefix, lock.FeatureWatch|lock.FeatureWatchPrefix
 	}
 	if err := validate(req.Key); err != nil {
 		c.fail(req.ID, toAPIError(err))

@@ -25,24 +25,10 @@ func (c *conn) reserveLock(n int) *apiError {
 }
 
 func (c *conn) acquire(req wire.Request) {
-	if req.Key == "" {
-		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
+	opts, aerr := c.g.acquireOptions(wsAcquire(req), c.owner)
+	if aerr != nil {
+		c.fail(req.ID, aerr)
 		return
-	}
-	opts := c.acquireOptions(req)
-	if req.Mode != "" || req.Permits != 0 || req.LockDelayMS != 0 {
-		// The primitives' options: refused when malformed, or unsupported by
-		// the backend, before it sees them. A plain acquire skips this.
-		if aerr := c.g.primitiveOptions(&opts, req.Key, req.Mode, req.Permits, req.LockDelayMS, 0); aerr != nil {
-			c.fail(req.ID, aerr)
-			return
-		}
-	}
-	if req.SessionID != "" {
-		if aerr := c.g.sessionOptions(&opts, req.SessionID, req.TTL, req.ClientID); aerr != nil {
-			c.fail(req.ID, aerr)
-			return
-		}
 	}
 	try := req.CommandType == wire.CmdTryAcquire
 	acquire := c.g.tl.Acquire
@@ -61,19 +47,9 @@ func (c *conn) acquire(req wire.Request) {
 	})
 }
 
-// acquireOptions are the acquire options req names, but for the primitives'
-// (mode, permits, lockDelayMs: primitiveOptions checks them); without a
-// clientId the owner is the connection's client.
-func (c *conn) acquireOptions(req wire.Request) lock.AcquireOptions {
-	opts := lock.AcquireOptions{TTL: ttlOption(req.TTL), Owner: req.ClientID, Handle: req.LockToken}
-	if opts.Owner == "" {
-		opts.Owner = c.clientID
-	}
-	if req.Value != nil {
-		opts.Value = []byte(*req.Value)
-	}
-	return opts
-}
+// owner is the owner of an acquire or session that names none: the
+// connection's client.
+func (c *conn) owner() string { return c.clientID }
 
 // launch admits an acquire of n keys for req and runs it on a worker: a
 // try (one attempt) once it has a call slot and its locks are reserved,

@@ -2,28 +2,17 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/lockgate/lockgate/internal/wire"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // leaseFor rebuilds the lease a release or renew names.
 func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
-	switch {
-	case req.Key == "":
-		return nil, newError(wire.CodeInvalidKey, "key is empty")
-	case req.LockToken == "":
-		return nil, newError(wire.CodeMissingField, "lockToken is required")
-	case req.FencingToken == nil:
-		return nil, newError(wire.CodeMissingField, "fencingToken is required")
-	}
-	if aerr := validateLeaseRef(req.Key, req.LockToken); aerr != nil {
+	if aerr := leaseRef(req.Key, req.LockToken, req.FencingToken, wsSpelling); aerr != nil {
 		return nil, aerr
-	}
-	if k := req.FencingToken.Key; k != "" && k != req.Key {
-		return nil, newError(wire.CodeBadJSON, fmt.Sprintf("fencingToken.key %q is not the request's key %q", k, req.Key))
 	}
 	ttl := lock.DefaultTTL
 	c.mu.Lock()
@@ -120,7 +109,7 @@ func (c *conn) inspect(req wire.Request) {
 		c.fail(req.ID, newError(wire.CodeInvalidKey, "key is empty"))
 		return
 	}
-	if err := lock.ValidateKey(req.Key); err != nil {
+	if err := kit.ValidateKey(req.Key); err != nil {
 		c.fail(req.ID, toAPIError(err))
 		return
 	}

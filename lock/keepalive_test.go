@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -50,14 +51,14 @@ func (s *scripted) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durati
 	s.mu.Unlock()
 	s.calls.Add(1)
 	if err == nil {
-		lease.Extend(time.Now(), lease.TTL())
+		kit.Extend(lease, time.Now(), lease.TTL())
 	}
 	return err
 }
 
 func TestKeepAliveEndsLeaseWhenRenewalRefused(t *testing.T) {
 	s := &scripted{answers: []error{nil, lock.ErrNotHeld}}
-	lease := lock.NewLease(lock.Grant{Key: "k", TTL: time.Second, Sent: time.Now()})
+	lease := kit.NewLease(kit.Grant{Key: "k", TTL: time.Second, Sent: time.Now()})
 	go lock.KeepAlive(context.Background(), s, lease)
 	select {
 	case <-lease.Done():
@@ -76,7 +77,7 @@ func TestKeepAliveEndsLeaseWhenRenewalRefused(t *testing.T) {
 func TestKeepAliveRetriesTransientErrors(t *testing.T) {
 	unavailable := errors.New("connection refused")
 	s := &scripted{answers: []error{unavailable, unavailable, unavailable, nil}}
-	lease := lock.NewLease(lock.Grant{Key: "k", TTL: 300 * time.Millisecond, Sent: time.Now()})
+	lease := kit.NewLease(kit.Grant{Key: "k", TTL: 300 * time.Millisecond, Sent: time.Now()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go lock.KeepAlive(ctx, s, lease)
@@ -92,7 +93,7 @@ func TestKeepAliveRetriesTransientErrors(t *testing.T) {
 
 func TestKeepAliveLeaseExpiresWhenBackendUnreachable(t *testing.T) {
 	s := &scripted{answers: []error{lock.ErrUnavailable}}
-	lease := lock.NewLease(lock.Grant{Key: "k", TTL: 150 * time.Millisecond, Sent: time.Now()})
+	lease := kit.NewLease(kit.Grant{Key: "k", TTL: 150 * time.Millisecond, Sent: time.Now()})
 	go lock.KeepAlive(context.Background(), s, lease)
 	select {
 	case <-lease.Done():

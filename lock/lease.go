@@ -3,7 +3,6 @@ package lock
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -25,45 +24,21 @@ func Drift(ttl time.Duration, factor float64) time.Duration {
 	return time.Duration(float64(ttl)*factor) + DriftFloor
 }
 
-// DeadlineFor returns the latest instant at which a holder may still believe
-// it holds a lease granted for ttl by a request sent at sent:
+// deadlineFor returns the latest instant at which a holder may still
+// believe it holds a lease granted for ttl by a request sent at sent:
 //
 //	sent + ttl − Drift(ttl, factor)
 //
 // sent must carry a monotonic clock reading (time.Now does), so that the
 // deadline is immune to wall-clock jumps on the holder. A ttl smaller than its
 // drift gives sent itself: such a lease is over as soon as it is granted.
-func DeadlineFor(sent time.Time, ttl time.Duration, factor float64) time.Time {
+// lock/kit offers it to backends as DeadlineFor.
+func deadlineFor(sent time.Time, ttl time.Duration, factor float64) time.Time {
 	valid := ttl - Drift(ttl, factor)
 	if valid < 0 {
 		valid = 0
 	}
 	return sent.Add(valid)
-}
-
-// Grant is what a backend knows when it hands out a lease; NewLease turns it
-// into a Lease.
-type Grant struct {
-	Key    string
-	Owner  string
-	Token  Token
-	Handle string // the backend's secret identity of this grant (see Lease.Handle)
-	Value  []byte
-	TTL    time.Duration
-	// Mode and Permits are how the key is held (see AcquireOptions).
-	Mode    Mode
-	Permits int
-	// Sent is an instant, on the holder's monotonic clock, that precedes the
-	// start of the backend's TTL for this grant: normally the moment the
-	// granting request was sent.
-	Sent time.Time
-	// DriftFactor overrides DefaultDriftFactor when positive.
-	DriftFactor float64
-	// Session, when not nil, is the session the lease belongs to: TTL is
-	// the session's, the deadline is the session's and follows its
-	// keep-alives, and the lease ends when the session does (Sent is then
-	// unused).
-	Session *Session
 }
 
 // Lease is one grant of a key to one owner. Its exported fields identify the
@@ -83,7 +58,7 @@ type Lease struct {
 	// ModeShared as a reader (Permits 0) or one of Permits semaphore
 	// holders. Informational: (Key, Token, Handle) identify the lease.
 	Mode Mode
-	// wanted (MarkWanted was called while the lease lived) sits beside
+	// wanted (markWanted was called while the lease lived) sits beside
 	// Mode, in the same word: a Lease fits the 240-byte size class.
 	wanted  bool
 	Permits int
@@ -103,25 +78,16 @@ type Lease struct {
 	afterWanted []func()
 }
 
-// NewLease builds a Lease from a grant and arms its deadline: Done closes
-// with ErrExpired when the deadline passes unless the lease is extended
-// first. Backends call it on every grant; callers may call it to rebuild a
-// lease from (Key, Owner, Token, Handle) they stored, e.g. after a restart.
-func NewLease(g Grant) *Lease {
-	l := &Lease{
-		Key:         g.Key,
-		Owner:       g.Owner,
-		Token:       g.Token,
-		Handle:      g.Handle,
-		Value:       g.Value,
-		Mode:        g.Mode,
-		Permits:     g.Permits,
-		driftFactor: g.DriftFactor,
-		ttl:         g.TTL,
-		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),
-		session:     g.Session,
-	}
-	if s := g.Session; s != nil {
+// initLease completes a Lease whose exported fields are set and arms its
+// deadline: Done closes with ErrExpired when the deadline passes unless the
+// lease is extended first. A lease in a session follows the session's
+// deadline instead. lock/kit's NewLease calls it.
+func initLease(l *Lease, ttl time.Duration, sent time.Time, driftFactor float64, s *Session) *Lease {
+	l.driftFactor = driftFactor
+	l.ttl = ttl
+	l.deadline = deadlineFor(sent, ttl, driftFactor)
+	l.session = s
+	if s != nil {
 		if !s.add(l) {
 			l.err = s.Err()
 		}
@@ -185,7 +151,9 @@ func (l *Lease) TTL() time.Duration {
 }
 
 // Deadline is the latest instant at which the holder may still act as the
-// lock's holder (see DeadlineFor). Past it the holder must stop.
+// lock's holder: sent + TTL − Drift(TTL) of the last grant or renewal, sent
+// being when its request was sent (see the package's doc). Past it the
+// holder must stop.
 func (l *Lease) Deadline() time.Time {
 	if l.session != nil {
 		return l.session.Deadline() // a session lease's deadline is its session's
@@ -258,20 +226,20 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
-// Extend records a successful renewal for ttl whose request was sent at
-// sent: the deadline becomes DeadlineFor(sent, ttl) — earlier than before
+// extend records a successful renewal for ttl whose request was sent at
+// sent: the deadline becomes sent + ttl − Drift(ttl) — earlier than before
 // if the renewal asked for a shorter TTL, since the backend's expiry moved
 // there too. It
 // reports false, changing nothing, when the lease has already ended: a lease
 // whose Done is closed stays closed.
-func (l *Lease) Extend(sent time.Time, ttl time.Duration) bool {
+func (l *Lease) extend(sent time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
 		return false
 	}
 	l.ttl = ttl
-	l.deadline = DeadlineFor(sent, ttl, l.driftFactor)
+	l.deadline = deadlineFor(sent, ttl, l.driftFactor)
 	after := l.armLocked()
 	l.mu.Unlock()
 	runAll(after)
@@ -339,11 +307,12 @@ func (l *Lease) IsWanted() bool {
 	return l.wanted
 }
 
-// MarkWanted records that another contender waits for the key: Wanted
+// markWanted records that another contender waits for the key: Wanted
 // closes and the AfterWanted callbacks run, on the caller's goroutine,
-// after the lease's lock is released. Backends call it; only the first call
-// on a live lease has an effect, and a call on an ended lease has none.
-func (l *Lease) MarkWanted() {
+// after the lease's lock is released. Backends call it (lock/kit's
+// MarkWanted); only the first call on a live lease has an effect, and a
+// call on an ended lease has none.
+func (l *Lease) markWanted() {
 	l.mu.Lock()
 	if l.wanted || l.err != nil {
 		l.mu.Unlock()
@@ -359,8 +328,8 @@ func (l *Lease) MarkWanted() {
 	runAll(fs)
 }
 
-// AfterWanted arranges for f to run once the lease is marked wanted (see
-// MarkWanted), or at once, on the caller's goroutine, if it already is. f
+// AfterWanted arranges for f to run once the lease is marked wanted (its
+// backend learnt of a waiter), or at once, on the caller's goroutine, if it already is. f
 // is dropped, never run, if the lease ends first. As for AfterEnd, f must
 // be quick and must not block: it runs on the backend's path that learnt of
 // the waiter. The gateway uses it to push a "wanted" message to the holder.
@@ -375,37 +344,6 @@ func (l *Lease) AfterWanted(f func()) {
 		l.afterWanted = append(l.afterWanted, f)
 	}
 	l.mu.Unlock()
-}
-
-// Renewed records a backend's answer to a renewal of l for ttl whose request
-// was sent at sent. held means the backend extended the grant: the deadline
-// moves (see Extend). Otherwise the lease ends and the error, matching
-// ErrNotHeld, is returned; Renew implementations return Renewed's result.
-func (l *Lease) Renewed(sent time.Time, ttl time.Duration, held bool) error {
-	if !held {
-		return l.refused()
-	}
-	if !l.Extend(sent, ttl) {
-		return fmt.Errorf("%w: %w", ErrNotHeld, l.Err())
-	}
-	return nil
-}
-
-// Released records a backend's answer to a release of l: held means it
-// freed the grant, and the lease ends with ErrReleased; otherwise it ends
-// with, and Released returns, an error matching ErrNotHeld.
-func (l *Lease) Released(held bool) error {
-	if !held {
-		return l.refused()
-	}
-	l.End(ErrReleased)
-	return nil
-}
-
-func (l *Lease) refused() error {
-	err := fmt.Errorf("%w: %q was released, expired or granted to someone else", ErrNotHeld, l.Key)
-	l.End(err)
-	return err
 }
 
 // NewHandle returns a fresh random lease handle: 128 bits from crypto/rand,

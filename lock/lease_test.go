@@ -6,28 +6,11 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
-func TestDeadlineFormula(t *testing.T) {
-	sent := time.Now()
-	for _, tc := range []struct {
-		ttl    time.Duration
-		factor float64
-		want   time.Duration // deadline − sent
-	}{
-		{10 * time.Second, 0, 10*time.Second - 100*time.Millisecond - lock.DriftFloor},
-		{10 * time.Second, 0.05, 10*time.Second - 500*time.Millisecond - lock.DriftFloor},
-		{time.Second, 0, time.Second - 10*time.Millisecond - lock.DriftFloor},
-		{time.Millisecond, 0, 0}, // eaten by the drift floor: over at once
-	} {
-		if got := lock.DeadlineFor(sent, tc.ttl, tc.factor).Sub(sent); got != tc.want {
-			t.Errorf("DeadlineFor(ttl %v, factor %v) = sent+%v, want sent+%v", tc.ttl, tc.factor, got, tc.want)
-		}
-	}
-}
-
 func TestLeaseEndsAtDeadline(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", Token: 1, TTL: 50 * time.Millisecond, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", Token: 1, TTL: 50 * time.Millisecond, Sent: time.Now()})
 	select {
 	case <-l.Done():
 		t.Fatal("Done closed before the deadline")
@@ -40,13 +23,13 @@ func TestLeaseEndsAtDeadline(t *testing.T) {
 	if !errors.Is(l.Err(), lock.ErrExpired) {
 		t.Errorf("Err = %v, want ErrExpired", l.Err())
 	}
-	if l.Extend(time.Now(), time.Minute) {
+	if kit.Extend(l, time.Now(), time.Minute) {
 		t.Error("Extend revived an ended lease")
 	}
 }
 
 func TestLeaseAlreadyPastDeadline(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Second, Sent: time.Now().Add(-time.Hour)})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Second, Sent: time.Now().Add(-time.Hour)})
 	select {
 	case <-l.Done():
 	default:
@@ -55,12 +38,12 @@ func TestLeaseAlreadyPastDeadline(t *testing.T) {
 }
 
 func TestLeaseExtend(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
 	sent := time.Now()
-	if !l.Extend(sent, time.Hour) {
+	if !kit.Extend(l, sent, time.Hour) {
 		t.Fatal("Extend of a live lease failed")
 	}
-	if got, want := l.Deadline(), lock.DeadlineFor(sent, time.Hour, 0); !got.Equal(want) {
+	if got, want := l.Deadline(), kit.DeadlineFor(sent, time.Hour, 0); !got.Equal(want) {
 		t.Errorf("Deadline after Extend = %v, want %v", got, want)
 	}
 	if l.TTL() != time.Hour {
@@ -74,8 +57,8 @@ func TestLeaseExtend(t *testing.T) {
 	// A shorter renewal moves the deadline earlier: the backend's expiry
 	// moved there too.
 	sent = time.Now()
-	l.Extend(sent, 50*time.Millisecond)
-	if got, want := l.Deadline(), lock.DeadlineFor(sent, 50*time.Millisecond, 0); !got.Equal(want) {
+	kit.Extend(l, sent, 50*time.Millisecond)
+	if got, want := l.Deadline(), kit.DeadlineFor(sent, 50*time.Millisecond, 0); !got.Equal(want) {
 		t.Errorf("Deadline after a shorter Extend = %v, want %v", got, want)
 	}
 	<-l.Done()
@@ -85,7 +68,7 @@ func TestLeaseExtend(t *testing.T) {
 }
 
 func TestLeaseEndFirstCauseWins(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
 	l.End(lock.ErrReleased)
 	l.End(lock.ErrNotHeld)
 	<-l.Done()
@@ -124,26 +107,26 @@ func TestErrorsMatch(t *testing.T) {
 }
 
 func TestRenewedAndReleased(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: 100 * time.Millisecond, Sent: time.Now()})
 	sent := time.Now()
-	if err := l.Renewed(sent, time.Hour, true); err != nil || !l.Deadline().Equal(lock.DeadlineFor(sent, time.Hour, 0)) {
+	if err := kit.Renewed(l, sent, time.Hour, true); err != nil || !l.Deadline().Equal(kit.DeadlineFor(sent, time.Hour, 0)) {
 		t.Fatalf("Renewed(held) = %v, deadline %v", err, l.Deadline())
 	}
-	if err := l.Released(true); err != nil || !errors.Is(l.Err(), lock.ErrReleased) {
+	if err := kit.Released(l, true); err != nil || !errors.Is(l.Err(), lock.ErrReleased) {
 		t.Fatalf("Released(held) = %v, Err %v", err, l.Err())
 	}
-	if _, err := lock.ValidateRenew(l, time.Second); !errors.Is(err, lock.ErrNotHeld) {
+	if _, err := kit.ValidateRenew(l, time.Second); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("ValidateRenew of a released lease = %v, want ErrNotHeld", err)
 	}
-	if err := l.Renewed(time.Now(), time.Hour, true); !errors.Is(err, lock.ErrNotHeld) {
+	if err := kit.Renewed(l, time.Now(), time.Hour, true); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Renewed on an ended lease = %v, want ErrNotHeld", err)
 	}
 
 	for _, refuse := range []func(*lock.Lease) error{
-		func(l *lock.Lease) error { return l.Renewed(time.Now(), time.Hour, false) },
-		func(l *lock.Lease) error { return l.Released(false) },
+		func(l *lock.Lease) error { return kit.Renewed(l, time.Now(), time.Hour, false) },
+		func(l *lock.Lease) error { return kit.Released(l, false) },
 	} {
-		l := lock.NewLease(lock.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
+		l := kit.NewLease(kit.Grant{Key: "k", TTL: time.Hour, Sent: time.Now()})
 		err := refuse(l)
 		if !errors.Is(err, lock.ErrNotHeld) || !errors.Is(l.Err(), lock.ErrNotHeld) {
 			t.Errorf("refusal: %v, lease Err %v; want both ErrNotHeld", err, l.Err())
@@ -163,12 +146,12 @@ func TestAfterEnd(t *testing.T) {
 		name string
 		do   func(l *lock.Lease)
 	}{
-		{"released", func(l *lock.Lease) { l.Released(true) }},
+		{"released", func(l *lock.Lease) { kit.Released(l, true) }},
 		{"expired", func(l *lock.Lease) {}}, // a 30 ms TTL runs out
-		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
+		{"refused", func(l *lock.Lease) { kit.Renewed(l, time.Now(), time.Minute, false) }},
 	} {
 		t.Run(end.name, func(t *testing.T) {
-			l := lock.NewLease(lock.Grant{Key: "k", Owner: "o", Token: 1, Handle: "h", TTL: 30 * time.Millisecond, Sent: time.Now()})
+			l := kit.NewLease(kit.Grant{Key: "k", Owner: "o", Token: 1, Handle: "h", TTL: 30 * time.Millisecond, Sent: time.Now()})
 			ran := make(chan struct{}, 2)
 			l.AfterEnd(func() { ran <- struct{}{} })
 			l.AfterEnd(func() { ran <- struct{}{} })
@@ -200,12 +183,12 @@ func TestAfterEndSynchronous(t *testing.T) {
 		name string
 		do   func(l *lock.Lease)
 	}{
-		{"released", func(l *lock.Lease) { l.Released(true) }},
-		{"refused", func(l *lock.Lease) { l.Renewed(time.Now(), time.Minute, false) }},
-		{"extended into the past", func(l *lock.Lease) { l.Extend(time.Now().Add(-time.Hour), time.Second) }},
+		{"released", func(l *lock.Lease) { kit.Released(l, true) }},
+		{"refused", func(l *lock.Lease) { kit.Renewed(l, time.Now(), time.Minute, false) }},
+		{"extended into the past", func(l *lock.Lease) { kit.Extend(l, time.Now().Add(-time.Hour), time.Second) }},
 	} {
 		t.Run(end.name, func(t *testing.T) {
-			l := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
+			l := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
 			var seen error
 			l.AfterEnd(func() { seen = l.Err(); l.AfterEnd(func() {}) })
 			end.do(l)
@@ -216,10 +199,10 @@ func TestAfterEndSynchronous(t *testing.T) {
 	}
 }
 
-// TestLeaseWanted: Wanted closes once on MarkWanted, AfterWanted runs once
+// TestLeaseWanted: Wanted closes once on kit.MarkWanted, AfterWanted runs once
 // (at once when registered late), and an ended lease is never marked.
 func TestLeaseWanted(t *testing.T) {
-	l := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	l := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	ch := l.Wanted()
 	calls := 0
 	l.AfterWanted(func() { calls++ })
@@ -228,8 +211,8 @@ func TestLeaseWanted(t *testing.T) {
 		t.Fatal("Wanted closed before MarkWanted")
 	default:
 	}
-	l.MarkWanted()
-	l.MarkWanted()
+	kit.MarkWanted(l)
+	kit.MarkWanted(l)
 	select {
 	case <-ch:
 	default:
@@ -241,11 +224,11 @@ func TestLeaseWanted(t *testing.T) {
 		t.Fatalf("callbacks ran %d and %d times (want 1 each), IsWanted %v", calls, late, l.IsWanted())
 	}
 
-	ended := lock.NewLease(lock.Grant{Key: "k", Token: 2, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	ended := kit.NewLease(kit.Grant{Key: "k", Token: 2, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	ran := false
 	ended.AfterWanted(func() { ran = true })
 	ended.End(lock.ErrReleased)
-	ended.MarkWanted()
+	kit.MarkWanted(ended)
 	select {
 	case <-ended.Wanted():
 		t.Fatal("an ended lease was marked wanted")

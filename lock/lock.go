@@ -18,8 +18,8 @@
 //   - A caller whose context ends while waiting is never left holding the
 //     lock (no ghost grants).
 //   - A lease is identified by (Key, Token, Handle), never by pointer: a Lease
-//     rebuilt with NewLease from those fields renews and releases the same
-//     grant. The gateway's REST API relies on this.
+//     rebuilt from those fields (NewLease of lock/kit) renews and releases
+//     the same grant. The gateway's REST API relies on this.
 //
 // # The holder's view of time
 //
@@ -31,8 +31,12 @@
 // where sent is the instant the granting (or renewing) request was sent — an
 // instant that precedes the start of the backend's TTL for the grant — and
 // the drift allowance covers the rate difference between the holder's clock
-// and the backend's. See DeadlineFor. Lease.Done closes when the deadline
+// and the backend's (see Drift). Lease.Done closes when the deadline
 // passes, when a renewal is refused, or when the lease is released.
+//
+// This package is what an application calls. Whoever implements a Locker
+// (a backend, the gateway, the SDK) also uses lock/kit: the checks of a
+// request, and the building of the Lease and Session it hands out.
 package lock
 
 import (

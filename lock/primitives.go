@@ -13,7 +13,7 @@ import (
 // multi-key acquires, watches of a key's holders, and lock-delay. A backend
 // says which of them it offers with Features; a request that needs one it
 // does not offer fails with an error matching ErrUnsupported, checked before
-// anything is sent (CheckSupported). A backend never pretends.
+// anything is sent. A backend never pretends.
 
 // Mode is how a lease holds its key.
 type Mode uint8
@@ -205,87 +205,6 @@ func (e *UnsupportedError) Error() string {
 
 // Unwrap returns ErrUnsupported.
 func (e *UnsupportedError) Unwrap() error { return ErrUnsupported }
-
-// Needs returns the features the options ask for: FeatureShared for a
-// shared lock, FeatureSemaphore for permits, FeatureLockDelay for a delay.
-func (o AcquireOptions) Needs() Features {
-	var f Features
-	switch {
-	case o.Permits > 0:
-		f |= FeatureSemaphore
-	case o.Mode == ModeShared:
-		f |= FeatureShared
-	}
-	if o.LockDelay > 0 {
-		f |= FeatureLockDelay
-	}
-	if o.Session != nil {
-		f |= FeatureSessions
-	}
-	return f
-}
-
-// CheckSupported returns an *UnsupportedError naming the first feature of
-// need that have lacks, or nil. reason, if not nil, gives the backend's
-// reason for a missing feature.
-func CheckSupported(backend string, have, need Features, reason func(Features) string) error {
-	for _, n := range featureNames {
-		if need&n.f != 0 && have&n.f == 0 {
-			e := &UnsupportedError{Backend: backend, Feature: n.f}
-			if reason != nil {
-				e.Reason = reason(n.f)
-			}
-			return e
-		}
-	}
-	return nil
-}
-
-// validatePrimitives checks the options of this file and normalizes a
-// semaphore's mode to ModeShared; Normalize calls it.
-func (o AcquireOptions) validatePrimitives() (AcquireOptions, error) {
-	if o.Mode != ModeExclusive && o.Mode != ModeShared {
-		return o, invalid("mode", o.Mode.String(), `must be exclusive (0) or shared (1)`, ErrInvalidMode)
-	}
-	switch {
-	case o.Permits < 0:
-		return o, invalid("permits", fmt.Sprint(o.Permits), "must not be negative", ErrInvalidPermits)
-	case o.Permits > MaxPermits:
-		return o, invalid("permits", fmt.Sprint(o.Permits), fmt.Sprintf("is above the maximum of %d", MaxPermits), ErrInvalidPermits)
-	case o.Permits > 0:
-		o.Mode = ModeShared // a permit is a shared hold, limited to Permits holders
-	}
-	switch {
-	case o.LockDelay < 0:
-		return o, invalid("lock_delay", o.LockDelay.String(), "must not be negative", ErrInvalidLockDelay)
-	case o.LockDelay > MaxLockDelay:
-		return o, invalid("lock_delay", o.LockDelay.String(), "is longer than the maximum of "+MaxLockDelay.String(), ErrInvalidLockDelay)
-	}
-	return o, nil
-}
-
-// ValidateKeys checks AcquireAll's keys: 1..MaxMultiKeys keys, each valid
-// (ValidateKey), none twice. The error wraps ErrInvalidKeys, or
-// ErrInvalidKey for a bad key.
-func ValidateKeys(keys []string) error {
-	switch {
-	case len(keys) == 0:
-		return invalid("keys", "[]", "must name at least one key", ErrInvalidKeys)
-	case len(keys) > MaxMultiKeys:
-		return invalid("keys", fmt.Sprintf("(%d keys)", len(keys)), fmt.Sprintf("are more than the maximum of %d", MaxMultiKeys), ErrInvalidKeys)
-	}
-	seen := make(map[string]struct{}, len(keys))
-	for _, k := range keys {
-		if err := ValidateKey(k); err != nil {
-			return err
-		}
-		if _, dup := seen[k]; dup {
-			return invalid("keys", k, "is listed twice", ErrInvalidKeys)
-		}
-		seen[k] = struct{}{}
-	}
-	return nil
-}
 
 // MultiLocker is implemented by a Locker that acquires several keys at
 // once (FeatureMultiKey).

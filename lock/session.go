@@ -17,7 +17,7 @@ import (
 // every lease in it, and each lease's Done closes.
 //
 // The deadline rule is the lease's, applied to the session: a session
-// lease's deadline is the session's, DeadlineFor(sent, TTL) of the last
+// lease's deadline is the session's, sent + TTL − Drift(TTL) of the last
 // keep-alive (or of the open) that succeeded, sent being when that request
 // was sent. A lease acquired in a session does not move the session's
 // deadline; it lives at most as long as the session.
@@ -80,22 +80,8 @@ type SessionLocker interface {
 	CloseSession(ctx context.Context, s *Session) error
 }
 
-// SessionGrant is what a backend knows when it opens a session; NewSession
-// turns it into a Session.
-type SessionGrant struct {
-	// ID is the backend's secret identity of the session (a random value
-	// of at least 128 bits): whoever knows it can renew and close the
-	// session. Treat it like a lease handle.
-	ID    string
-	Owner string
-	TTL   time.Duration
-	// Sent precedes the start of the backend's TTL (see Grant.Sent).
-	Sent        time.Time
-	DriftFactor float64
-}
-
 // Session is a group of leases kept alive together. Its ID and Owner never
-// change; its deadline moves with each successful keep-alive (Extend), and
+// change; its deadline moves with each successful keep-alive, and
 // every lease in it follows. A Session is safe for concurrent use.
 type Session struct {
 	ID    string
@@ -112,19 +98,16 @@ type Session struct {
 	leases   map[*Lease]struct{}
 }
 
-// NewSession builds a Session from a grant and arms its deadline: Done
-// closes with ErrExpired when the deadline passes unless Extend moves it
-// first, and every lease in the session ends with it.
-func NewSession(g SessionGrant) *Session {
-	s := &Session{
-		ID:          g.ID,
-		Owner:       g.Owner,
-		driftFactor: g.DriftFactor,
-		ttl:         g.TTL,
-		deadline:    DeadlineFor(g.Sent, g.TTL, g.DriftFactor),
-		done:        make(chan struct{}),
-		leases:      make(map[*Lease]struct{}),
-	}
+// initSession completes a Session whose ID and Owner are set and arms its
+// deadline: Done closes with ErrExpired when the deadline passes unless
+// a keep-alive moves it first, and every lease in the session ends with it.
+// lock/kit's NewSession calls it.
+func initSession(s *Session, ttl time.Duration, sent time.Time, driftFactor float64) *Session {
+	s.driftFactor = driftFactor
+	s.ttl = ttl
+	s.deadline = deadlineFor(sent, ttl, driftFactor)
+	s.done = make(chan struct{})
+	s.leases = make(map[*Lease]struct{})
 	s.mu.Lock()
 	s.armLocked()
 	s.mu.Unlock()
@@ -156,7 +139,7 @@ func (s *Session) TTL() time.Duration {
 }
 
 // Deadline is the latest instant at which a holder of a lease in the
-// session may still act on it (see DeadlineFor).
+// session may still act on it (see Lease.Deadline).
 func (s *Session) Deadline() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -181,16 +164,16 @@ func (s *Session) Leases() int {
 	return len(s.leases)
 }
 
-// Extend records a successful keep-alive sent at sent: the session's
-// deadline, and every lease's in it, becomes DeadlineFor(sent, TTL). It
+// extend records a successful keep-alive sent at sent: the session's
+// deadline, and every lease's in it, becomes sent + TTL − Drift(TTL). It
 // reports false, changing nothing, when the session has already ended.
-func (s *Session) Extend(sent time.Time) bool {
+func (s *Session) extend(sent time.Time) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
 		return false
 	}
-	d := DeadlineFor(sent, s.ttl, s.driftFactor)
+	d := deadlineFor(sent, s.ttl, s.driftFactor)
 	if d.Before(s.deadline) {
 		d = s.deadline // a keep-alive answered out of order never shortens it
 	}
@@ -200,13 +183,13 @@ func (s *Session) Extend(sent time.Time) bool {
 	return true
 }
 
-// Renewed records a successful keep-alive sent at sent for which the
+// renewed records a successful keep-alive sent at sent for which the
 // backend reported the session's TTL: when ttl differs from the one the
 // Session was built with (a gateway that adopted a session by its id
 // alone, and guessed), the Session takes the backend's ttl and its
-// deadline becomes DeadlineFor(sent, ttl) even if that is earlier. It
+// deadline becomes sent + ttl − Drift(ttl) even if that is earlier. It
 // reports false when the session has already ended.
-func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
+func (s *Session) renewed(sent time.Time, ttl time.Duration) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -214,10 +197,10 @@ func (s *Session) Renewed(sent time.Time, ttl time.Duration) bool {
 	}
 	if ttl > 0 && ttl != s.ttl {
 		s.ttl = ttl
-		s.deadline = DeadlineFor(sent, ttl, s.driftFactor)
+		s.deadline = deadlineFor(sent, ttl, s.driftFactor)
 	}
 	s.mu.Unlock()
-	return s.Extend(sent)
+	return s.extend(sent)
 }
 
 // End ends the session with cause (ErrReleased when it was closed) and
@@ -244,10 +227,11 @@ func (s *Session) End(cause error) {
 	}
 }
 
-// Refused ends the session after its backend refused a keep-alive (it no
+// refused ends the session after its backend refused a keep-alive (it no
 // longer has the session) and returns the error every lease ends with:
-// it matches ErrSessionExpired and ErrNotHeld.
-func (s *Session) Refused(detail error) error {
+// it matches ErrSessionExpired and ErrNotHeld. lock/kit's SessionRefused
+// calls it.
+func (s *Session) refused(detail error) error {
 	err := fmt.Errorf("%w: %w", ErrNotHeld, ErrSessionExpired)
 	if detail != nil && !errors.Is(detail, ErrSessionExpired) {
 		err = fmt.Errorf("%w: %w (%v)", ErrNotHeld, ErrSessionExpired, detail)
@@ -311,7 +295,7 @@ func KeepSessionAlive(ctx context.Context, l SessionLocker, s *Session) {
 			}
 			switch {
 			case errors.Is(err, ErrSessionExpired), errors.Is(err, ErrNotHeld):
-				s.Refused(err)
+				s.refused(err)
 				return
 			case errors.Is(err, ErrClosed), ctx.Err() != nil:
 				return
@@ -322,15 +306,4 @@ func KeepSessionAlive(ctx context.Context, l SessionLocker, s *Session) {
 			}
 		}
 	}
-}
-
-// ValidateSessionOptions checks a session's options (TTL 0 or within
-// MinTTL..MaxTTL, a valid owner).
-func ValidateSessionOptions(o SessionOptions) error {
-	if o.TTL != 0 {
-		if err := ValidateTTL(o.TTL); err != nil {
-			return err
-		}
-	}
-	return ValidateOwner(o.Owner)
 }

@@ -35,7 +35,8 @@ type PrefixWatcher interface {
 	// The channel ends as Watch's does: closed when ctx ends or the Locker
 	// is closed, or after an EventError when the watch breaks (connection
 	// lost, leader changed, ErrWatchOverflow when the reader fell behind
-	// every key's changes). The prefix is checked with ValidatePrefix.
+	// every key's changes). The prefix is checked as a key is, except
+	// that the empty prefix (every key) is allowed.
 	WatchPrefix(ctx context.Context, prefix string) (<-chan Event, error)
 }
 
@@ -48,14 +49,4 @@ func WatchPrefix(ctx context.Context, l Locker, prefix string) (<-chan Event, er
 		return nil, &UnsupportedError{Backend: fmt.Sprintf("%T", l), Feature: FeatureWatchPrefix}
 	}
 	return w.WatchPrefix(ctx, prefix)
-}
-
-// ValidatePrefix checks a watch prefix: as ValidateKey, except that the
-// empty prefix (every key) is allowed. The error is ValidateKey's (a
-// *ValidationError wrapping ErrInvalidKey).
-func ValidatePrefix(prefix string) error {
-	if prefix == "" {
-		return nil
-	}
-	return ValidateKey(prefix)
 }

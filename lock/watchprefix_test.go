@@ -67,16 +67,3 @@ func TestFeatureWatchPrefixName(t *testing.T) {
 		t.Error("FeatureWatchPrefix overlaps another feature or is in AllFeatures")
 	}
 }
-
-func TestValidatePrefix(t *testing.T) {
-	for _, p := range []string{"", "a", "orders/", strings.Repeat("k", lock.MaxKeyLen), "ключ/"} {
-		if err := lock.ValidatePrefix(p); err != nil {
-			t.Errorf("ValidatePrefix(%q): %v, want nil", p, err)
-		}
-	}
-	for _, p := range []string{strings.Repeat("k", lock.MaxKeyLen+1), "a\x00", "\xff", "x\n"} {
-		if err := lock.ValidatePrefix(p); !errors.Is(err, lock.ErrInvalidKey) {
-			t.Errorf("ValidatePrefix(%q): %v, want %v", p, err, lock.ErrInvalidKey)
-		}
-	}
-}

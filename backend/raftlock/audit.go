@@ -1,7 +1,6 @@
 package raftlock
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
@@ -16,25 +15,6 @@ import (
 // took with it), and the operator's actions it carries out (force-release,
 // membership changes, backups). Only the leader records expiries: the
 // decision is its.
-
-// AuditCaller names who asked for an operator action (the console's
-// force-release), for the audit trail.
-type AuditCaller struct {
-	Identity, Remote string
-}
-
-type auditCallerKey struct{}
-
-// WithAuditCaller returns ctx naming c as the caller of an operator
-// action.
-func WithAuditCaller(ctx context.Context, c AuditCaller) context.Context {
-	return context.WithValue(ctx, auditCallerKey{}, c)
-}
-
-func auditCallerOf(ctx context.Context) AuditCaller {
-	c, _ := ctx.Value(auditCallerKey{}).(AuditCaller)
-	return c
-}
 
 // audit records e (a nil log records nothing).
 func (n *Node) audit(e audit.Event) {

@@ -3,6 +3,7 @@ package raftlock
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"time"
@@ -10,17 +11,21 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
+	"github.com/lockgate/lockgate/internal/nodeview"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
-// What the web console (package console, docs/console.md) reads of a node:
-// its own Raft status, the credential a request carries, pages of the lock
-// table and one key's queue. The HTTP endpoints live in package console;
-// GET /v1/cluster/status, which the console asks of every member, is
-// served here beside the membership API.
+// What the web console (package console, docs/console.md) reads of a node,
+// in the types of internal/nodeview: its own Raft status and the cluster's
+// members, the credential a request carries, pages of the lock table and
+// one key's queue. The HTTP endpoints live in package console, which reads
+// a Node through its console.Node interface; GET /v1/cluster/status, which
+// the console asks of every member, is served here beside the membership
+// API.
 
 // PathStatus is one node's own Raft status (a client credential).
-const PathStatus = "/v1/cluster/status"
+const PathStatus = nodeview.PathStatus
 
 // NodeStatus is one node's Raft view of itself.
 type NodeStatus struct {
@@ -65,6 +70,32 @@ func (n *Node) Status() NodeStatus {
 	return s
 }
 
+// StatusView is Status as the console shows it: the formats and the gate
+// as their JSON.
+func (n *Node) StatusView() nodeview.Status {
+	st := n.Status()
+	v := nodeview.Status{ID: st.ID, APIAddr: st.APIAddr, RaftAddr: st.RaftAddr, State: st.State, Term: st.Term,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex,
+		LastContactMs: st.LastContactMs, LeaderID: st.LeaderID, Halted: st.Halted}
+	if st.Formats != nil {
+		v.Formats, _ = json.Marshal(st.Formats) // plain fields: never fails
+	}
+	if st.Gate != nil {
+		v.Gate, _ = json.Marshal(st.Gate)
+	}
+	return v
+}
+
+// MembersView is Peers as the console reads it.
+func (n *Node) MembersView() (nodeview.Members, error) {
+	pl, err := n.Peers()
+	if err != nil {
+		return nodeview.Members{}, err
+	}
+	return nodeview.Members{Term: pl.Term, LeaderID: pl.LeaderID, LeaderAddr: pl.LeaderAddr,
+		RaftAddr: pl.PeerAddress, APIAddr: pl.APIAddress, Voters: pl.Voters}, nil
+}
+
 func stateName(st raft.RaftState) string {
 	switch st {
 	case raft.Leader:
@@ -86,25 +117,6 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, n.Status())
 }
 
-// Credential is what a request presented, as the console judges it.
-type Credential struct {
-	// Kind is "token" (a client token), "admin-token", "certificate" (a
-	// client certificate verified against the cluster CA) or "open" (no
-	// credential needed: the node checks no client tokens).
-	Kind string
-	// Admin: the credential authorizes admin actions (force-release), by
-	// the rules of membership changes.
-	Admin bool
-	// Who names the credential in an audit log line without revealing it:
-	// a token by the first 8 bytes of its SHA-256, a certificate by its
-	// subject.
-	Who string
-	// Identity is the credential's named identity (docs/security.md,
-	// "Tenants"): a token's name in its tokens file, a certificate's
-	// subject common name, "anonymous" for an open node.
-	Identity string
-}
-
 // identityOf is the identity set names tok by: its name when the set
 // names its tokens (gateway.Tokens does), else the unnamed form.
 func identityOf(set TokenSet, tok string) string {
@@ -124,7 +136,7 @@ func identityOf(set TokenSet, tok string) string {
 // or none when the node checks no client tokens), an admin token, or a
 // client certificate verified against the cluster CA. The token is r's
 // Authorization header's.
-func (n *Node) Credential(r *http.Request) (Credential, bool) {
+func (n *Node) Credential(r *http.Request) (nodeview.Credential, bool) {
 	tok, ok := bearerToken(r)
 	return n.CredentialWith(r, tok, ok)
 }
@@ -132,7 +144,7 @@ func (n *Node) Credential(r *http.Request) (Credential, bool) {
 // CredentialWith is Credential with the bearer token found elsewhere than
 // the header (the gateway reads a browser's from its WebSocket
 // subprotocol); hasToken false: none.
-func (n *Node) CredentialWith(r *http.Request, tok string, hasToken bool) (Credential, bool) {
+func (n *Node) CredentialWith(r *http.Request, tok string, hasToken bool) (nodeview.Credential, bool) {
 	p := n.membershipPolicy()
 	if p.peerAuth && peerVerified(r) {
 		subj := r.TLS.VerifiedChains[0][0].Subject
@@ -140,7 +152,7 @@ func (n *Node) CredentialWith(r *http.Request, tok string, hasToken bool) (Crede
 		if id == "" {
 			id = subj.String()
 		}
-		return Credential{Kind: "certificate", Admin: true, Who: "certificate " + subj.String(), Identity: id}, true
+		return nodeview.Credential{Kind: "certificate", Admin: true, Who: "certificate " + subj.String(), Identity: id}, true
 	}
 	if hasToken {
 		who := func(kind string) string {
@@ -148,70 +160,29 @@ func (n *Node) CredentialWith(r *http.Request, tok string, hasToken bool) (Crede
 			return kind + " sha256:" + hex.EncodeToString(d[:8])
 		}
 		if p.admin != nil && p.admin.Valid(tok) {
-			return Credential{Kind: "admin-token", Admin: true, Who: who("admin-token"), Identity: identityOf(p.admin, tok)}, true
+			return nodeview.Credential{Kind: "admin-token", Admin: true, Who: who("admin-token"), Identity: identityOf(p.admin, tok)}, true
 		}
 		if p.client != nil && p.client.Valid(tok) {
-			return Credential{Kind: "token", Who: who("token"), Identity: identityOf(p.client, tok)}, true
+			return nodeview.Credential{Kind: "token", Who: who("token"), Identity: identityOf(p.client, tok)}, true
 		}
 	}
 	if p.client == nil {
 		code, _ := p.decide(r) // no admin credential: admin only in loopback development
-		return Credential{Kind: "open", Admin: code == 0, Who: "open", Identity: "anonymous"}, true
+		return nodeview.Credential{Kind: "open", Admin: code == 0, Who: "open", Identity: "anonymous"}, true
 	}
-	return Credential{}, false
-}
-
-// ConsoleHolder is one holder of a key as the console shows it.
-type ConsoleHolder struct {
-	Owner     string
-	Token     lock.Token
-	ExpiresIn time.Duration // on this node's clock; <= 0: expired, not yet freed
-	Value     []byte
-}
-
-// ConsoleLock is one key of the lock table as the console shows it.
-type ConsoleLock struct {
-	Key     string
-	Mode    lock.Mode
-	Permits int
-	Holders []ConsoleHolder // oldest grant first
-	Waiters int             // queued acquires still waiting (known on the leader only)
-	Delay   time.Duration   // lock-delay left, 0 for none
-}
-
-// ConsoleWaiter is one queued acquire, in queue order.
-type ConsoleWaiter struct {
-	Owner   string
-	Mode    lock.Mode
-	Permits int
-	Keys    []string // every key a multi-key waiter waits for; the one key otherwise
-	Waiting time.Duration
-}
-
-// LockPage is a page of the lock table (ScanLocks).
-type LockPage struct {
-	Locks   []ConsoleLock
-	Total   int    // keys held
-	Matched int    // keys containing the search string
-	Next    string // the cursor of the next page, "" on the last
-	// WaitersKnown: this node leads, so Waiters are counted; a follower
-	// does not see the queues.
-	WaitersKnown bool
-	// Scan is how long the table scan took: the console paces its
-	// refreshes by it (a million keys take a tenth of a second).
-	Scan time.Duration
+	return nodeview.Credential{}, false
 }
 
 // ScanLocks returns the held keys containing q after the key after, in key
 // order, at most limit (1..fsm.MaxScanLimit) of them. One scan runs at a
 // time on a node; it visits the whole table (fsm.ScanLocks has its cost).
-func (n *Node) ScanLocks(q, after string, limit int) LockPage {
+func (n *Node) ScanLocks(q, after string, limit int) nodeview.LockPage {
 	n.scanMu.Lock()
 	start := time.Now()
 	res := n.fsm.ScanLocks(after, q, limit)
 	took := time.Since(start)
 	n.scanMu.Unlock()
-	page := LockPage{Total: res.Total, Matched: res.Matched, WaitersKnown: n.IsLeader(), Scan: took}
+	page := nodeview.LockPage{Total: res.Total, Matched: res.Matched, WaitersKnown: n.IsLeader(), Scan: took}
 	for _, k := range res.Keys {
 		page.Locks = append(page.Locks, n.consoleLock(k))
 	}
@@ -222,15 +193,15 @@ func (n *Node) ScanLocks(q, after string, limit int) LockPage {
 }
 
 // consoleLock reads key's holders and its waiter count.
-func (n *Node) consoleLock(key string) ConsoleLock {
+func (n *Node) consoleLock(key string) nodeview.Lock {
 	now := n.cfg.Clock.Now()
 	ls, _ := n.fsm.Holders(key)
-	c := ConsoleLock{Key: key}
+	c := nodeview.Lock{Key: key}
 	for i, l := range ls {
 		if i == 0 {
 			c.Mode, c.Permits = lock.Mode(l.Mode), int(l.Permits)
 		}
-		c.Holders = append(c.Holders, ConsoleHolder{Owner: plainOwner(l.Owner), Token: lock.Token(l.Token),
+		c.Holders = append(c.Holders, nodeview.Holder{Owner: plainOwner(l.Owner), Token: lock.Token(l.Token),
 			ExpiresIn: time.Duration(l.Expires - now), Value: l.Value})
 	}
 	if until := n.fsm.Delay(key); until > now {
@@ -247,13 +218,13 @@ func (n *Node) consoleLock(key string) ConsoleLock {
 
 // LockDetail returns key as ScanLocks shows it, with its queue: at most
 // maxQueue waiters, in queue order (the leader's; a follower has none).
-func (n *Node) LockDetail(key string, maxQueue int) (ConsoleLock, []ConsoleWaiter, error) {
-	if err := lock.ValidateKey(key); err != nil {
-		return ConsoleLock{}, nil, err
+func (n *Node) LockDetail(key string, maxQueue int) (nodeview.Lock, []nodeview.Waiter, error) {
+	if err := kit.ValidateKey(key); err != nil {
+		return nodeview.Lock{}, nil, err
 	}
 	c := n.consoleLock(key)
 	now := time.Now()
-	var queue []ConsoleWaiter
+	var queue []nodeview.Waiter
 	sc := n.sched
 	sc.mu.Lock()
 	if q := sc.queues[key]; q != nil {
@@ -264,7 +235,7 @@ func (n *Node) LockDetail(key string, maxQueue int) (ConsoleLock, []ConsoleWaite
 			if len(queue) == maxQueue {
 				break
 			}
-			queue = append(queue, ConsoleWaiter{Owner: w.opts.Owner, Mode: w.opts.Mode, Permits: w.opts.Permits,
+			queue = append(queue, nodeview.Waiter{Owner: w.opts.Owner, Mode: w.opts.Mode, Permits: w.opts.Permits,
 				Keys: slices.Clone(w.allKeys()), Waiting: now.Sub(w.since)})
 		}
 	}

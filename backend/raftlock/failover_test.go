@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // followers returns the nodes of c other than l.
@@ -261,8 +262,8 @@ func TestResendRenews(t *testing.T) {
 // attempt; without a cut-off first attempt, or past the deadline, "not
 // held" stands.
 func TestResentReleaseOutcome(t *testing.T) {
-	live := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
-	over := lock.NewLease(lock.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now().Add(-time.Hour)})
+	live := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now()})
+	over := kit.NewLease(kit.Grant{Key: "k", Token: 1, Handle: "h", TTL: time.Minute, Sent: time.Now().Add(-time.Hour)})
 	cut := fmt.Errorf("raftlock: leadership lost while committing: %w", &lock.NotLeaderError{})
 	notHeld := fmt.Errorf("gone: %w", lock.ErrNotHeld)
 	for _, tc := range []struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The operator's view of the tenants (docs/security.md, "Tenants"): what
@@ -81,7 +82,7 @@ func (n *Node) EachIdentityUsage(fn func(identity string, leases, sessions int))
 // CloseIdentity ends every session of identity (releasing its leases) and
 // releases every other lease it holds, on the leader. who is the
 // operator, for the audit trail.
-func (n *Node) CloseIdentity(ctx context.Context, identity string, who AuditCaller) (sessions, leases int, err error) {
+func (n *Node) CloseIdentity(ctx context.Context, identity string, who audit.Caller) (sessions, leases int, err error) {
 	if identity == "" {
 		return 0, 0, errors.New("raftlock: name the identity to close")
 	}
@@ -94,7 +95,7 @@ func (n *Node) CloseIdentity(ctx context.Context, identity string, who AuditCall
 	})
 	var errs []error
 	for _, sid := range ids {
-		s := lock.NewSession(lock.SessionGrant{ID: sid, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
+		s := kit.NewSession(kit.SessionGrant{ID: sid, TTL: lock.DefaultSessionTTL, Sent: time.Now()})
 		switch err := n.CloseSession(ctx, s); {
 		case err == nil:
 			sessions++
@@ -111,7 +112,7 @@ func (n *Node) CloseIdentity(ctx context.Context, identity string, who AuditCall
 		return true
 	})
 	for _, l := range held {
-		lease := lock.NewLease(lock.Grant{Key: l.Key, Token: lock.Token(l.Token), Handle: l.Handle, TTL: l.TTL, Sent: time.Now()})
+		lease := kit.NewLease(kit.Grant{Key: l.Key, Token: lock.Token(l.Token), Handle: l.Handle, TTL: l.TTL, Sent: time.Now()})
 		switch err := n.Release(ctx, lease); {
 		case err == nil:
 			leases++
@@ -148,7 +149,7 @@ func (n *Node) handleCloseIdentity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cred, _ := n.Credential(r)
-	sessions, leases, err := n.CloseIdentity(r.Context(), a.Identity, AuditCaller{Identity: cred.Identity, Remote: r.RemoteAddr})
+	sessions, leases, err := n.CloseIdentity(r.Context(), a.Identity, audit.Caller{Identity: cred.Identity, Remote: r.RemoteAddr})
 	rep := CloseIdentityReply{Sessions: sessions, Leases: leases, LeaderID: n.cfg.ID}
 	code := http.StatusOK
 	if err != nil {

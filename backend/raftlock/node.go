@@ -29,6 +29,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/backend/raftlock/store"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Node is one raftlock server: hashicorp/raft with a durable store, file
@@ -507,7 +508,7 @@ func (n *Node) verifyLeader() error {
 // AppendData writes key=value to the replicated data store (the
 // design's Append Data RPC, docs/raftlock.md): committed by a quorum before it returns.
 func (n *Node) AppendData(ctx context.Context, key string, value []byte) error {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return err
 	}
 	if len(value) > maxDataValue {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // TestPoisonBatchRetry: an op that passes the leader's validation but that
@@ -152,8 +153,8 @@ func TestPoisonOpRefusedBeforeBatch(t *testing.T) {
 	}
 	long := strings.Repeat("a", 300)
 	for _, bad := range []*lock.Lease{
-		lock.NewLease(lock.Grant{Key: "q", Token: held.Token, Handle: long, TTL: time.Minute, Sent: time.Now()}),
-		lock.NewLease(lock.Grant{Key: strings.Repeat("q", 2000), Token: held.Token, Handle: held.Handle, TTL: time.Minute, Sent: time.Now()}),
+		kit.NewLease(kit.Grant{Key: "q", Token: held.Token, Handle: long, TTL: time.Minute, Sent: time.Now()}),
+		kit.NewLease(kit.Grant{Key: strings.Repeat("q", 2000), Token: held.Token, Handle: held.Handle, TTL: time.Minute, Sent: time.Now()}),
 	} {
 		var ve *lock.ValidationError
 		if err := s.Release(ctx, bad); !errors.As(err, &ve) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // scheduler is the leader's side of locking (the design's pending-lock queue
@@ -92,7 +93,7 @@ func (w *waiter) allKeys() []string {
 }
 
 type result struct {
-	grants []*lock.Grant // one per key, in the order of the waiter's keys
+	grants []*kit.Grant // one per key, in the order of the waiter's keys
 	err    error
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // pending is one waiter's grant in an entry being built: ops are the
@@ -183,7 +184,7 @@ func (s *scheduler) unlockAndRun(inline bool) {
 	s.proposals, s.tell = nil, nil
 	s.mu.Unlock()
 	for _, lease := range tell {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	for i, p := range ps {
 		if inline && i == 0 {
@@ -256,7 +257,7 @@ func (s *scheduler) settleLocked(p pending, sent time.Time, res *fsm.ApplyResult
 	switch r.Status {
 	case fsm.StatusOK:
 		keys := w.allKeys()
-		gs := make([]*lock.Grant, len(keys))
+		gs := make([]*kit.Grant, len(keys))
 		for i, k := range keys {
 			gs[i] = grantOf(w, k, res.Results[p.ops[i]].Token, sent)
 		}

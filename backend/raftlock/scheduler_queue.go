@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // enqueue queues w (the scheduler serves it in FIFO order) or refuses it.
@@ -198,7 +199,7 @@ func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time,
 	case res.Results[0].Status == fsm.StatusOK && w.gone:
 		s.releaseLocked(w.key, w.handle, token, nil)
 	case res.Results[0].Status == fsm.StatusOK:
-		w.res <- result{grants: []*lock.Grant{grantOf(w, w.key, token, sent)}}
+		w.res <- result{grants: []*kit.Grant{grantOf(w, w.key, token, sent)}}
 	case !w.gone:
 		w.resend = false
 		return true
@@ -206,8 +207,8 @@ func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time,
 	return false
 }
 
-func grantOf(w *waiter, key string, token uint64, sent time.Time) *lock.Grant {
-	return &lock.Grant{Key: key, Owner: w.opts.Owner, Token: lock.Token(token), Handle: w.handle,
+func grantOf(w *waiter, key string, token uint64, sent time.Time) *kit.Grant {
+	return &kit.Grant{Key: key, Owner: w.opts.Owner, Token: lock.Token(token), Handle: w.handle,
 		Value: w.opts.Value, TTL: w.opts.TTL, Mode: w.opts.Mode, Permits: w.opts.Permits, Sent: sent, Session: w.opts.Session}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Session is one client of a Node: a lock.Locker with its own client id,
@@ -84,7 +85,7 @@ func (s *Session) Watch(ctx context.Context, key string) (<-chan lock.Event, err
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -118,7 +119,7 @@ func (s *Session) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	opts, err := opts.Normalize(key, s.clientID)
+	opts, err := kit.Normalize(opts, key, s.clientID)
 	if err != nil {
 		return nil, err
 	}
@@ -153,10 +154,10 @@ func (s *Session) acquireAll(ctx context.Context, keys []string, opts lock.Acqui
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKeys(keys); err != nil {
+	if err := kit.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
-	opts, err := opts.Normalize(keys[0], s.clientID)
+	opts, err := kit.Normalize(opts, keys[0], s.clientID)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (s *Session) wait(ctx context.Context, w *waiter) ([]*lock.Lease, error) {
 		}
 		leases := make([]*lock.Lease, len(r.grants))
 		for i, g := range r.grants {
-			leases[i] = lock.NewLease(*g)
+			leases[i] = kit.NewLease(*g)
 			s.n.sched.attach(leases[i])
 			if w.opts.AutoRenew {
 				go lock.KeepAlive(s.ctx, s, leases[i])
@@ -214,7 +215,7 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if s.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	ttl, err := lock.ValidateRenew(lease, ttl)
+	ttl, err := kit.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
 	}
@@ -227,8 +228,8 @@ func (s *Session) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if sess := lease.Session(); sess != nil && ok {
 		// A session lease: the state machine renewed its session, and so
 		// every lease of it.
-		sess.Extend(sent)
-	} else if err := lease.Renewed(sent, ttl, ok); err != nil {
+		kit.ExtendSession(sess, sent)
+	} else if err := kit.Renewed(lease, sent, ttl, ok); err != nil {
 		return err
 	}
 	s.n.sched.attach(lease)
@@ -245,7 +246,7 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 	if s.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	// The release may share its entry with the grant to the key's next
@@ -271,7 +272,7 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 	if a.err != nil {
 		return a.err
 	}
-	return lease.Released(a.res.Results[0].Status == fsm.StatusOK)
+	return kit.Released(lease, a.res.Results[0].Status == fsm.StatusOK)
 }
 
 // awaitApplied waits for a commit's outcome, or for ctx. An outcome that
@@ -299,7 +300,7 @@ func (s *Session) ReleaseAll(ctx context.Context, leases []*lock.Lease) error {
 		return lock.ErrClosed
 	}
 	for _, lease := range leases {
-		if err := lock.ValidateLease(lease); err != nil {
+		if err := kit.ValidateLease(lease); err != nil {
 			return err
 		}
 		if err := s.n.batch.checkOps(releaseOp(lease.Key, lease.Handle, uint64(lease.Token))); err != nil {
@@ -337,7 +338,7 @@ func (s *Session) ReleaseAll(ctx context.Context, leases []*lock.Lease) error {
 	}
 	var errs []error
 	for i, lease := range leases {
-		if err := lease.Released(a.res.Results[i].Status == fsm.StatusOK); err != nil {
+		if err := kit.Released(lease, a.res.Results[i].Status == fsm.StatusOK); err != nil {
 			errs = append(errs, fmt.Errorf("release %q: %w", lease.Key, err))
 		}
 	}
@@ -350,7 +351,7 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if err := s.n.verifyLeader(); err != nil {
@@ -475,7 +476,7 @@ func (n *Node) Close() error { return n.Shutdown() }
 // (ErrNotHeld); fencing tokens protect the resource meanwhile. A key nobody
 // holds gives lock.ErrNotFound.
 func (n *Node) ForceRelease(ctx context.Context, key string) error {
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return err
 	}
 	sc := n.sched
@@ -513,7 +514,7 @@ func (n *Node) ForceRelease(ctx context.Context, key string) error {
 		}
 	}
 	n.log.Warn("lock force-released", "key", key, "holders", len(ls), "owner", plainOwner(ls[0].Owner), "token", ls[0].Token)
-	who := auditCallerOf(ctx)
+	who := audit.CallerOf(ctx)
 	for _, l := range ls {
 		holder, _ := fsm.SplitOwner(l.Owner)
 		n.audit(audit.Event{Op: audit.OpForceRelease, Identity: who.Identity, Remote: who.Remote, Keys: []string{key},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Sessions (lock.SessionLocker, docs/raftlock.md "Sessions"): a session is
@@ -36,7 +37,7 @@ func (s *Session) OpenSession(ctx context.Context, opts lock.SessionOptions) (*l
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateSessionOptions(opts); err != nil {
+	if err := kit.ValidateSessionOptions(opts); err != nil {
 		return nil, err
 	}
 	if opts.TTL == 0 {
@@ -61,7 +62,7 @@ func (s *Session) OpenSession(ctx context.Context, opts lock.SessionOptions) (*l
 	if st := res.Results[0].Status; st != fsm.StatusOK {
 		return nil, fmt.Errorf("raftlock: open session refused by the state machine (status %s)", st)
 	}
-	return lock.NewSession(lock.SessionGrant{ID: id, Owner: opts.Owner, TTL: opts.TTL, Sent: sent}), nil
+	return kit.NewSession(kit.SessionGrant{ID: id, Owner: opts.Owner, TTL: opts.TTL, Sent: sent}), nil
 }
 
 // RenewSession implements lock.SessionLocker: one entry, whatever the
@@ -71,7 +72,7 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 		return err
 	}
 	if err := s.n.drainRefuses(sess.ID); err != nil {
-		return sess.Refused(err)
+		return kit.SessionRefused(sess, err)
 	}
 	sent := time.Now()
 	res, err := s.n.applyCtx(ctx, fsm.Op{Type: fsm.OpSessionRenew, Key: sess.ID})
@@ -79,7 +80,7 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 		return err
 	}
 	if res.Results[0].Status != fsm.StatusOK {
-		return sess.Refused(nil)
+		return kit.SessionRefused(sess, nil)
 	}
 	// The state machine's TTL is the session's: a Session rebuilt from
 	// its id alone (a gateway adopting it after a leader change) learns
@@ -88,7 +89,7 @@ func (s *Session) RenewSession(ctx context.Context, sess *lock.Session) error {
 	if si, ok := s.n.fsm.Session(sess.ID); ok {
 		ttl = si.TTL
 	}
-	if !sess.Renewed(sent, ttl) {
+	if !kit.SessionRenewed(sess, sent, ttl) {
 		return fmt.Errorf("%w: %w", lock.ErrSessionExpired, sess.Err())
 	}
 	return nil
@@ -105,7 +106,7 @@ func (s *Session) CloseSession(ctx context.Context, sess *lock.Session) error {
 		return err
 	}
 	if res.Results[0].Status != fsm.StatusOK {
-		return sess.Refused(nil)
+		return kit.SessionRefused(sess, nil)
 	}
 	sess.End(lock.ErrReleased)
 	return nil
@@ -170,7 +171,7 @@ func (cl *clusterLocker) CloseSession(ctx context.Context, sess *lock.Session) e
 func sessionErr(key string, sess *lock.Session) error {
 	err := fmt.Errorf("raftlock: acquire %q: %w", key, lock.ErrSessionExpired)
 	if sess != nil {
-		sess.Refused(nil)
+		kit.SessionRefused(sess, nil)
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/backend/raftlock/fsm"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Watches: every node's state machine tells the node's watch hub each
@@ -249,7 +250,7 @@ func (s *Session) WatchPrefix(ctx context.Context, prefix string) (<-chan lock.E
 	if s.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidatePrefix(prefix); err != nil {
+	if err := kit.ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

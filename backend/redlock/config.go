@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Defaults of Config.
@@ -114,7 +115,7 @@ func (c Config) Validate() error {
 	if c.PoolSize < 0 {
 		return fmt.Errorf("redlock: Config.PoolSize: %d is negative", c.PoolSize)
 	}
-	if err := lock.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
+	if err := kit.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
 		return fmt.Errorf("redlock: Config.%w", err)
 	}
 	return nil

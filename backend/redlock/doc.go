@@ -37,7 +37,7 @@
 //	validity = ttl − elapsed − drift,  drift = ttl·DriftFactor + 2 ms
 //
 // (elapsed is measured on the client's monotonic clock from the moment the
-// round started). The lease is built with lock.NewLease with Sent = the
+// round started). The lease is built with kit.NewLease with Sent = the
 // start of the round and the configured DriftFactor, so its Deadline is
 // start + ttl − drift: never later than the earliest expiry on any node
 // that granted, as long as the clock-rate assumption holds. A failed
@@ -149,7 +149,7 @@
 // marked at once. The meta hash's wanted mark carries over a local handoff
 // (remote waiters only retry after a real release) and is reported by
 // renew.lua, which also makes the renewing Locker the one to notify: a lease
-// rebuilt with lock.NewLease is told from its first Renew on (best effort:
+// rebuilt with kit.NewLease is told from its first Renew on (best effort:
 // if two Lockers renew copies of one grant, messages go to the last one, and
 // the other hears at its next renewal). Costs: no request of its own (the
 // PUBLISH rides on the waiter's attempt), two small fields per held key's

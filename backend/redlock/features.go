@@ -1,6 +1,9 @@
 package redlock
 
-import "github.com/lockgate/lockgate/lock"
+import (
+	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
+)
 
 // The primitives beyond the mutex (lock.Features): redlock offers none of them, and
 // refuses an acquire that needs one before any request reaches a master
@@ -49,5 +52,5 @@ func unsupportedReason(f lock.Features) string {
 
 // checkSupported refuses options that need a primitive redlock lacks.
 func (l *Locker) checkSupported(opts lock.AcquireOptions) error {
-	return lock.CheckSupported("redlock", l.Features(), opts.Needs(), unsupportedReason)
+	return kit.CheckSupported("redlock", l.Features(), kit.Needs(opts), unsupportedReason)
 }

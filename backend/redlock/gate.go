@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The local gate (lock/localgate) serializes, per key, the Acquire calls of
@@ -35,7 +36,7 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 		// The new lease is tracked (and told of the waiters that remain)
 		// before t's Acquire can return it.
 		l.gate.HandOver(t, lease, l.grant(r, k, lease.Key, handle, opts, sent, true))
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	}
 	// Undo the new grant where it landed (the old one is gone there too),
 	// give the waiter its turn, and release the old grant elsewhere.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // TestLocalHandoff: a release while a caller of the same Locker waits hands
@@ -49,7 +50,7 @@ func TestLocalHandoff(t *testing.T) {
 	if err := l.Renew(bg(t, time.Minute), first, 0); err == nil {
 		t.Errorf("Renew of the handed-over lease succeeded")
 	}
-	if err := l.Release(bg(t, time.Minute), lock.NewLease(lock.Grant{Key: "handoff", Handle: first.Handle, Token: first.Token, TTL: time.Minute, Sent: time.Now()})); err == nil {
+	if err := l.Release(bg(t, time.Minute), kit.NewLease(kit.Grant{Key: "handoff", Handle: first.Handle, Token: first.Token, TTL: time.Minute, Sent: time.Now()})); err == nil {
 		t.Errorf("Release of a rebuilt copy of the handed-over lease succeeded")
 	}
 	if err := l.Release(bg(t, time.Minute), second); err != nil {
@@ -77,7 +78,7 @@ func TestRebuiltReleasePassesTurn(t *testing.T) {
 		got <- err
 	}()
 	awaitQueued(t, l, "rebuilt", 1)
-	dup := lock.NewLease(lock.Grant{Key: orig.Key, Owner: orig.Owner, Token: orig.Token, Handle: orig.Handle, TTL: time.Minute, Sent: time.Now()})
+	dup := kit.NewLease(kit.Grant{Key: orig.Key, Owner: orig.Owner, Token: orig.Token, Handle: orig.Handle, TTL: time.Minute, Sent: time.Now()})
 	if err := l.Release(bg(t, time.Minute), dup); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // grant turns a round that won its quorum (acquire or handoff) into a
@@ -15,7 +16,7 @@ import (
 func (l *Locker) grant(r *round[grantReply], k keys, key, handle string, opts lock.AcquireOptions, sent time.Time, self bool) *lock.Lease {
 	token, wanted := maxToken(r), wantedBy(r)
 	l.propagate(r, k, handle, token) // r is collected in the background from here on
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key: key, Owner: opts.Owner, Token: token, Handle: handle, Value: opts.Value,
 		TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
 	})

@@ -127,7 +127,7 @@ func (l *Locker) nodeCtx(ctx context.Context) (context.Context, context.CancelFu
 // Close implements lock.Locker: waiters return ErrClosed, auto-renewals
 // stop, and once in-flight calls have finished the pub/sub connections and
 // clients are closed. Held leases run out at their TTL unless released
-// first (through another Locker rebuilt with lock.NewLease).
+// first (through another Locker rebuilt with kit.NewLease).
 func (l *Locker) Close() error {
 	if !l.life.Close() {
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -228,7 +229,7 @@ func TestStaleScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	rebuild := func(handle string, token lock.Token) *lock.Lease {
-		return lock.NewLease(lock.Grant{Key: "stale", Handle: handle, Token: token, TTL: time.Minute, Sent: time.Now()})
+		return kit.NewLease(kit.Grant{Key: "stale", Handle: handle, Token: token, TTL: time.Minute, Sent: time.Now()})
 	}
 	// The nodes the grant reached: a quorum, all three unless one answered
 	// late on a loaded machine (a grant needs two). The stale calls below

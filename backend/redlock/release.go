@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Renew implements lock.Locker: compare-and-pexpire on every node; the lease
 // is extended only when a quorum still holds its handle and the round ended
 // within the new validity window. A renewed lease is told when it is wanted
-// from then on, also one rebuilt with lock.NewLease (this Locker becomes
+// from then on, also one rebuilt with kit.NewLease (this Locker becomes
 // the one the grant's waiters notify), and at once if a waiter was already
 // refused by the grant.
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
@@ -30,7 +31,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	r.collect(true)
 	switch {
 	case r.won():
-		if err := lease.Renewed(sent, ttl, true); err != nil {
+		if err := kit.Renewed(lease, sent, ttl, true); err != nil {
 			return err
 		}
 		if err := lease.Err(); err != nil {
@@ -43,7 +44,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		l.track(lease, false, wanted)
 		return nil
 	case r.lost():
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		return fmt.Errorf("%w: redlock: renew %q: %d of %d nodes answered, %d still hold it (quorum %d): %v",
 			lock.ErrUnavailable, lease.Key, r.answered(), r.n, r.ok, r.quorum, r.err())
@@ -79,9 +80,9 @@ func (l *Locker) releaseCounted(ctx context.Context, lease *lock.Lease, moved in
 	case t.won():
 		l.deliver(k.channel, uint64(lease.Token)) // wake a local waiter at once
 		l.gate.EndHolder(lease, lock.ErrReleased)
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	case t.lost() || t.answered() == t.n:
-		err := lease.Released(false)
+		err := kit.Released(lease, false)
 		l.gate.EndHolder(lease, err)
 		return err
 	default:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The wanted signal (lock.Lease.Wanted): a holder hears that a caller waits
@@ -29,7 +30,7 @@ import (
 // attempt finds it. The "wanted" field covers what pub/sub may lose (a
 // PubSub connection that was reconnecting) and what it cannot reach: renew.lua
 // reports it and moves "notify" to the renewing Locker, so a lease rebuilt
-// with lock.NewLease and renewed by another Locker is told from that Renew
+// with kit.NewLease and renewed by another Locker is told from that Renew
 // on; handoff.lua carries it to the next grant, so a local waiter handed
 // the lock while remote waiters still wait (they only retry on a real
 // release) is told at once.
@@ -80,7 +81,7 @@ func (l *Locker) startWaiting(key string) {
 	held := slices.Clone(st.leases)
 	l.mu.Unlock()
 	for _, lease := range held {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -140,7 +141,7 @@ func (l *Locker) track(lease *lock.Lease, self, remote bool) {
 	if slices.Contains(st.leases, lease) {
 		l.mu.Unlock()
 		if remote {
-			lease.MarkWanted()
+			kit.MarkWanted(lease)
 		}
 		return
 	}
@@ -164,7 +165,7 @@ func (l *Locker) track(lease *lock.Lease, self, remote bool) {
 	// the callback at once, so nothing is left behind.
 	lease.AfterEnd(func() { l.untrack(lease) })
 	if wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -219,7 +220,7 @@ func (l *Locker) wantedMessage(payload string) {
 	}
 	l.mu.Unlock()
 	for _, lease := range held {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // wantedBound is how long a test waits for a Wanted that must close.
@@ -167,7 +168,7 @@ func TestWantedAcrossHandoff(t *testing.T) {
 	}
 }
 
-// TestWantedRebuiltLease: a lease rebuilt with lock.NewLease and renewed by
+// TestWantedRebuiltLease: a lease rebuilt with kit.NewLease and renewed by
 // another Locker (as the gateway does) is told from that Renew on: by the
 // renewal itself when a waiter was already refused by the grant, and by
 // the pub/sub message when the waiter comes after it.
@@ -176,7 +177,7 @@ func TestWantedRebuiltLease(t *testing.T) {
 	a, a2, b := newLocker(t, rs, nil), newLocker(t, rs, nil), newLocker(t, rs, nil)
 	opts := lock.AcquireOptions{TTL: time.Minute}
 	rebuild := func(l *lock.Lease) *lock.Lease {
-		return lock.NewLease(lock.Grant{Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle,
+		return kit.NewLease(kit.Grant{Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle,
 			TTL: time.Minute, Sent: time.Now()})
 	}
 	ctx, cancel := context.WithCancel(bg(t, time.Minute))
@@ -287,7 +288,7 @@ func TestWantedNotByTryAcquire(t *testing.T) {
 func TestWantedMessageBeforeGrant(t *testing.T) {
 	l := newLocker(t, testenv.StartRedisN(t, 1), nil)
 	grant := func(handle string) *lock.Lease {
-		return lock.NewLease(lock.Grant{Key: "early", Handle: handle, Token: 1, TTL: time.Minute, Sent: time.Now()})
+		return kit.NewLease(kit.Grant{Key: "early", Handle: handle, Token: 1, TTL: time.Minute, Sent: time.Now()})
 	}
 	l.wantedMessage("h0 early") // no request in flight: ignored
 	if n := wantEntries(l); n != 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Acquire implements lock.Locker. Callers of one Locker queue for a key in
@@ -195,7 +196,7 @@ func (l *Locker) attempt(key string, opts lock.AcquireOptions, try bool) outcome
 // newLease is the lease of a grant that acquire.sql or handoff.sql made for
 // opts, in a statement sent at sent.
 func (l *Locker) newLease(key, handle string, token int64, opts lock.AcquireOptions, sent time.Time) *lock.Lease {
-	return lock.NewLease(lock.Grant{
+	return kit.NewLease(kit.Grant{
 		Key: key, Owner: opts.Owner, Token: lock.Token(token), Handle: handle, Value: opts.Value,
 		TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor,
 	})

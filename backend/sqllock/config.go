@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Defaults of Config.
@@ -146,7 +147,7 @@ func (c Config) Validate() error {
 	case c.ListenPing < 0:
 		return fmt.Errorf("sqllock: Config.ListenPing: %v is negative", c.ListenPing)
 	}
-	if err := lock.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
+	if err := kit.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
 		return fmt.Errorf("sqllock: Config.%w", err)
 	}
 	return nil

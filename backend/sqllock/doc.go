@@ -49,7 +49,7 @@
 //
 // Every expiry is decided by the database's clock (clock_timestamp()); the
 // client's wall clock is never used. The holder's lease deadline is computed
-// by lock.NewLease on the client's monotonic clock from the instant just
+// by kit.NewLease on the client's monotonic clock from the instant just
 // before the acquire was sent, minus the drift allowance, so the client stops
 // believing it holds the lock before the database lets anyone else in, as
 // long as the two clocks run at about the same rate (Config.DriftFactor).
@@ -100,7 +100,7 @@
 // Locker holding that grant (every Locker listens there already) marks its
 // lease. Grants made while the row is marked (a local handoff, a re-sent
 // acquire) and every renewal read the mark back in their own statement, so
-// a new holder, a lease rebuilt with lock.NewLease and passed to Renew,
+// a new holder, a lease rebuilt with kit.NewLease and passed to Renew,
 // and a holder whose notification was lost are told too; after the
 // listening connection is replaced, one query reads the marks of the keys
 // this Locker holds. A caller of the same Locker that queues for a key

@@ -1,6 +1,9 @@
 package sqllock
 
-import "github.com/lockgate/lockgate/lock"
+import (
+	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
+)
 
 // The primitives beyond the mutex (lock.Features). sqllock offers shared locks and
 // semaphores (shared.go) with one FIFO queue of waiters across modes and
@@ -41,5 +44,5 @@ func unsupportedReason(f lock.Features) string {
 
 // checkSupported refuses options that need a primitive sqllock lacks.
 func (l *Locker) checkSupported(opts lock.AcquireOptions) error {
-	return lock.CheckSupported("sqllock", features, opts.Needs(), unsupportedReason)
+	return kit.CheckSupported("sqllock", features, kit.Needs(opts), unsupportedReason)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/localgate"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The local gate (lock/localgate) serializes, per key, the Acquire calls of
@@ -46,11 +47,11 @@ func (l *Locker) handoff(ctx context.Context, lease *lock.Lease, t *localgate.Tu
 		// t's caller is counted as waiting; any other still waits.
 		l.wanted.granted(next, *contended, true)
 		l.gate.HandOver(t, lease, next)
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	case errors.Is(err, pgx.ErrNoRows):
 		// The lease no longer held the key: nothing changed.
 		prev := l.gate.Decline(t)
-		err := lease.Released(false)
+		err := kit.Released(lease, false)
 		if prev != lease {
 			prev.End(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Multi-key acquires (lock.MultiLocker). One attempt is one transaction:
@@ -42,7 +43,7 @@ func (l *Locker) TryAcquireAll(ctx context.Context, keys []string, opts lock.Acq
 }
 
 func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions, try bool) ([]*lock.Lease, error) {
-	if err := lock.ValidateKeys(keys); err != nil {
+	if err := kit.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
 	var leases []*lock.Lease
@@ -52,7 +53,7 @@ func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.Acquir
 			return nil, err
 		}
 		if opts.Mode == lock.ModeShared {
-			return nil, &lock.UnsupportedError{Backend: "sqllock", Feature: opts.Needs() &^ lock.FeatureLockDelay, Reason: ReasonMultiShared}
+			return nil, &lock.UnsupportedError{Backend: "sqllock", Feature: kit.Needs(opts) &^ lock.FeatureLockDelay, Reason: ReasonMultiShared}
 		}
 		var err error
 		if leases, err = l.waitAll(ctx, keys, opts, try); err == nil && opts.AutoRenew {

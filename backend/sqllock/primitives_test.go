@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // TestMigrateExistingTable: a table of the first version (no contended, no
@@ -116,7 +117,7 @@ func TestLockDelayCorners(t *testing.T) {
 			_, err := a.Inspect(ctx, run+"late")
 			return errors.Is(err, lock.ErrNotFound)
 		})
-		if err := a.Release(ctx, lock.NewLease(lock.Grant{Key: lease.Key, Token: lease.Token, Handle: lease.Handle, TTL: ttl, Sent: time.Now()})); !errors.Is(err, lock.ErrNotHeld) {
+		if err := a.Release(ctx, kit.NewLease(kit.Grant{Key: lease.Key, Token: lease.Token, Handle: lease.Handle, TTL: ttl, Sent: time.Now()})); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("release after expiry: %v, want ErrNotHeld", err)
 		}
 		_, err = b.TryAcquire(ctx, run+"late", lock.AcquireOptions{TTL: time.Second})
@@ -295,12 +296,12 @@ func TestWantedNoticeBeforeGrant(t *testing.T) {
 	for i := range earlyNotices - 1 { // others' notices, not enough to push it out
 		w.notice(fmt.Sprint("x", i), lock.Token(100+i))
 	}
-	early := lock.NewLease(lock.Grant{Key: "k", Token: 7, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	early := kit.NewLease(kit.Grant{Key: "k", Token: 7, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	w.granted(early, false, false)
 	if !early.IsWanted() {
 		t.Errorf("a lease whose notice came first is not wanted")
 	}
-	other := lock.NewLease(lock.Grant{Key: "k", Token: 8, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	other := kit.NewLease(kit.Grant{Key: "k", Token: 8, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	w.granted(other, false, false)
 	if other.IsWanted() {
 		t.Errorf("a lease nobody noticed is wanted")
@@ -309,7 +310,7 @@ func TestWantedNoticeBeforeGrant(t *testing.T) {
 	for i := range earlyNotices { // pushed out of the ring
 		w.notice(fmt.Sprint("y", i), lock.Token(1000+i))
 	}
-	late := lock.NewLease(lock.Grant{Key: "k", Token: 9, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	late := kit.NewLease(kit.Grant{Key: "k", Token: 9, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 	w.granted(late, false, false)
 	if late.IsWanted() {
 		t.Errorf("a notice older than the ring still marks")
@@ -375,7 +376,7 @@ func TestSharedRebuiltLease(t *testing.T) {
 	if err != nil || info.Mode != lock.ModeShared || len(info.Holders) != 2 || info.Owner != "r1" || info.Token != r1.Token {
 		t.Fatalf("Inspect: %+v, %v; want shared, r1 first of 2", info, err)
 	}
-	copy1 := lock.NewLease(lock.Grant{Key: r1.Key, Token: r1.Token, Handle: r1.Handle, TTL: time.Minute, Sent: time.Now()})
+	copy1 := kit.NewLease(kit.Grant{Key: r1.Key, Token: r1.Token, Handle: r1.Handle, TTL: time.Minute, Sent: time.Now()})
 	if err := b.Renew(ctx, copy1, time.Minute); err != nil {
 		t.Errorf("Renew of a rebuilt shared lease: %v", err)
 	}
@@ -397,7 +398,7 @@ func TestSharedRebuiltLease(t *testing.T) {
 	}
 	// A rebuilt exclusive lease still releases (the shared fallback does
 	// not get in the way), and a stale one is refused.
-	if err := b.Release(ctx, lock.NewLease(lock.Grant{Key: w.Key, Token: w.Token, Handle: w.Handle, TTL: time.Minute, Sent: time.Now()})); err != nil {
+	if err := b.Release(ctx, kit.NewLease(kit.Grant{Key: w.Key, Token: w.Token, Handle: w.Handle, TTL: time.Minute, Sent: time.Now()})); err != nil {
 		t.Errorf("Release of a rebuilt exclusive lease: %v", err)
 	}
 	if err := a.Release(ctx, r1); !errors.Is(err, lock.ErrNotHeld) {

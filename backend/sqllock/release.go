@@ -9,11 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Renew implements lock.Locker: compare-and-extend on the database's clock.
 // The renewal also reads whether a waiter marked the row: a lease rebuilt
-// with lock.NewLease is told it is wanted from its first Renew on (and
+// with kit.NewLease is told it is wanted from its first Renew on (and
 // then through notifications like the leases this Locker granted).
 func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	return l.life.Renew(lease, ttl, func(ttl time.Duration) error { return l.renew(ctx, lease, ttl) })
@@ -37,13 +38,13 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	}
 	switch {
 	case err == nil:
-		if err := lease.Renewed(sent, ttl, true); err != nil {
+		if err := kit.Renewed(lease, sent, ttl, true); err != nil {
 			return err
 		}
 		l.wanted.renewed(lease, contended)
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		return l.fail("renew", lease.Key, err)
 	}
@@ -78,7 +79,7 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	if err == nil {
 		l.deliver(lease.Key) // wake a local waiter without waiting for the notification
 	}
-	err = lease.Released(held)
+	err = kit.Released(lease, held)
 	if held {
 		l.gate.EndHolder(lease, lock.ErrReleased)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Shared locks and semaphores. A key held shared has a main row like any
@@ -165,7 +166,7 @@ func (l *Locker) attemptShared(key string, opts lock.AcquireOptions, try bool, t
 		return outcome{err: fmt.Errorf("%w (outcome unknown)", l.fail("acquire", key, err))}
 	}
 	*ticket = 0
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key: key, Owner: opts.Owner, Token: lock.Token(granted), Handle: handle, Value: opts.Value,
 		TTL: opts.TTL, Sent: sent, DriftFactor: l.cfg.DriftFactor, Mode: lock.ModeShared, Permits: opts.Permits,
 	})

@@ -219,7 +219,7 @@ func (l *Locker) Table() string { return l.cfg.Table }
 // stop, and once in-flight calls have finished the listener, the sweeper
 // and the pool are shut down. Held leases stay in the table until their
 // TTL runs out unless released first (through another Locker, with a lease
-// rebuilt by lock.NewLease). Grants being abandoned in the background are
+// rebuilt by kit.NewLease). Grants being abandoned in the background are
 // given up: they too expire at their TTL.
 func (l *Locker) Close() error {
 	if !l.life.Close() {

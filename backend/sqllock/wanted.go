@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The wanted signal (lock.Lease.Wanted). A holder is told that a caller
@@ -20,7 +21,7 @@ import (
 //     grant marks its lease. A grant made while the row is marked (a
 //     handoff, a re-sent acquire) and every renewal read the mark back in
 //     their own statement, so the new holder, a lease rebuilt with
-//     lock.NewLease and passed to Renew, and a holder whose notification
+//     kit.NewLease and passed to Renew, and a holder whose notification
 //     was lost learn it too. After the listening connection is replaced,
 //     one query (wanted.sql) reads the marks of every key this Locker
 //     holds.
@@ -139,7 +140,7 @@ func (w *wanted) granted(lease *lock.Lease, contended, counted bool) {
 	w.mu.Unlock()
 	lease.AfterEnd(func() { w.untrack(lease) })
 	if contended || others > 0 {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -171,7 +172,7 @@ func (w *wanted) renewed(lease *lock.Lease, contended bool) {
 		lease.AfterEnd(func() { w.untrack(lease) })
 	}
 	if contended {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -211,11 +212,11 @@ func (w *wanted) notice(key string, token lock.Token) {
 	markAll(marks)
 }
 
-// markAll marks leases outside w.mu: MarkWanted runs the leases'
+// markAll marks leases outside w.mu: kit.MarkWanted runs the leases'
 // AfterWanted callbacks.
 func markAll(ls []*lock.Lease) {
 	for _, l := range ls {
-		l.MarkWanted()
+		kit.MarkWanted(l)
 	}
 }
 

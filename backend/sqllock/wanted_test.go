@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // wantedBound is how long a test waits for a signal that comes within a
@@ -178,7 +179,7 @@ func TestWantedRebuiltLease(t *testing.T) {
 	key := "wanted-rebuilt"
 	held := mustAcquire(t, a, key, "holder")
 	rebuild := func() *lock.Lease {
-		return lock.NewLease(lock.Grant{Key: key, Token: held.Token, Handle: held.Handle, TTL: time.Minute, Sent: time.Now()})
+		return kit.NewLease(kit.Grant{Key: key, Token: held.Token, Handle: held.Handle, TTL: time.Minute, Sent: time.Now()})
 	}
 	copy1 := rebuild()
 	if err := b.Renew(bg(t, time.Minute), copy1, time.Minute); err != nil {

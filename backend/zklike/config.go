@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Defaults of Config.
@@ -31,7 +32,7 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 
 	// DefaultDriftFactor is the holder's clock-drift allowance per unit of
-	// TTL (see lock.DeadlineFor).
+	// TTL (see kit.DeadlineFor).
 	DefaultDriftFactor = lock.DefaultDriftFactor
 
 	// DefaultRetryBase and DefaultRetryMax pace the retries of a request
@@ -140,7 +141,7 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		return fmt.Errorf("zklike: Config.RequestTimeout: %v is negative", c.RequestTimeout)
 	}
-	if err := lock.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
+	if err := kit.ValidateClientConfig(c.DriftFactor, c.ClientID); err != nil {
 		return fmt.Errorf("zklike: Config.%w", err)
 	}
 	return nil

@@ -61,7 +61,7 @@
 // a minute after the last ends. A waiter of the same Locker marks the
 // holder before it sends anything; a waiter granted while others still
 // wait learns it from the read its grant already makes; a lease rebuilt
-// with lock.NewLease is told from its Renew on (it joins the entry of its
+// with kit.NewLease is told from its Renew on (it joins the entry of its
 // grant, identified by Token and Handle). A TryAcquire of a held
 // key creates no key, so it never marks the holder. See wanted.go for
 // the cost: etcd sends each such Locker every contender creation under

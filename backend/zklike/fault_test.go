@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 type result struct {
@@ -43,7 +44,7 @@ func awaitWaiters(t *testing.T, l *Locker, key string, n int) {
 // rebuild is a fresh Lease for the same grant, as a restarted client would
 // make from what it stored: only the backend can tell it no longer holds.
 func rebuild(l *lock.Lease) *lock.Lease {
-	return lock.NewLease(lock.Grant{Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle, TTL: time.Minute, Sent: time.Now()})
+	return kit.NewLease(kit.Grant{Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle, TTL: time.Minute, Sent: time.Now()})
 }
 
 func wantErr(t *testing.T, what string, err, target error) {

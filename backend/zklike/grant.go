@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // grant turns c, now the oldest contender, into a Lease. Its deadline
@@ -48,7 +49,7 @@ func (l *Locker) grant(ctx context.Context, c *contender) (*lock.Lease, error) {
 	}
 	// A lock-delay lengthened the lease; the holder's TTL is without it.
 	ttl -= time.Duration(c.delay) * time.Second
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key: c.key, Owner: c.opts.Owner, Token: lock.Token(c.rev), Handle: c.handle, Value: c.opts.Value,
 		TTL: ttl, Sent: sent, DriftFactor: l.cfg.DriftFactor, Mode: c.opts.Mode, Permits: c.opts.Permits,
 	})

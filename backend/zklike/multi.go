@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // AcquireAll implements lock.MultiLocker (see primitives.go): one Txn queues a
@@ -25,7 +26,7 @@ func (l *Locker) TryAcquireAll(ctx context.Context, keys []string, opts lock.Acq
 }
 
 func (l *Locker) acquireAll(ctx context.Context, keys []string, opts lock.AcquireOptions, try bool) ([]*lock.Lease, error) {
-	if err := lock.ValidateKeys(keys); err != nil {
+	if err := kit.ValidateKeys(keys); err != nil {
 		return nil, err
 	}
 	zero := opts.TTL == 0

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // nameOf is the etcd key of a lease's grant; false when the lease cannot
@@ -43,14 +44,14 @@ func (l *Locker) Release(ctx context.Context, lease *lock.Lease) error {
 func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 	name, ok := l.nameOf(lease)
 	if !ok {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	resp, err := l.deleteMarked(ctx, lease.Key, name, int64(lease.Token))
 	if err != nil {
 		return l.fail(ctx, "release", lease.Key, err)
 	}
 	if !resp.Succeeded {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	l.wanted.drop(lease, l.dir(lease.Key))
 	if prev := resp.Responses[1].GetResponseDeleteRange().PrevKvs; len(prev) > 0 {
@@ -58,7 +59,7 @@ func (l *Locker) release(ctx context.Context, lease *lock.Lease) error {
 			l.revokeLater(clientv3.LeaseID(kv.Lease))
 		}
 	}
-	return lease.Released(true)
+	return kit.Released(lease, true)
 }
 
 // Renew implements lock.Locker: it reads the grant's key (ErrNotHeld if it
@@ -74,10 +75,10 @@ func (l *Locker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	name, ok := l.nameOf(lease)
 	if !ok {
-		return lease.Renewed(time.Now(), ttl, false)
+		return kit.Renewed(lease, time.Now(), ttl, false)
 	}
 	// A Lease object this Locker does not know yet (rebuilt with
-	// lock.NewLease, as the gateway does) joins the wanted register from
+	// kit.NewLease, as the gateway does) joins the wanted register from
 	// this renewal on. If its grant is there already (another copy, or
 	// the Lease that Acquire returned) it joins that entry and reads
 	// nothing more; otherwise this renewal's Txn also reads the newest
@@ -116,7 +117,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 		return l.fail(ctx, "renew", lease.Key, err)
 	}
 	if kv == nil || kv.Lease == 0 {
-		return lease.Renewed(time.Now(), ttl, false)
+		return kit.Renewed(lease, time.Now(), ttl, false)
 	}
 	id := clientv3.LeaseID(kv.Lease)
 	if delay := decode(kv.Value).Delay; delay > 0 {
@@ -135,7 +136,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 			return l.fail(ctx, "renew", lease.Key, err)
 		}
 		if left < delay {
-			return lease.Renewed(time.Now(), ttl, false)
+			return kit.Renewed(lease, time.Now(), ttl, false)
 		}
 	}
 	var ka *clientv3.LeaseKeepAliveResponse
@@ -147,7 +148,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	})
 	switch {
 	case leaseNotFound(err):
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	case err != nil:
 		return l.fail(ctx, "renew", lease.Key, err)
 	}
@@ -157,7 +158,7 @@ func (l *Locker) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration
 	if want := ttlSeconds(ttl); want > ka.TTL-delay {
 		err = l.migrate(ctx, lease, name, kv, want+delay)
 	} else {
-		err = lease.Renewed(sent, time.Duration(ka.TTL-delay)*time.Second, true)
+		err = kit.Renewed(lease, sent, time.Duration(ka.TTL-delay)*time.Second, true)
 	}
 	if err == nil && fresh {
 		l.wanted.register(lease, dir, seenAt, later)
@@ -191,12 +192,12 @@ func (l *Locker) migrate(ctx context.Context, lease *lock.Lease, name string, kv
 		if err != nil {
 			return l.fail(ctx, "renew", lease.Key, err)
 		}
-		return lease.Renewed(sent, time.Duration(g.TTL-old.Delay)*time.Second, false)
+		return kit.Renewed(lease, sent, time.Duration(g.TTL-old.Delay)*time.Second, false)
 	}
 	if old.Own {
 		l.revokeLater(clientv3.LeaseID(kv.Lease))
 	}
-	return lease.Renewed(sent, time.Duration(g.TTL-old.Delay)*time.Second, true)
+	return kit.Renewed(lease, sent, time.Duration(g.TTL-old.Delay)*time.Second, true)
 }
 
 // sessionRefreshed tells the session with lease id, if it is one of this

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The primitives beyond the mutex on the same recipe: every contender is a key of
@@ -49,7 +50,7 @@ const features = lock.FeatureShared | lock.FeatureSemaphore | lock.FeatureMultiK
 func (l *Locker) Features() lock.Features { return features }
 
 func (l *Locker) checkSupported(opts lock.AcquireOptions) error {
-	return lock.CheckSupported("zklike", features, opts.Needs(), nil)
+	return kit.CheckSupported("zklike", features, kit.Needs(opts), nil)
 }
 
 // delaySeconds rounds a lock-delay up to etcd's whole seconds.

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // The wanted signal (lock.Lease.Wanted). A waiter makes itself known the
@@ -63,7 +64,7 @@ type wantedHub struct {
 
 // holding is one grant (Token, Handle) this Locker holds, with the live
 // Lease objects that stand for it: the one Acquire returned and copies
-// rebuilt with lock.NewLease and renewed here (the gateway renews a fresh
+// rebuilt with kit.NewLease and renewed here (the gateway renews a fresh
 // copy each time; a copy leaves when it ends, at the latest at its
 // deadline, so a grant has about TTL / renewal interval copies at most).
 type holding struct {
@@ -121,7 +122,7 @@ func (h *wantedHub) localWaiter(dir string, exclusive bool) {
 	}
 	h.mu.Unlock()
 	for _, lease := range leases {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -155,7 +156,7 @@ func (h *wantedHub) join(lease *lock.Lease, dir string) bool {
 		lease.AfterEnd(func() { h.unregister(lease, dir) })
 	}
 	if wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	return true
 }
@@ -200,7 +201,7 @@ func (h *wantedHub) register(lease *lock.Lease, dir string, rev int64, later boo
 	h.mu.Unlock()
 	lease.AfterEnd(func() { h.unregister(lease, dir) })
 	if later {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 	if reread {
 		h.l.life.Go(func() { h.reread(g, dir) })
@@ -234,7 +235,7 @@ func (h *wantedHub) reread(g *holding, dir string) {
 		leases := slices.Clone(g.leases)
 		h.mu.Unlock()
 		for _, lease := range leases {
-			lease.MarkWanted()
+			kit.MarkWanted(lease)
 		}
 	}
 }
@@ -399,7 +400,7 @@ func (h *wantedHub) apply(gen int, events []*clientv3.Event) {
 	}
 	h.mu.Unlock()
 	for _, lease := range marks {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
@@ -474,6 +475,6 @@ func (h *wantedHub) rescan(ctx context.Context, gen int) {
 	h.seen, h.covered = rev, rev
 	h.mu.Unlock()
 	for _, lease := range marks {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Watch implements lock.Watcher. It reads the key's directory at one
@@ -47,7 +48,7 @@ func (l *Locker) Watch(ctx context.Context, key string) (<-chan lock.Event, erro
 		return nil, lock.ErrClosed
 	}
 	defer l.life.End()
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	w := &watch{l: l, key: key, dir: l.dir(key), mark: l.markKey(key), held: make(map[int64]bool)}

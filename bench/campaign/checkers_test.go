@@ -20,6 +20,7 @@ import (
 	"github.com/lockgate/lockgate/bench/provision"
 	"github.com/lockgate/lockgate/fencedstore"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -118,7 +119,7 @@ func TestChaosOverlapCheckerFails(t *testing.T) {
 			}
 			// The stale view has the key free: grant it at once,
 			// with a token above any the store gave.
-			return lock.NewLease(lock.Grant{Key: key, Owner: "stale", Token: lock.Token(1<<40 + stale.Add(1)),
+			return kit.NewLease(kit.Grant{Key: key, Owner: "stale", Token: lock.Token(1<<40 + stale.Add(1)),
 				Handle: lock.NewHandle(), TTL: opts.TTL, Sent: time.Now()}), nil
 		}}
 	})
@@ -149,7 +150,7 @@ func TestChaosTokenCheckerFails(t *testing.T) {
 				counter[key]++
 				tok := counter[key]
 				mu.Unlock()
-				out := lock.NewLease(lock.Grant{Key: key, Owner: l.Owner, Token: tok, Handle: l.Handle, TTL: l.TTL(),
+				out := kit.NewLease(kit.Grant{Key: key, Owner: l.Owner, Token: tok, Handle: l.Handle, TTL: l.TTL(),
 					Sent: l.Deadline().Add(-l.TTL())})
 				inner.Store(out, l)
 				return out, nil
@@ -160,7 +161,7 @@ func TestChaosTokenCheckerFails(t *testing.T) {
 					return lock.ErrNotHeld
 				}
 				err := m.Release(ctx, l.(*lock.Lease))
-				lease.Released(err == nil)
+				kit.Released(lease, err == nil)
 				return err
 			}}
 	})
@@ -235,7 +236,7 @@ func TestChaosHistoryRoundTrip(t *testing.T) {
 			if n.Add(1)%5 != 0 {
 				return m.Acquire(ctx, key, opts)
 			}
-			return lock.NewLease(lock.Grant{Key: key, Owner: "stale", Token: 1, Handle: lock.NewHandle(), TTL: opts.TTL, Sent: time.Now()}), nil
+			return kit.NewLease(kit.Grant{Key: key, Owner: "stale", Token: 1, Handle: lock.NewHandle(), TTL: opts.TTL, Sent: time.Now()}), nil
 		}}
 	})
 	if len(rep.Failures()) == 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockgate/lockgate/bench/provision"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // modeStore is an in-process lock with modes, semaphores and multi-key
@@ -86,7 +87,7 @@ func (s *modeStore) grant(key, owner string, opts lock.AcquireOptions) *lock.Lea
 	if ttl == 0 {
 		ttl = time.Minute
 	}
-	return lock.NewLease(lock.Grant{Key: key, Owner: owner, Token: s.token, Handle: lock.NewHandle(), TTL: ttl,
+	return kit.NewLease(kit.Grant{Key: key, Owner: owner, Token: s.token, Handle: lock.NewHandle(), TTL: ttl,
 		Mode: opts.Mode, Permits: opts.Permits, Sent: time.Now()})
 }
 
@@ -94,7 +95,7 @@ func (l *modeLocker) check(opts lock.AcquireOptions) (lock.AcquireOptions, error
 	if opts.Permits > 0 {
 		opts.Mode = lock.ModeShared
 	}
-	return opts, lock.CheckSupported("mode", l.features, opts.Needs(), nil)
+	return opts, kit.CheckSupported("mode", l.features, kit.Needs(opts), nil)
 }
 
 // wait blocks until ok() (s.mu held) or ctx ends.

@@ -15,6 +15,7 @@ import (
 	"github.com/lockgate/lockgate/internal/backends"
 	"github.com/lockgate/lockgate/internal/netguard"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Paths a client takes to a backend, as `--via` spells them.
@@ -204,7 +205,7 @@ func NeedFeature(ctx context.Context, conn *Conn, f lock.Features) error {
 		return fmt.Errorf("bench: feature probe: %w", err)
 	}
 	if have := lock.FeaturesOf(l); !have.Has(f) {
-		return lock.CheckSupported(conn.Backend+" via "+conn.Via, have, f, nil)
+		return kit.CheckSupported(conn.Backend+" via "+conn.Via, have, f, nil)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/internal/servers"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // raftScale is the scale bench on raftlock: `lockgate node` processes
@@ -349,7 +350,7 @@ func (k *sessionKeeper) burst(ctx context.Context) {
 			case err == nil:
 				return nil
 			case errors.Is(err, lock.ErrSessionExpired), errors.Is(err, lock.ErrNotHeld):
-				s.Refused(err)
+				kit.SessionRefused(s, err)
 				return nil
 			case ctx.Err() != nil, time.Now().After(s.Deadline()):
 				return nil

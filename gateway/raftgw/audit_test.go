@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockgate/lockgate/backend/raftlock"
 	"github.com/lockgate/lockgate/internal/audit"
 )
 
@@ -51,7 +50,7 @@ func TestAuditTrail(t *testing.T) {
 	secrets = append(secrets, sid)
 	grant(victimToken, "victim/s", map[string]any{"session_id": sid})
 	grant(attackerToken, "attacker/f", map[string]any{"ttl_ms": 60_000})
-	if err := s.Node.ForceRelease(raftlock.WithAuditCaller(context.Background(), raftlock.AuditCaller{Identity: "ops", Remote: "198.51.100.7:4000"}), "attacker/f"); err != nil {
+	if err := s.Node.ForceRelease(audit.WithCaller(context.Background(), audit.Caller{Identity: "ops", Remote: "198.51.100.7:4000"}), "attacker/f"); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := rest(t, attackerToken, "POST", base+"/locks/victim/x", map[string]any{"ttl_ms": 1000}); st != http.StatusForbidden {

@@ -60,7 +60,7 @@ func Serve(s *raftlock.Server, opts gateway.Options) *gateway.Gateway {
 	g := gateway.New(s.Node, opts)
 	g.Registry().MustRegister(s.Node.Collector()) // Raft's and the lock table's metrics, next to the gateway's
 	s.Mux.Handle("/", g)
-	console.Mount(s, console.Options{Logger: opts.Logger,
+	console.Mount(s.Mux, s.Node, console.Options{Logger: opts.Logger,
 		Readable:   g.Readable,
 		KeyAdmin:   func(identity, key string) bool { return g.Policy().Allowed(identity, gateway.PermAdmin, key) },
 		Restricted: func() bool { return g.Policy().HasRules() }})

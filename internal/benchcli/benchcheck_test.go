@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/bench/campaign"
 	"github.com/lockgate/lockgate/bench/provision"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 	"github.com/lockgate/lockgate/lock/locktest"
 )
 
@@ -24,7 +25,7 @@ func (l staleLocker) Acquire(ctx context.Context, key string, opts lock.AcquireO
 	if l.n.Add(1)%3 != 0 {
 		return l.MemLocker.Acquire(ctx, key, opts)
 	}
-	return lock.NewLease(lock.Grant{Key: key, Owner: "stale", Token: lock.Token(1 << 40), Handle: lock.NewHandle(),
+	return kit.NewLease(kit.Grant{Key: key, Owner: "stale", Token: lock.Token(1 << 40), Handle: lock.NewHandle(),
 		TTL: opts.TTL, Sent: time.Now()}), nil
 }
 

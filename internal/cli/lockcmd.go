@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // defaultEndpoints are the API addresses of `lockgate cluster`'s nodes.
@@ -153,7 +154,7 @@ func newLockLeaseCmd(verb string) *cobra.Command {
 		Short: map[string]string{"renew": "Renew a lease", "release": "Release a lease"}[verb],
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lease := lock.NewLease(lock.Grant{Key: args[0], Handle: lockToken, Token: lock.Token(fencingToken), TTL: ttl, Sent: time.Now()})
+			lease := kit.NewLease(kit.Grant{Key: args[0], Handle: lockToken, Token: lock.Token(fencingToken), TTL: ttl, Sent: time.Now()})
 			return cf.do(func(ctx context.Context, c *client.Client) error {
 				if verb == "renew" {
 					if err := c.Renew(ctx, lease, ttl); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // State is one Locker's life. Its methods are safe for concurrent use. The
@@ -115,7 +116,7 @@ func (s *State) Acquire(key string, opts lock.AcquireOptions, clientID string, f
 		return nil, lock.ErrClosed
 	}
 	defer s.End()
-	opts, err := opts.Normalize(key, clientID)
+	opts, err := kit.Normalize(opts, key, clientID)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (s *State) Release(lease *lock.Lease, f func() error) error {
 		return lock.ErrClosed
 	}
 	defer s.End()
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	return f()
@@ -143,7 +144,7 @@ func (s *State) Renew(lease *lock.Lease, ttl time.Duration, f func(ttl time.Dura
 		return lock.ErrClosed
 	}
 	defer s.End()
-	ttl, err := lock.ValidateRenew(lease, ttl)
+	ttl, err := kit.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
 	}
@@ -157,7 +158,7 @@ func (s *State) Inspect(key string, f func() (*lock.LockInfo, error)) (*lock.Loc
 		return nil, lock.ErrClosed
 	}
 	defer s.End()
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	return f()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // TestClose: Close ends the context at once, refuses new calls, waits for
@@ -75,7 +76,7 @@ func TestClose(t *testing.T) {
 // otherwise f's result, with f counted as a call.
 func TestOpenings(t *testing.T) {
 	s := New()
-	lease := lock.NewLease(lock.Grant{Key: "k", Owner: "o", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
+	lease := kit.NewLease(kit.Grant{Key: "k", Owner: "o", Token: 1, Handle: lock.NewHandle(), TTL: time.Minute, Sent: time.Now()})
 
 	var got lock.AcquireOptions
 	if _, err := s.Acquire("k", lock.AcquireOptions{}, "me", func(o lock.AcquireOptions) (*lock.Lease, error) {

@@ -7,10 +7,11 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 func grant(key, handle string) *lock.Lease {
-	return lock.NewLease(lock.Grant{Key: key, Owner: "o", Token: 1, Handle: handle, TTL: time.Minute, Sent: time.Now()})
+	return kit.NewLease(kit.Grant{Key: key, Owner: "o", Token: 1, Handle: handle, TTL: time.Minute, Sent: time.Now()})
 }
 
 // enterAsync starts Enter on a goroutine and returns its result channel once

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // fakeServer is a Backend whose server operations grant at once (or fail
@@ -42,12 +43,12 @@ func newFakeServer() *fakeServer {
 		Handoff: func(_ context.Context, lease *lock.Lease, t *Turn) error {
 			f.handoffs.Add(1)
 			f.s.HandOver(t, lease, grant(lease.Key, fmt.Sprint("h", f.n.Add(1))))
-			return lease.Released(true)
+			return kit.Released(lease, true)
 		},
 		Release: func(_ context.Context, lease *lock.Lease) error {
 			f.releases.Add(1)
 			f.s.EndHolder(lease, lock.ErrReleased)
-			return lease.Released(true)
+			return kit.Released(lease, true)
 		},
 		GaveUp:  func(ctx context.Context, _ string) error { return ctx.Err() },
 		Discard: func(lease *lock.Lease) { lease.End(lock.ErrReleased) },

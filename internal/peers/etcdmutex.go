@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Defaults of EtcdMutexConfig.
@@ -332,7 +333,7 @@ func (e *EtcdMutex) acquire(ctx context.Context, key string, opts lock.AcquireOp
 			return nil, e.life.fail(ctx, "etcd-mutex", "acquire", key, err)
 		}
 		h := &etcdHeld{name: m.Key(), rev: ownRevision(m), sess: s, leave: leave}
-		lease := lock.NewLease(lock.Grant{
+		lease := kit.NewLease(kit.Grant{
 			Key: key, Owner: opts.Owner, Token: lock.Token(h.rev), Handle: lock.NewHandle(),
 			Value: opts.Value, TTL: s.ttl, Sent: sent.Add(-s.ttl / 3),
 		})
@@ -416,7 +417,7 @@ func (e *EtcdMutex) Release(ctx context.Context, lease *lock.Lease) error {
 func (e *EtcdMutex) release(ctx context.Context, lease *lock.Lease) error {
 	h := e.take(lease)
 	if h == nil {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	defer h.leave()
 	rctx, cancel := bounded(ctx, e.cfg.RequestTimeout)
@@ -431,7 +432,7 @@ func (e *EtcdMutex) release(ctx context.Context, lease *lock.Lease) error {
 		lease.End(fmt.Errorf("%w: %w", lock.ErrNotHeld, err))
 		return e.life.fail(ctx, "etcd-mutex", "release", lease.Key, err)
 	}
-	return lease.Released(resp.Succeeded)
+	return kit.Released(lease, resp.Succeeded)
 }
 
 // Renew implements lock.Locker: one keep-alive of the Session lease (which
@@ -446,14 +447,14 @@ func (e *EtcdMutex) renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	h := e.held[lease.Handle]
 	e.mu.Unlock()
 	if h == nil || h.lease.Key != lease.Key || h.lease.Token != lease.Token {
-		return lease.Renewed(time.Now(), ttl, false)
+		return kit.Renewed(lease, time.Now(), ttl, false)
 	}
 	rctx, cancel := bounded(ctx, e.cfg.RequestTimeout)
 	defer cancel()
 	sent := time.Now()
 	ka, err := e.cli.KeepAliveOnce(rctx, h.sess.s.Lease())
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	}
 	if err != nil {
 		return e.life.fail(ctx, "etcd-mutex", "renew", lease.Key, err)
@@ -462,7 +463,7 @@ func (e *EtcdMutex) renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	if err != nil {
 		return e.life.fail(ctx, "etcd-mutex", "renew", lease.Key, err)
 	}
-	return lease.Renewed(sent, time.Duration(ka.TTL)*time.Second, resp.Succeeded)
+	return kit.Renewed(lease, sent, time.Duration(ka.TTL)*time.Second, resp.Succeeded)
 }
 
 // Inspect implements lock.Locker: the key under the mutex prefix with the

@@ -1,6 +1,9 @@
 package peers
 
-import "github.com/lockgate/lockgate/lock"
+import (
+	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
+)
 
 // The primitives beyond the mutex (lock.Features): shared locks, semaphores,
 // multi-key acquires, watches and lock-delay. A wrapper offers one only
@@ -81,5 +84,5 @@ var Unsupported = map[string]reasons{
 // missing), or nil.
 func refuse(backend string, opts lock.AcquireOptions) error {
 	r := Unsupported[backend]
-	return lock.CheckSupported(backend, 0, opts.Needs(), func(f lock.Features) string { return r[f] })
+	return kit.CheckSupported(backend, 0, kit.Needs(opts), func(f lock.Features) string { return r[f] })
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // DefaultPGAdvisoryPoolSize is the default number of pooled connections
@@ -195,7 +196,7 @@ func (p *PGAdvisory) acquire(ctx context.Context, key string, opts lock.AcquireO
 		conn.Release()
 		return nil, &lock.HeldError{Key: key}
 	}
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key: key, Owner: opts.Owner, Handle: lock.NewHandle(), Value: opts.Value,
 		TTL: opts.TTL, Sent: sent,
 	})
@@ -232,7 +233,7 @@ func (p *PGAdvisory) Release(ctx context.Context, lease *lock.Lease) error {
 func (p *PGAdvisory) release(ctx context.Context, lease *lock.Lease) error {
 	h := p.take(lease)
 	if h == nil {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	rctx, cancel := bounded(ctx, p.cfg.RequestTimeout)
 	defer cancel()
@@ -244,7 +245,7 @@ func (p *PGAdvisory) release(ctx context.Context, lease *lock.Lease) error {
 		return p.life.fail(ctx, "pg-advisory", "release", lease.Key, err)
 	}
 	h.conn.Release()
-	return lease.Released(unlocked && lease.Err() == nil)
+	return kit.Released(lease, unlocked && lease.Err() == nil)
 }
 
 // Renew implements lock.Locker. There is nothing to extend: it checks on
@@ -259,7 +260,7 @@ func (p *PGAdvisory) renew(ctx context.Context, lease *lock.Lease, ttl time.Dura
 	h := p.held[lease.Handle]
 	p.mu.Unlock()
 	if h == nil || h.lease.Key != lease.Key {
-		return lease.Renewed(time.Now(), ttl, false)
+		return kit.Renewed(lease, time.Now(), ttl, false)
 	}
 	rctx, cancel := bounded(ctx, p.cfg.RequestTimeout)
 	defer cancel()
@@ -274,7 +275,7 @@ func (p *PGAdvisory) renew(ctx context.Context, lease *lock.Lease, ttl time.Dura
 	if err != nil {
 		return p.life.fail(ctx, "pg-advisory", "renew", lease.Key, err)
 	}
-	return lease.Renewed(sent, ttl, held)
+	return kit.Renewed(lease, sent, ttl, held)
 }
 
 // Inspect implements lock.Locker from pg_locks: the holding session's

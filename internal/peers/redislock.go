@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // DefaultRedislockRetry is the pause between Obtain's attempts while the
@@ -139,7 +140,7 @@ func (r *Redislock) acquire(ctx context.Context, key string, opts lock.AcquireOp
 			return nil, r.life.fail(ctx, "redislock", "acquire", key, nil)
 		}
 		if err == nil {
-			lease := lock.NewLease(lock.Grant{
+			lease := kit.NewLease(kit.Grant{
 				Key: key, Owner: opts.Owner, Handle: lock.NewHandle(), Value: opts.Value,
 				TTL: opts.TTL, Sent: sent,
 			})
@@ -209,16 +210,16 @@ func (r *Redislock) Release(ctx context.Context, lease *lock.Lease) error {
 func (r *Redislock) release(ctx context.Context, lease *lock.Lease) error {
 	l := r.lockOf(lease)
 	if l == nil {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	rctx, cancel := bounded(ctx, r.cfg.RequestTimeout)
 	defer cancel()
 	err := l.Release(rctx)
 	switch {
 	case err == nil:
-		return lease.Released(true)
+		return kit.Released(lease, true)
 	case errors.Is(err, redislock.ErrLockNotHeld):
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	default:
 		return r.life.fail(ctx, "redislock", "release", lease.Key, err)
 	}
@@ -233,7 +234,7 @@ func (r *Redislock) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 func (r *Redislock) renew(ctx context.Context, lease *lock.Lease, ttl time.Duration) error {
 	l := r.lockOf(lease)
 	if l == nil {
-		return lease.Renewed(time.Now(), ttl, false)
+		return kit.Renewed(lease, time.Now(), ttl, false)
 	}
 	rctx, cancel := bounded(ctx, r.cfg.RequestTimeout)
 	defer cancel()
@@ -241,9 +242,9 @@ func (r *Redislock) renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	err := l.Refresh(rctx, ttl, nil)
 	switch {
 	case err == nil:
-		return lease.Renewed(sent, ttl, true)
+		return kit.Renewed(lease, sent, ttl, true)
 	case errors.Is(err, redislock.ErrNotObtained):
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		return r.life.fail(ctx, "redislock", "renew", lease.Key, err)
 	}

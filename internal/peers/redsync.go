@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // redsyncDriftFactor is redsync's default clock-drift factor, which its
@@ -161,7 +162,7 @@ func (r *Redsync) acquire(ctx context.Context, key string, opts lock.AcquireOpti
 			// Until is the start of the successful try plus the expiry
 			// less redsync's drift: recover that start as the grant's Sent.
 			valid := opts.TTL - time.Duration(float64(opts.TTL)*redsyncDriftFactor)
-			lease := lock.NewLease(lock.Grant{
+			lease := kit.NewLease(kit.Grant{
 				Key: key, Owner: opts.Owner, Handle: handle, Value: opts.Value,
 				TTL: opts.TTL, Sent: m.Until().Add(-valid),
 			})
@@ -223,7 +224,7 @@ func (r *Redsync) release(ctx context.Context, lease *lock.Lease) error {
 	if !ok && redsyncUnreachable(err) && !redsyncTaken(err) && !errors.Is(err, redsync.ErrLockAlreadyExpired) {
 		return r.life.fail(ctx, "redsync", "release", lease.Key, err)
 	}
-	return lease.Released(ok)
+	return kit.Released(lease, ok)
 }
 
 // Renew implements lock.Locker with ExtendContext: the keys whose value is
@@ -241,7 +242,7 @@ func (r *Redsync) renew(ctx context.Context, lease *lock.Lease, ttl time.Duratio
 	if !ok && redsyncUnreachable(err) && !redsyncTaken(err) {
 		return r.life.fail(ctx, "redsync", "renew", lease.Key, err)
 	}
-	return lease.Renewed(sent, ttl, ok)
+	return kit.Renewed(lease, sent, ttl, ok)
 }
 
 // Inspect returns ErrUnsupported: redsync cannot name a holder.

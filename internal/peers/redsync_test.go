@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockgate/lockgate/internal/testenv"
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 func TestRedsync(t *testing.T) {
@@ -46,7 +47,7 @@ func TestRedsync(t *testing.T) {
 			t.Fatalf("TTL after Renew: %v", lease.TTL())
 		}
 		// A lease rebuilt from its fields releases the same grant.
-		rebuilt := lock.NewLease(lock.Grant{Key: lease.Key, Handle: lease.Handle, TTL: time.Second, Sent: time.Now()})
+		rebuilt := kit.NewLease(kit.Grant{Key: lease.Key, Handle: lease.Handle, TTL: time.Second, Sent: time.Now()})
 		if err := b.Release(ctx, rebuilt); err != nil {
 			t.Fatalf("Release of the rebuilt lease through another Locker: %v", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // ZooKeeperConfig configures a ZooKeeper Locker.
@@ -350,7 +351,7 @@ func (z *ZooKeeper) granted(ctx context.Context, key string, opts lock.AcquireOp
 		}
 		return nil, z.fail(ctx, "acquire", key, err)
 	}
-	lease := lock.NewLease(lock.Grant{
+	lease := kit.NewLease(kit.Grant{
 		Key:    key,
 		Owner:  opts.Owner,
 		Token:  lock.Token(st.Czxid),
@@ -447,7 +448,7 @@ func (z *ZooKeeper) Release(ctx context.Context, lease *lock.Lease) error {
 func (z *ZooKeeper) release(ctx context.Context, lease *lock.Lease) error {
 	g := z.grant(lease)
 	if g == nil {
-		return lease.Released(false)
+		return kit.Released(lease, false)
 	}
 	var err error
 	if g.lk != nil {
@@ -461,7 +462,7 @@ func (z *ZooKeeper) release(ctx context.Context, lease *lock.Lease) error {
 	z.mu.Lock()
 	delete(z.held, lease.Handle)
 	z.mu.Unlock()
-	return lease.Released(err == nil)
+	return kit.Released(lease, err == nil)
 }
 
 // Renew checks that the lock node still exists in this session and moves
@@ -474,7 +475,7 @@ func (z *ZooKeeper) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 func (z *ZooKeeper) renew(ctx context.Context, lease *lock.Lease) error {
 	g := z.grant(lease)
 	if g == nil {
-		return lease.Renewed(time.Time{}, 0, false)
+		return kit.Renewed(lease, time.Time{}, 0, false)
 	}
 	sent := time.Now()
 	ok, st, err := z.conn.Exists(g.path)
@@ -487,7 +488,7 @@ func (z *ZooKeeper) renew(ctx context.Context, lease *lock.Lease) error {
 		delete(z.held, lease.Handle)
 		z.mu.Unlock()
 	}
-	return lease.Renewed(sent, z.SessionTimeout(), held)
+	return kit.Renewed(lease, sent, z.SessionTimeout(), held)
 }
 
 // Inspect names the owner of the key's lowest lock node.

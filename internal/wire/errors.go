@@ -96,13 +96,13 @@ var Codes = []Code{
 	{Name: CodeDelayed, Status: http.StatusConflict, Sentinel: lock.ErrNotAcquired},
 	{Name: CodeHeld, Status: http.StatusConflict, Cause: lock.ErrNotAcquired, Sentinel: lock.ErrNotAcquired},
 	{Name: CodePermitsMismatch, Status: http.StatusConflict, Cause: lock.ErrPermitsMismatch, Sentinel: lock.ErrPermitsMismatch},
-	// The backend lacks the feature a request needs (lock.CheckSupported):
+	// The backend lacks the feature a request needs (kit.CheckSupported):
 	// 501, the server does not implement what was asked. error.feature
 	// names the feature.
 	{Name: CodeUnsupported, Status: http.StatusNotImplemented, Cause: lock.ErrUnsupported, Sentinel: lock.ErrUnsupported},
 	// The session named is gone (expired or closed): a keep-alive, a
 	// close or an acquire in it was refused. Before not_held, which a
-	// session's refused keep-alive matches too (lock.Session.Refused); a
+	// session's refused keep-alive matches too (kit.SessionRefused); a
 	// client's error for it matches lock.ErrNotHeld as well.
 	{Name: CodeSessionExpired, Status: http.StatusConflict, Cause: lock.ErrSessionExpired, Sentinel: lock.ErrSessionExpired},
 	{Name: CodeNotHeld, Status: http.StatusConflict, Cause: lock.ErrNotHeld, Sentinel: lock.ErrNotHeld},
@@ -117,7 +117,7 @@ var Codes = []Code{
 	{Name: CodeInvalidLockDelay, Status: http.StatusBadRequest, Cause: lock.ErrInvalidLockDelay, Sentinel: lock.ErrInvalidLockDelay, Field: "lock_delay"},
 	{Name: CodeInvalidKeys, Status: http.StatusBadRequest, Cause: lock.ErrInvalidKeys, Sentinel: lock.ErrInvalidKeys, Field: "keys"},
 	// A nil lease reaches a server only as a request without its lease's
-	// fields. A client's own nil lease never leaves it (lock.ValidateLease),
+	// fields. A client's own nil lease never leaves it (kit.ValidateLease),
 	// so a missing_field answer is a malformed request, not a nil lease:
 	// no sentinel.
 	{Name: CodeMissingField, Status: http.StatusBadRequest, Cause: lock.ErrNilLease},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // documentedCodes reads the error-code table of docs/protocol.md: code →
@@ -138,10 +139,10 @@ func TestCodeRoundTrip(t *testing.T) {
 		{normalizeErr(lock.AcquireOptions{LockDelay: lock.MaxLockDelay + 1}), CodeInvalidLockDelay},
 		{fmt.Errorf("sem: %w", lock.ErrPermitsMismatch), CodePermitsMismatch},
 		{lock.ErrWatchOverflow, CodeWatchOverflow},
-		{lock.ValidateKeys(nil), CodeInvalidKeys},
-		{lock.ValidateKeys([]string{"a", "a"}), CodeInvalidKeys},
-		{lock.ValidateKeys([]string{""}), CodeInvalidKey},
-		{lock.ValidateKey(""), CodeInvalidKey},
+		{kit.ValidateKeys(nil), CodeInvalidKeys},
+		{kit.ValidateKeys([]string{"a", "a"}), CodeInvalidKeys},
+		{kit.ValidateKeys([]string{""}), CodeInvalidKey},
+		{kit.ValidateKey(""), CodeInvalidKey},
 		{context.Canceled, CodeCancelled},
 		{context.DeadlineExceeded, CodeUnavailable}, // outcome unknown
 		{errors.New("a backend's own error"), CodeUnavailable},
@@ -154,17 +155,17 @@ func TestCodeRoundTrip(t *testing.T) {
 
 // normalizeErr is the error Normalize gives opts for key "k".
 func normalizeErr(opts lock.AcquireOptions) error {
-	_, err := opts.Normalize("k", "o")
+	_, err := kit.Normalize(opts, "k", "o")
 	return err
 }
 
-// TestSessionCodes: a refused session keep-alive (lock.Session.Refused's
+// TestSessionCodes: a refused session keep-alive (kit.SessionRefused's
 // error, which matches ErrNotHeld too) is session_expired, not not_held;
 // a plain not-held stays not_held.
 func TestSessionCodes(t *testing.T) {
-	s := lock.NewSession(lock.SessionGrant{ID: "s", TTL: time.Hour, Sent: time.Now()})
+	s := kit.NewSession(kit.SessionGrant{ID: "s", TTL: time.Hour, Sent: time.Now()})
 	defer s.End(nil)
-	refused := s.Refused(errors.New("gone"))
+	refused := kit.SessionRefused(s, errors.New("gone"))
 	for _, tc := range []struct {
 		err  error
 		want string

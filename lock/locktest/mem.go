@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // MemStore is the in-memory reference implementation of the lock contract:
@@ -113,7 +114,7 @@ type memWaiter struct {
 }
 
 type memResult struct {
-	grants []lock.Grant // one per key, in the order of keys
+	grants []kit.Grant // one per key, in the order of keys
 	err    error
 }
 
@@ -169,7 +170,7 @@ func (l *MemLocker) check(need lock.Features) error {
 	if l.store.bugs.pretendsShared {
 		have |= lock.FeatureShared
 	}
-	return lock.CheckSupported(memBackend, have, need, func(lock.Features) string { return "not enabled in this MemStore" })
+	return kit.CheckSupported(memBackend, have, need, func(lock.Features) string { return "not enabled in this MemStore" })
 }
 
 // Renew implements lock.Locker.
@@ -177,7 +178,7 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 	if l.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	ttl, err := lock.ValidateRenew(lease, ttl)
+	ttl, err := kit.ValidateRenew(lease, ttl)
 	if err != nil {
 		return err
 	}
@@ -195,14 +196,14 @@ func (l *MemLocker) Renew(ctx context.Context, lease *lock.Lease, ttl time.Durat
 		k.holders = append(k.holders, h)
 	case i < 0:
 		s.mu.Unlock()
-		return lease.Renewed(sent, ttl, false)
+		return kit.Renewed(lease, sent, ttl, false)
 	default:
 		h = k.holders[i]
 	}
 	h.expires = sent.Add(ttl)
 	s.armLocked(k, h, ttl)
 	s.mu.Unlock()
-	return lease.Renewed(sent, ttl, true)
+	return kit.Renewed(lease, sent, ttl, true)
 }
 
 func (k *memKey) holderIndex(lease *lock.Lease) int {
@@ -214,7 +215,7 @@ func (l *MemLocker) Release(ctx context.Context, lease *lock.Lease) error {
 	if l.ctx.Err() != nil {
 		return lock.ErrClosed
 	}
-	if err := lock.ValidateLease(lease); err != nil {
+	if err := kit.ValidateLease(lease); err != nil {
 		return err
 	}
 	s := l.store
@@ -231,7 +232,7 @@ func (l *MemLocker) Release(ctx context.Context, lease *lock.Lease) error {
 	}
 	s.scheduleLocked(lease.Key)
 	s.mu.Unlock()
-	return lease.Released(ours)
+	return kit.Released(lease, ours)
 }
 
 // Inspect implements lock.Locker.
@@ -239,7 +240,7 @@ func (l *MemLocker) Inspect(ctx context.Context, key string) (*lock.LockInfo, er
 	if l.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	s := l.store
@@ -289,12 +290,12 @@ func (s *MemStore) attach(lease *lock.Lease) {
 	}
 	s.mu.Unlock()
 	if wanted {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 }
 
 // wantedLocked returns the leases to tell that a caller with opts queued on
-// k (to be told once mu is released: MarkWanted runs callbacks): every
+// k (to be told once mu is released: kit.MarkWanted runs callbacks): every
 // holder, when the holders keep the caller out.
 func (s *MemStore) wantedLocked(k *memKey, opts lock.AcquireOptions) []*lock.Lease {
 	var out []*lock.Lease
@@ -329,7 +330,7 @@ func (s *MemStore) keyLocked(key string) *memKey {
 
 // grantLocked adds the caller to k's holders. now, the grant's Sent, is
 // taken before the TTL starts, so the holder's deadline is conservative.
-func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Time, queued bool) lock.Grant {
+func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Time, queued bool) kit.Grant {
 	s.lastToken++
 	token := s.lastToken
 	if s.bugs.reuseTokenOnTakeover && k.expired && k.token != 0 {
@@ -343,7 +344,7 @@ func (s *MemStore) grantLocked(k *memKey, opts lock.AcquireOptions, now time.Tim
 	k.holders = append(k.holders, h)
 	s.armLocked(k, h, opts.TTL)
 	s.emitLocked(k, lock.EventGranted, h, queued)
-	return lock.Grant{
+	return kit.Grant{
 		Key: k.name, Owner: h.owner, Token: token, Handle: h.handle, Value: opts.Value, TTL: opts.TTL,
 		Mode: opts.Mode, Permits: opts.Permits, Sent: now,
 	}
@@ -424,7 +425,7 @@ func (s *MemStore) scheduleLocked(keys ...string) {
 				w.done <- memResult{err: err}
 				continue
 			}
-			grants := make([]lock.Grant, len(w.keys))
+			grants := make([]kit.Grant, len(w.keys))
 			for i, name := range w.keys {
 				grants[i] = s.grantLocked(s.keys[name], w.opts, now, true)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Acquire implements lock.Locker.
@@ -56,7 +57,7 @@ func (l *MemLocker) checkMulti(keys []string) error {
 	if err := l.check(lock.FeatureMultiKey); err != nil {
 		return err
 	}
-	return lock.ValidateKeys(keys)
+	return kit.ValidateKeys(keys)
 }
 
 // oneByOne is bugs.multiKeyPartialHold: each key in turn, keeping the ones
@@ -78,11 +79,11 @@ func (l *MemLocker) acquire(ctx context.Context, keys []string, opts lock.Acquir
 	if l.ctx.Err() != nil {
 		return nil, lock.ErrClosed
 	}
-	opts, err := opts.Normalize(keys[0], l.clientID)
+	opts, err := kit.Normalize(opts, keys[0], l.clientID)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.check(opts.Needs()); err != nil {
+	if err := l.check(kit.Needs(opts)); err != nil {
 		return nil, err
 	}
 	if l.store.bugs.pretendsShared && !l.store.features.Has(lock.FeatureShared) && opts.Permits == 0 {
@@ -107,7 +108,7 @@ func (l *MemLocker) acquire(ctx context.Context, keys []string, opts lock.Acquir
 		}
 	}
 	if refusal := s.refusalLocked(ks, opts, now); refusal == nil {
-		grants := make([]lock.Grant, len(ks))
+		grants := make([]kit.Grant, len(ks))
 		for i, k := range ks {
 			grants[i] = s.grantLocked(k, opts, now, false)
 		}
@@ -131,7 +132,7 @@ func (l *MemLocker) acquire(ctx context.Context, keys []string, opts lock.Acquir
 	s.scheduleLocked(keys...) // expiries above may have freed keys with waiters
 	s.mu.Unlock()
 	for _, lease := range tell {
-		lease.MarkWanted()
+		kit.MarkWanted(lease)
 	}
 
 	select {
@@ -244,10 +245,10 @@ func (s *MemStore) unqueueLocked(w *memWaiter) bool {
 	return queued
 }
 
-func (l *MemLocker) leases(grants []lock.Grant, opts lock.AcquireOptions) []*lock.Lease {
+func (l *MemLocker) leases(grants []kit.Grant, opts lock.AcquireOptions) []*lock.Lease {
 	out := make([]*lock.Lease, len(grants))
 	for i, g := range grants {
-		lease := lock.NewLease(g)
+		lease := kit.NewLease(g)
 		l.store.attach(lease)
 		if opts.AutoRenew {
 			go lock.KeepAlive(l.ctx, l, lease)

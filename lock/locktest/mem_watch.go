@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Watch implements lock.Watcher.
@@ -16,7 +17,7 @@ func (l *MemLocker) Watch(ctx context.Context, key string) (<-chan lock.Event, e
 	if err := l.check(lock.FeatureWatch); err != nil {
 		return nil, err
 	}
-	if err := lock.ValidateKey(key); err != nil {
+	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

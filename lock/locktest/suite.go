@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 // Factory supplies the backend under test.
@@ -207,7 +208,7 @@ func ctx(t *testing.T, d time.Duration) context.Context {
 // (Key, Owner, Token, Handle) would after a restart. Its local deadline is in
 // the future, so only the backend can tell that it no longer holds.
 func rebuild(l *lock.Lease) *lock.Lease {
-	return lock.NewLease(lock.Grant{
+	return kit.NewLease(kit.Grant{
 		Key: l.Key, Owner: l.Owner, Token: l.Token, Handle: l.Handle, Value: l.Value,
 		TTL: longTTL, Sent: time.Now(),
 	})

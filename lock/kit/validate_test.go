@@ -1,4 +1,4 @@
-package lock_test
+package kit_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockgate/lockgate/lock"
+	"github.com/lockgate/lockgate/lock/kit"
 )
 
 func TestValidateKey(t *testing.T) {
@@ -23,12 +24,12 @@ func TestValidateKey(t *testing.T) {
 		{"a\x7fb", lock.ErrInvalidKey},
 		{"\xc3\x28", lock.ErrInvalidKey},
 	} {
-		err := lock.ValidateKey(tc.key)
+		err := kit.ValidateKey(tc.key)
 		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 			t.Errorf("ValidateKey(%q) = %v, want %v", tc.key, err, tc.want)
 		}
 	}
-	err := lock.ValidateKey(strings.Repeat("x", 1000))
+	err := kit.ValidateKey(strings.Repeat("x", 1000))
 	var ve *lock.ValidationError
 	if !errors.As(err, &ve) || ve.Field != "key" || !strings.Contains(err.Error(), "1000 bytes") || len(err.Error()) > 200 {
 		t.Errorf("error for an over-long key does not say what is wrong in a readable length: %v", err)
@@ -48,7 +49,7 @@ func TestValidateTTL(t *testing.T) {
 		{lock.MinTTL - 1, lock.ErrInvalidTTL},
 		{lock.MaxTTL + 1, lock.ErrInvalidTTL},
 	} {
-		err := lock.ValidateTTL(tc.ttl)
+		err := kit.ValidateTTL(tc.ttl)
 		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 			t.Errorf("ValidateTTL(%v) = %v, want %v", tc.ttl, err, tc.want)
 		}
@@ -56,14 +57,14 @@ func TestValidateTTL(t *testing.T) {
 }
 
 func TestNormalize(t *testing.T) {
-	o, err := lock.AcquireOptions{}.Normalize("k", "client-1")
+	o, err := kit.Normalize(lock.AcquireOptions{}, "k", "client-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.TTL != lock.DefaultTTL || !o.AutoRenew || o.Owner != "client-1" {
 		t.Errorf("zero options normalised to %+v, want DefaultTTL, AutoRenew, the default owner", o)
 	}
-	o, err = lock.AcquireOptions{TTL: time.Second, Owner: "alice"}.Normalize("k", "client-1")
+	o, err = kit.Normalize(lock.AcquireOptions{TTL: time.Second, Owner: "alice"}, "k", "client-1")
 	if err != nil || o.TTL != time.Second || o.AutoRenew || o.Owner != "alice" {
 		t.Errorf("explicit options normalised to %+v, %v", o, err)
 	}
@@ -76,31 +77,31 @@ func TestNormalize(t *testing.T) {
 		{lock.AcquireOptions{Owner: strings.Repeat("o", lock.MaxOwnerLen+1)}, lock.ErrInvalidOwner},
 		{lock.AcquireOptions{Owner: "bad\towner"}, lock.ErrInvalidOwner},
 	} {
-		if _, err := tc.opts.Normalize("k", "c"); !errors.Is(err, tc.want) {
+		if _, err := kit.Normalize(tc.opts, "k", "c"); !errors.Is(err, tc.want) {
 			t.Errorf("Normalize(%+v) = %v, want %v", tc.opts, err, tc.want)
 		}
 	}
 }
 
 func TestValidateRenew(t *testing.T) {
-	if _, err := lock.ValidateRenew(nil, time.Second); !errors.Is(err, lock.ErrNilLease) {
+	if _, err := kit.ValidateRenew(nil, time.Second); !errors.Is(err, lock.ErrNilLease) {
 		t.Errorf("ValidateRenew(nil) = %v", err)
 	}
-	l := lock.NewLease(lock.Grant{Key: "k", TTL: 3 * time.Second, Sent: time.Now()})
-	if ttl, err := lock.ValidateRenew(l, 0); err != nil || ttl != 3*time.Second {
+	l := kit.NewLease(kit.Grant{Key: "k", TTL: 3 * time.Second, Sent: time.Now()})
+	if ttl, err := kit.ValidateRenew(l, 0); err != nil || ttl != 3*time.Second {
 		t.Errorf("ValidateRenew(ttl 0) = %v, %v; want the lease's TTL", ttl, err)
 	}
-	if _, err := lock.ValidateRenew(l, -time.Second); !errors.Is(err, lock.ErrInvalidTTL) {
+	if _, err := kit.ValidateRenew(l, -time.Second); !errors.Is(err, lock.ErrInvalidTTL) {
 		t.Errorf("ValidateRenew(-1s) = %v", err)
 	}
 }
 
 func TestNormalizeHandle(t *testing.T) {
-	if _, err := (lock.AcquireOptions{Handle: lock.NewHandle()}).Normalize("k", "c"); err != nil {
+	if _, err := kit.Normalize(lock.AcquireOptions{Handle: lock.NewHandle()}, "k", "c"); err != nil {
 		t.Errorf("a NewHandle handle was refused: %v", err)
 	}
 	for _, h := range []string{"abc", strings.Repeat("A", 32), strings.Repeat("g", 32), strings.Repeat("a", 65)} {
-		if _, err := (lock.AcquireOptions{Handle: h}).Normalize("k", "c"); err == nil {
+		if _, err := kit.Normalize(lock.AcquireOptions{Handle: h}, "k", "c"); err == nil {
 			t.Errorf("handle %q accepted", h)
 		}
 	}
@@ -113,7 +114,7 @@ func TestNormalizeHandle(t *testing.T) {
 // and max+1.
 func TestValidateLease(t *testing.T) {
 	lease := func(key, handle string) *lock.Lease {
-		return lock.NewLease(lock.Grant{Key: key, Token: 1, Handle: handle, TTL: time.Minute, Sent: time.Now()})
+		return kit.NewLease(kit.Grant{Key: key, Token: 1, Handle: handle, TTL: time.Minute, Sent: time.Now()})
 	}
 	h := lock.NewHandle()
 	for _, tc := range []struct {
@@ -137,7 +138,7 @@ func TestValidateLease(t *testing.T) {
 		// the backend answers that the lease is not held.
 		{"handle short", lease("k", "x"), nil, ""},
 	} {
-		err := lock.ValidateLease(tc.lease)
+		err := kit.ValidateLease(tc.lease)
 		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
 			t.Errorf("%s: ValidateLease = %v, want %v", tc.name, err, tc.want)
 			continue
@@ -147,7 +148,7 @@ func TestValidateLease(t *testing.T) {
 			t.Errorf("%s: ValidateLease = %#v, want a short *ValidationError for %s", tc.name, err, tc.field)
 		}
 		if tc.lease != nil && tc.lease.Key != "" {
-			if _, rerr := lock.ValidateRenew(tc.lease, time.Second); !errors.Is(rerr, tc.want) || (tc.want == nil) != (rerr == nil) {
+			if _, rerr := kit.ValidateRenew(tc.lease, time.Second); !errors.Is(rerr, tc.want) || (tc.want == nil) != (rerr == nil) {
 				t.Errorf("%s: ValidateRenew = %v, want %v", tc.name, rerr, tc.want)
 			}
 		}
@@ -162,8 +163,8 @@ func TestValidateClientConfig(t *testing.T) {
 		drift float64
 		id    string
 	}{{0, ""}, {lock.DefaultDriftFactor, "c"}, {0.499, strings.Repeat("x", lock.MaxOwnerLen)}} {
-		if err := lock.ValidateClientConfig(ok.drift, ok.id); err != nil {
-			t.Errorf("lock.ValidateClientConfig(%v, %d bytes) = %v", ok.drift, len(ok.id), err)
+		if err := kit.ValidateClientConfig(ok.drift, ok.id); err != nil {
+			t.Errorf("kit.ValidateClientConfig(%v, %d bytes) = %v", ok.drift, len(ok.id), err)
 		}
 	}
 	for _, bad := range []struct {
@@ -171,8 +172,21 @@ func TestValidateClientConfig(t *testing.T) {
 		id    string
 		field string
 	}{{-0.01, "", "DriftFactor"}, {0.5, "", "DriftFactor"}, {0, strings.Repeat("x", lock.MaxOwnerLen+1), "ClientID"}} {
-		if err := lock.ValidateClientConfig(bad.drift, bad.id); err == nil || !strings.HasPrefix(err.Error(), bad.field+":") {
-			t.Errorf("lock.ValidateClientConfig(%v, %d bytes) = %v, want an error naming %s", bad.drift, len(bad.id), err, bad.field)
+		if err := kit.ValidateClientConfig(bad.drift, bad.id); err == nil || !strings.HasPrefix(err.Error(), bad.field+":") {
+			t.Errorf("kit.ValidateClientConfig(%v, %d bytes) = %v, want an error naming %s", bad.drift, len(bad.id), err, bad.field)
+		}
+	}
+}
+
+func TestValidatePrefix(t *testing.T) {
+	for _, p := range []string{"", "a", "orders/", strings.Repeat("k", lock.MaxKeyLen), "ключ/"} {
+		if err := kit.ValidatePrefix(p); err != nil {
+			t.Errorf("ValidatePrefix(%q): %v, want nil", p, err)
+		}
+	}
+	for _, p := range []string{strings.Repeat("k", lock.MaxKeyLen+1), "a\x00", "\xff", "x\n"} {
+		if err := kit.ValidatePrefix(p); !errors.Is(err, lock.ErrInvalidKey) {
+			t.Errorf("ValidatePrefix(%q): %v, want %v", p, err, lock.ErrInvalidKey)
 		}
 	}
 }
