@@ -715,7 +715,7 @@ func stepRenewedSince(r *goRun, st step) error {
 		if !ok {
 			return fmt.Errorf("no session %q", st.Session)
 		}
-		deadline, past = s.Deadline, lock.DeadlineFor(m, s.TTL(), 0)
+		deadline, past = s.Deadline, kit.DeadlineFor(m, s.TTL(), 0)
 	default:
 		l, err := r.one(st.Lease)
 		if err != nil {
