@@ -244,7 +244,7 @@ func runSeedCounters(t *testing.T, cfg seedRun) seedResult {
 		}()
 	}
 
-	// The nemesis: disconnects of random clients, longer than the TTL now
+	// The faults: disconnects of random clients, longer than the TTL now
 	// and then, and two leader stops.
 	wg.Add(1)
 	go func() {

@@ -17,11 +17,11 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// TestNemesesRaftInjectAndHeal injects each raftlock-specific nemesis on
+// TestRaftFaultsInjectAndHeal injects each raftlock-specific fault on
 // one cluster and heals it at once, and checks after each heal that the
 // cluster grants a lock again (and, after membership, that its three
 // nodes are the voters again).
-func TestNemesesRaftInjectAndHeal(t *testing.T) {
+func TestRaftFaultsInjectAndHeal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a raftlock cluster behind proxies")
 	}
@@ -62,7 +62,7 @@ func TestNemesesRaftInjectAndHeal(t *testing.T) {
 		if err := heal(); err != nil {
 			t.Fatalf("healing %s (%s): %v\n%s", name, what, err, log.String())
 		}
-		key := fmt.Sprintf("nemesis/%d", i)
+		key := fmt.Sprintf("fault/%d", i)
 		actx, acancel := context.WithTimeout(ctx, 15*time.Second)
 		lease, err := l.Acquire(actx, key, lock.AcquireOptions{TTL: 2 * time.Second})
 		if err == nil {
@@ -87,11 +87,11 @@ func TestNemesesRaftInjectAndHeal(t *testing.T) {
 	}
 }
 
-// TestNemesisRaftCampaign is the smoke campaign of the newer raftlock
+// TestRaftFaultsCampaign is the smoke campaign of the newer raftlock
 // nemeses that must leave raftlock safe: 15 s with a seeded pick of them;
 // no overlap, linearizable, no stale write accepted, and a grant within
 // 5 s of every heal.
-func TestNemesisRaftCampaign(t *testing.T) {
+func TestRaftFaultsCampaign(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 15 s fault campaign")
 	}

@@ -22,9 +22,9 @@ import (
 	"github.com/lockgate/lockgate/lock"
 )
 
-// TestNemesisFaultTable: where each of the newer faults applies and
+// TestFaultApplicability: where each of the newer faults applies and
 // whether it is expected to break mutual exclusion there.
-func TestNemesisFaultTable(t *testing.T) {
+func TestFaultApplicability(t *testing.T) {
 	for _, tc := range []struct {
 		fault     string
 		backend   string
