@@ -10,7 +10,7 @@ LDFLAGS  := -X github.com/lockgate/lockgate/internal/cli.Version=$(VERSION) \
 # The whole suite must stay well under 15 minutes on 2 cores.
 TEST_TIMEOUT ?= 14m
 
-.PHONY: all deps build fmt-check vet test test-short fuzz-smoke clean console
+.PHONY: all deps build fmt-check vet test unit-tests test-short fuzz-smoke clean console
 
 all: build
 
@@ -32,11 +32,15 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-## test: deps, format check, vet, every test with the race detector, and a
-## short run of each fuzz target
+## test: deps, format check, vet, then every test with the race detector
+## beside a short run of each fuzz target (the fuzzers use the CPU that the
+## tests leave idle while they wait on servers and timers)
 test: deps fmt-check vet
+	$(MAKE) -j2 --output-sync=line unit-tests fuzz-smoke
+
+## unit-tests: every package's tests with the race detector
+unit-tests:
 	$(GO) test -race -count=1 -p 3 -timeout $(TEST_TIMEOUT) ./...
-	$(MAKE) fuzz-smoke
 
 ## fuzz-smoke: run each fuzz target briefly (the untrusted-input parsers).
 ## Budgets are execution counts (about 5 s each here), not durations: a
