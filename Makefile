@@ -38,14 +38,14 @@ vet:
 test: deps fmt-check vet
 	$(MAKE) -j2 --output-sync=line unit-tests fuzz-smoke
 
-## unit-tests: every package's tests with the race detector, three packages
+## unit-tests: every package's tests with the race detector, four packages
 ## at a time, the longest-running first (go test starts packages in the order
 ## it is given them): started last, one of them would run on alone at the
 ## end while the rest of the machine idles
 SLOW_PACKAGES := backend/raftlock bench/campaign client clients bench/matrix \
 	backend/zklike bench/latency backend/redlock internal/cli backend/sqllock
 unit-tests:
-	$(GO) test -race -count=1 -p 3 -timeout $(TEST_TIMEOUT) \
+	$(GO) test -race -count=1 -p 4 -timeout $(TEST_TIMEOUT) \
 		$(addprefix ./,$(SLOW_PACKAGES)) \
 		$$($(GO) list ./... | grep -vxF $(addprefix -e github.com/lockgate/lockgate/,$(SLOW_PACKAGES)))
 
