@@ -118,8 +118,6 @@ func (s *suite) multiKey(t *testing.T) {
 		x, y := key(t, "x"), key(t, "y")
 		const rounds = 30
 		var held [2]atomic.Int32
-		cc, cancel := context.WithTimeout(context.Background(), 5*caps.GrantBound)
-		defer cancel()
 		errs := make(chan error, 4*rounds)
 		var wg sync.WaitGroup
 		for g, order := range [][]string{{x, y}, {y, x}} {
@@ -128,6 +126,11 @@ func (s *suite) multiKey(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range rounds {
+					// Each round, not the whole run, is bounded: a
+					// deadlock stalls one round forever, where a loaded
+					// machine only makes every round slower.
+					cc, cancel := context.WithTimeout(context.Background(), 5*caps.GrantBound)
+					defer cancel()
 					leases, err := lock.AcquireAll(cc, l, order, opts(fmt.Sprintf("caller-%d", g)))
 					if err != nil {
 						errs <- fmt.Errorf("caller %d round %d: AcquireAll(%v) (deadlock?): %w", g, i, order, err)
