@@ -85,7 +85,9 @@ func TestPrimitivesAsProcesses(t *testing.T) {
 		if first.Leader {
 			t.Fatalf("observe's first report %+v, want no leader", first)
 		}
-		a := p.start("elect", "--key", "election", "--value", "a", "--ttl", "2s", "--", "sh", "-c", p.script(`echo "$LOCKGATE_LEADER_VALUE $LOCKGATE_FENCING_TOKEN" > a.lead; exec sleep 600`))
+		// a.lead is written aside and renamed: awaitFile sees a file once it
+		// exists, and a file being written can exist empty.
+		a := p.start("elect", "--key", "election", "--value", "a", "--ttl", "2s", "--", "sh", "-c", p.script(`echo "$LOCKGATE_LEADER_VALUE $LOCKGATE_FENCING_TOKEN" > a.tmp && mv a.tmp a.lead; exec sleep 600`))
 		la := obs.line()
 		if !la.Leader || la.Value != "a" {
 			t.Fatalf("observe after a's campaign: %+v", la)
