@@ -231,6 +231,9 @@ func (c *conn) cancelWait(req wire.Request) {
 		c.fail(req.ID, newError(wire.CodeNotFound, fmt.Sprintf("no waiting acquire with id %q", req.Target)))
 		return
 	}
-	ref.cancel()
+	// The reply first, then the cancel: the acquire's own answer (error
+	// cancelled) comes after it, as the protocol says, however soon the
+	// waiting goroutine runs.
 	c.send(wire.Reply{ID: req.ID, Type: wire.TypeCancelled, Success: true, Key: ref.key})
+	ref.cancel()
 }
