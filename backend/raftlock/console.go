@@ -29,18 +29,7 @@ const PathStatus = nodeview.PathStatus
 
 // NodeStatus is one node's Raft view of itself.
 type NodeStatus struct {
-	ID           string `json:"id"`
-	APIAddr      string `json:"apiAddr"`
-	RaftAddr     string `json:"raftAddr"`
-	State        string `json:"state"` // leader, follower, candidate, shutdown
-	Term         uint64 `json:"term"`
-	CommitIndex  uint64 `json:"commitIndex"`
-	AppliedIndex uint64 `json:"appliedIndex"`
-	LastLogIndex uint64 `json:"lastLogIndex"`
-	// LastContactMs: since this follower last heard from the leader (0 on
-	// the leader, -1 if never).
-	LastContactMs int64  `json:"lastContactMs"`
-	LeaderID      string `json:"leaderId"`
+	nodeview.Raft
 	// Formats is what the node reads (absent from binaries that predate
 	// the format gate: they read format 1); Gate is the cluster's gate as
 	// this node applied it; Halted says why the node stopped, if it did.
@@ -53,9 +42,9 @@ type NodeStatus struct {
 func (n *Node) Status() NodeStatus {
 	st := n.raft.State()
 	lid, _ := n.Leader()
-	s := NodeStatus{ID: n.cfg.ID, APIAddr: n.cfg.APIAddr, RaftAddr: n.RaftAddr(), State: stateName(st), Term: n.term(),
+	s := NodeStatus{Raft: nodeview.Raft{ID: n.cfg.ID, APIAddr: n.cfg.APIAddr, RaftAddr: n.RaftAddr(), State: stateName(st), Term: n.term(),
 		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), LastLogIndex: n.raft.LastIndex(),
-		LastContactMs: -1, LeaderID: lid, Formats: n.formats()}
+		LastContactMs: -1, LeaderID: lid}, Formats: n.formats()}
 	g := n.fsm.Gate()
 	s.Gate = &g
 	if err := n.HaltErr(); err != nil {
@@ -74,9 +63,7 @@ func (n *Node) Status() NodeStatus {
 // as their JSON.
 func (n *Node) StatusView() nodeview.Status {
 	st := n.Status()
-	v := nodeview.Status{ID: st.ID, APIAddr: st.APIAddr, RaftAddr: st.RaftAddr, State: st.State, Term: st.Term,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex,
-		LastContactMs: st.LastContactMs, LeaderID: st.LeaderID, Halted: st.Halted}
+	v := nodeview.Status{Raft: st.Raft, Halted: st.Halted}
 	if st.Formats != nil {
 		v.Formats, _ = json.Marshal(st.Formats) // plain fields: never fails
 	}

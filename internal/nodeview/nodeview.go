@@ -17,8 +17,9 @@ import (
 // credential); the console asks it of every member.
 const PathStatus = "/v1/cluster/status"
 
-// Status is one member's Raft view of itself, as PathStatus serves it.
-type Status struct {
+// Raft is a member's Raft view of itself: what Status and a backend's
+// own status type share.
+type Raft struct {
 	ID           string `json:"id"`
 	APIAddr      string `json:"apiAddr"`
 	RaftAddr     string `json:"raftAddr"`
@@ -31,6 +32,11 @@ type Status struct {
 	// the leader, -1 if never).
 	LastContactMs int64  `json:"lastContactMs"`
 	LeaderID      string `json:"leaderId"`
+}
+
+// Status is one member's Raft view of itself, as PathStatus serves it.
+type Status struct {
+	Raft
 	// Formats (what the member reads) and Gate (the cluster's format gate
 	// as the member applied it) are the backend's JSON, shown as they are;
 	// absent from members that predate them. Halted says why the member
