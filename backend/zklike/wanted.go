@@ -270,4 +270,3 @@ func (h *wantedHub) drop(lease *lock.Lease, dir string) {
 	}
 	h.setLocked(dir, gs)
 }
-
