@@ -54,18 +54,19 @@
 //
 // The Locker implements lock.WantedSignaler: a holder's Lease.Wanted
 // closes when a contender key newer than its own appears in its lock's
-// directory, which is how a waiter in any process queues. One watch per
-// Locker over its whole prefix (creations only) serves every lease it
-// holds, with a register of held leases by directory: no goroutine or
-// watch per lease; the watch starts with the first held lease and stops
-// a minute after the last ends. A waiter of the same Locker marks the
+// directory, which is how a waiter in any process queues. A watch of
+// creations per held directory (the first few; one over the whole prefix
+// for the others) serves every lease the Locker holds there, with a
+// register of held leases by directory: no goroutine or watch per lease;
+// a watch starts with the first lease it serves and stops a minute after
+// the last ends. A waiter of the same Locker marks the
 // holder before it sends anything; a waiter granted while others still
 // wait learns it from the read its grant already makes; a lease rebuilt
 // with kit.NewLease is told from its Renew on (it joins the entry of its
 // grant, identified by Token and Handle). A TryAcquire of a held
 // key creates no key, so it never marks the holder. See wanted.go for
-// the cost: etcd sends each such Locker every contender creation under
-// the prefix.
+// the cost: etcd sends each such Locker the contender creations of the
+// directories it holds (of the whole prefix once it holds many).
 //
 // # Shared locks, semaphores, multi-key acquire, watch, lock-delay
 //

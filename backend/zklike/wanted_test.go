@@ -186,9 +186,9 @@ func TestWantedRebuiltLeaseJoinsOnRenew(t *testing.T) {
 	<-waiter2
 }
 
-// TestWantedAfterCompaction: when the shared watch's history is compacted
-// away while it is down, the creations it missed are found by a rescan of
-// the prefix, and their holders marked.
+// TestWantedAfterCompaction: when a watch's history is compacted away
+// while it is down, the creations it missed are found by a rescan of its
+// range, and their holders marked.
 func TestWantedAfterCompaction(t *testing.T) {
 	t.Parallel()
 	e := testenv.StartEtcd(t, 1)
@@ -201,9 +201,11 @@ func TestWantedAfterCompaction(t *testing.T) {
 	}
 	h := a.wanted
 	h.mu.Lock()
-	h.stop() // the watch goes down; a new generation ignores what it still delivers
-	h.gen++
-	gen := h.gen
+	w := h.dirs[a.dir("compacted")]
+	w.stop() // the watch goes down; a new generation ignores what it still delivers
+	h.gens++
+	w.gen = h.gens
+	gen := w.gen
 	h.mu.Unlock()
 
 	// A contender key appears behind the holder, then etcd forgets it was created.
@@ -221,17 +223,17 @@ func TestWantedAfterCompaction(t *testing.T) {
 
 	rctx, cancel := context.WithCancel(a.ctx)
 	h.mu.Lock()
-	h.stop = cancel
+	w.stop = cancel
 	h.mu.Unlock()
 	done := make(chan struct{})
-	go func() { defer close(done); h.run(rctx, gen) }()
+	go func() { defer close(done); h.run(rctx, w, gen) }()
 	defer func() { cancel(); <-done }()
 	wantedWithin(t, held, 5*time.Second, "a contender key was created while the watch was down")
 }
 
 // TestWantedNoGoroutinePerLease: holding many leases adds no goroutine
-// per lease (one watch serves them all), and the register empties as
-// they are released.
+// per lease (a few directories' watches and one prefix watch serve them
+// all), and the register empties as they are released.
 //
 // Not parallel: the other tests' goroutines would blur the count.
 func TestWantedNoGoroutinePerLease(t *testing.T) {
