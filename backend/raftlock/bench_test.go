@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -523,6 +524,11 @@ func BenchmarkSessionLeaseHeap(b *testing.B) {
 			b.FailNow()
 		}
 		held := heapInUse()
+		if f := os.Getenv("LOCKGATE_BENCH_HEAPPROF"); f != "" {
+			w, _ := os.Create(f)
+			pprof.Lookup("heap").WriteTo(w, 0)
+			w.Close()
+		}
 		var mu sync.Mutex
 		table := make(map[string]*lock.Lease)
 		for _, lease := range leases {
