@@ -480,6 +480,7 @@ func BenchmarkHeldSessionLeases(b *testing.B) {
 // state machine, the scheduler, the lock.Lease handed out and its session's
 // set ("leader-B/lease"), and with a table of the leases by handle and an
 // end callback each, as a gateway connection keeps them ("with-table-B/lease").
+// LOCKGATE_BENCH_HEAPPROF=FILE writes the heap profile of the held leases.
 func BenchmarkSessionLeaseHeap(b *testing.B) {
 	n := 200_000
 	if v, err := strconv.Atoi(os.Getenv("LOCKGATE_BENCH_LEASES")); err == nil && v > 0 {
