@@ -14,4 +14,5 @@ func init() {
 	leasekit.ExtendSession = (*Session).extend
 	leasekit.SessionRenewed = (*Session).renewed
 	leasekit.SessionRefused = (*Session).refused
+	leasekit.SessionLeases = (*Session).withToken
 }

@@ -58,24 +58,53 @@ type Lease struct {
 	// ModeShared as a reader (Permits 0) or one of Permits semaphore
 	// holders. Informational: (Key, Token, Handle) identify the lease.
 	Mode Mode
-	// wanted (markWanted was called while the lease lived) sits beside
-	// Mode, in the same word: a Lease fits the 240-byte size class.
-	wanted  bool
-	Permits int
+	// wanted (markWanted was called while the lease lived) and ended (Err
+	// is not nil) sit beside Mode, in the same word.
+	wanted, ended bool
+	Permits       int
 
+	session *Session // the lease's session, or nil
+
+	mu sync.Mutex
+	// end is the first AfterEnd callback (a gateway registers one per
+	// lease): kept here, it costs no state of its own.
+	end func()
+	// st is the rest of the lease's state, made when first needed: at
+	// once for a lease with a deadline of its own, and for a session
+	// lease (whose deadline is its session's) only when something beyond
+	// one end callback is asked of it. A session lease held by a gateway
+	// is then the 128 bytes above, with few pointers for the collector.
+	st *leaseState
+}
+
+// leaseState is the part of a Lease that a session lease rarely needs.
+type leaseState struct {
 	driftFactor float64
-	session     *Session // the lease's session, or nil
-
-	mu       sync.Mutex
-	ttl      time.Duration
-	deadline time.Time
-	timer    *time.Timer
-	done     chan struct{} // made by the first Done call
-	err      error
-	afterEnd []func()
+	ttl         time.Duration
+	deadline    time.Time
+	timer       *time.Timer
+	done        chan struct{} // made by the first Done call
+	err         error
+	afterEnd    []func() // the AfterEnd callbacks after the first (Lease.end)
 
 	wantedCh    chan struct{} // made by the first Wanted call; closed once wanted
 	afterWanted []func()
+}
+
+// stateLocked returns l's state, made if it has none yet (l.mu held).
+func (l *Lease) stateLocked() *leaseState {
+	if l.st == nil {
+		l.st = &leaseState{}
+	}
+	return l.st
+}
+
+// errLocked is l's Err (l.mu held).
+func (l *Lease) errLocked() error {
+	if !l.ended {
+		return nil
+	}
+	return l.st.err
 }
 
 // initLease completes a Lease whose exported fields are set and arms its
@@ -83,16 +112,19 @@ type Lease struct {
 // lease is extended first. A lease in a session follows the session's
 // deadline instead. lock/kit's NewLease calls it.
 func initLease(l *Lease, ttl time.Duration, sent time.Time, driftFactor float64, s *Session) *Lease {
-	l.driftFactor = driftFactor
-	l.ttl = ttl
-	l.deadline = deadlineFor(sent, ttl, driftFactor)
 	l.session = s
 	if s != nil {
 		if !s.add(l) {
-			l.err = s.Err()
+			l.mu.Lock()
+			l.endLocked(s.Err()) // no callbacks yet: nothing to run
+			l.mu.Unlock()
 		}
 		return l
 	}
+	st := l.stateLocked()
+	st.driftFactor = driftFactor
+	st.ttl = ttl
+	st.deadline = deadlineFor(sent, ttl, driftFactor)
 	l.mu.Lock()
 	l.armLocked() // no callbacks yet: nothing to run
 	l.mu.Unlock()
@@ -102,16 +134,6 @@ func initLease(l *Lease, ttl time.Duration, sent time.Time, driftFactor float64,
 // Session returns the session the lease belongs to, or nil.
 func (l *Lease) Session() *Session { return l.session }
 
-// follow moves a session lease's deadline to its session's (the session's
-// timer, not the lease's, ends it).
-func (l *Lease) follow(deadline time.Time) {
-	l.mu.Lock()
-	if l.err == nil {
-		l.deadline = deadline
-	}
-	l.mu.Unlock()
-}
-
 // armLocked (re)starts the timer that ends the lease at its deadline. If
 // the deadline has passed it ends the lease now and returns the AfterEnd
 // callbacks, for the caller to run once it has released mu.
@@ -119,19 +141,20 @@ func (l *Lease) armLocked() (after []func()) {
 	if l.session != nil {
 		return nil // the session's deadline timer ends it
 	}
-	if l.timer != nil {
-		l.timer.Stop()
+	st := l.st
+	if st.timer != nil {
+		st.timer.Stop()
 	}
-	d := time.Until(l.deadline)
+	d := time.Until(st.deadline)
 	if d <= 0 {
 		return l.endLocked(ErrExpired)
 	}
-	deadline := l.deadline
-	l.timer = time.AfterFunc(d, func() {
+	deadline := st.deadline
+	st.timer = time.AfterFunc(d, func() {
 		var fs []func()
 		l.mu.Lock()
 		// A renewal may have moved the deadline after this timer fired.
-		if l.deadline.Equal(deadline) {
+		if st.deadline.Equal(deadline) {
 			fs = l.endLocked(ErrExpired)
 		}
 		l.mu.Unlock()
@@ -147,7 +170,7 @@ func (l *Lease) TTL() time.Duration {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ttl
+	return l.st.ttl
 }
 
 // Deadline is the latest instant at which the holder may still act as the
@@ -160,7 +183,7 @@ func (l *Lease) Deadline() time.Time {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.st.deadline
 }
 
 // Done is closed when the lease ends: its deadline passed, a renewal was
@@ -172,13 +195,17 @@ func (l *Lease) Deadline() time.Time {
 func (l *Lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done == nil {
-		if l.err != nil {
-			return closedChan
+	if l.ended {
+		if l.st.done != nil {
+			return l.st.done
 		}
-		l.done = make(chan struct{})
+		return closedChan
 	}
-	return l.done
+	st := l.stateLocked()
+	if st.done == nil {
+		st.done = make(chan struct{})
+	}
+	return st.done
 }
 
 // closedChan is the Done of a lease that ended before anyone asked.
@@ -200,9 +227,14 @@ var closedChan = func() chan struct{} {
 // largest Go-side cost of sqllock's release path.)
 func (l *Lease) AfterEnd(f func()) {
 	l.mu.Lock()
-	ended := l.err != nil
-	if !ended {
-		l.afterEnd = append(l.afterEnd, f)
+	ended := l.ended
+	switch {
+	case ended:
+	case l.end == nil:
+		l.end = f
+	default:
+		st := l.stateLocked()
+		st.afterEnd = append(st.afterEnd, f)
 	}
 	l.mu.Unlock()
 	if ended {
@@ -223,7 +255,7 @@ func runAll(fs []func()) {
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.err
+	return l.errLocked()
 }
 
 // extend records a successful renewal for ttl whose request was sent at
@@ -234,12 +266,17 @@ func (l *Lease) Err() error {
 // whose Done is closed stays closed.
 func (l *Lease) extend(sent time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
-	if l.err != nil {
+	if l.ended {
 		l.mu.Unlock()
 		return false
 	}
-	l.ttl = ttl
-	l.deadline = deadlineFor(sent, ttl, l.driftFactor)
+	if l.session != nil {
+		l.mu.Unlock()
+		return true // its deadline and TTL are its session's
+	}
+	st := l.st
+	st.ttl = ttl
+	st.deadline = deadlineFor(sent, ttl, st.driftFactor)
 	after := l.armLocked()
 	l.mu.Unlock()
 	runAll(after)
@@ -251,7 +288,7 @@ func (l *Lease) extend(sent time.Time, ttl time.Duration) bool {
 // Only the first call has an effect.
 func (l *Lease) End(cause error) {
 	l.mu.Lock()
-	ended := l.err == nil
+	ended := !l.ended
 	after := l.endLocked(cause)
 	l.mu.Unlock()
 	if ended && l.session != nil {
@@ -263,21 +300,27 @@ func (l *Lease) End(cause error) {
 // endLocked ends the lease and returns its AfterEnd callbacks, which the
 // caller must run after releasing mu.
 func (l *Lease) endLocked(cause error) (after []func()) {
-	if l.err != nil {
+	if l.ended {
 		return nil
 	}
 	if cause == nil {
 		cause = ErrReleased
 	}
-	l.err = cause
-	if l.timer != nil {
-		l.timer.Stop()
+	st := l.stateLocked()
+	l.ended = true
+	st.err = cause
+	if st.timer != nil {
+		st.timer.Stop()
 	}
-	if l.done != nil {
-		close(l.done)
+	if st.done != nil {
+		close(st.done)
 	}
-	after, l.afterEnd = l.afterEnd, nil
-	l.afterWanted = nil
+	if l.end != nil {
+		after = append(make([]func(), 0, 1+len(st.afterEnd)), l.end)
+		after = append(after, st.afterEnd...)
+	}
+	l.end, st.afterEnd = nil, nil
+	st.afterWanted = nil
 	return after
 }
 
@@ -291,13 +334,14 @@ func (l *Lease) endLocked(cause error) (after []func()) {
 func (l *Lease) Wanted() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.wantedCh == nil {
-		l.wantedCh = make(chan struct{})
+	st := l.stateLocked()
+	if st.wantedCh == nil {
+		st.wantedCh = make(chan struct{})
 		if l.wanted {
-			close(l.wantedCh)
+			close(st.wantedCh)
 		}
 	}
-	return l.wantedCh
+	return st.wantedCh
 }
 
 // IsWanted reports whether Wanted is closed.
@@ -314,16 +358,19 @@ func (l *Lease) IsWanted() bool {
 // call on an ended lease has none.
 func (l *Lease) markWanted() {
 	l.mu.Lock()
-	if l.wanted || l.err != nil {
+	if l.wanted || l.ended {
 		l.mu.Unlock()
 		return
 	}
 	l.wanted = true
-	if l.wantedCh != nil {
-		close(l.wantedCh)
+	var fs []func()
+	if st := l.st; st != nil {
+		if st.wantedCh != nil {
+			close(st.wantedCh)
+		}
+		fs = st.afterWanted
+		st.afterWanted = nil
 	}
-	fs := l.afterWanted
-	l.afterWanted = nil
 	l.mu.Unlock()
 	runAll(fs)
 }
@@ -340,8 +387,9 @@ func (l *Lease) AfterWanted(f func()) {
 		l.mu.Unlock()
 		f()
 		return
-	case l.err == nil:
-		l.afterWanted = append(l.afterWanted, f)
+	case !l.ended:
+		st := l.stateLocked()
+		st.afterWanted = append(st.afterWanted, f)
 	}
 	l.mu.Unlock()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/kit"
@@ -236,5 +237,14 @@ func TestLeaseWanted(t *testing.T) {
 	}
 	if ran || ended.IsWanted() {
 		t.Fatal("an ended lease ran its AfterWanted callback")
+	}
+}
+
+// A session lease held by a gateway is what the leader keeps per lease: its
+// fields beyond the exported ones live apart until needed, so that it fits
+// the 128-byte size class.
+func TestLeaseFitsItsSizeClass(t *testing.T) {
+	if got := unsafe.Sizeof(lock.Lease{}); got > 128 {
+		t.Fatalf("a Lease is %d bytes, more than 128", got)
 	}
 }

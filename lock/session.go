@@ -95,7 +95,13 @@ type Session struct {
 	timer    *time.Timer
 	done     chan struct{}
 	err      error
-	leases   map[*Lease]struct{}
+	// leases are the session's live leases by fencing token (a backend
+	// that tells holders they are wanted finds them by it: SessionLeases);
+	// more holds the rare lease whose token another lease of the session
+	// already has (a copy of a grant, or a backend whose tokens count per
+	// key).
+	leases map[Token]*Lease
+	more   map[*Lease]struct{}
 }
 
 // initSession completes a Session whose ID and Owner are set and arms its
@@ -107,7 +113,7 @@ func initSession(s *Session, ttl time.Duration, sent time.Time, driftFactor floa
 	s.ttl = ttl
 	s.deadline = deadlineFor(sent, ttl, driftFactor)
 	s.done = make(chan struct{})
-	s.leases = make(map[*Lease]struct{})
+	s.leases = make(map[Token]*Lease)
 	s.mu.Lock()
 	s.armLocked()
 	s.mu.Unlock()
@@ -161,7 +167,7 @@ func (s *Session) Err() error {
 func (s *Session) Leases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.leases)
+	return len(s.leases) + len(s.more)
 }
 
 // extend records a successful keep-alive sent at sent: the session's
@@ -219,10 +225,13 @@ func (s *Session) End(cause error) {
 		s.timer.Stop()
 	}
 	close(s.done)
-	leases := s.leases
-	s.leases = nil
+	leases, more := s.leases, s.more
+	s.leases, s.more = nil, nil
 	s.mu.Unlock()
-	for l := range leases {
+	for _, l := range leases {
+		l.End(cause)
+	}
+	for l := range more {
 		l.End(cause)
 	}
 }
@@ -248,17 +257,44 @@ func (s *Session) add(l *Lease) bool {
 	if s.err != nil {
 		return false
 	}
-	s.leases[l] = struct{}{}
+	switch other := s.leases[l.Token]; {
+	case other == nil:
+		s.leases[l.Token] = l
+	case other != l:
+		if s.more == nil {
+			s.more = make(map[*Lease]struct{})
+		}
+		s.more[l] = struct{}{}
+	}
 	return true
 }
 
 // remove takes an ended lease out of the session.
 func (s *Session) remove(l *Lease) {
 	s.mu.Lock()
-	if s.leases != nil {
-		delete(s.leases, l)
+	if s.leases[l.Token] == l {
+		delete(s.leases, l.Token)
+	} else {
+		delete(s.more, l)
 	}
 	s.mu.Unlock()
+}
+
+// withToken returns the session's live leases whose fencing token is t
+// (lock/kit's SessionLeases).
+func (s *Session) withToken(t Token) []*Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ls []*Lease
+	if l := s.leases[t]; l != nil {
+		ls = append(ls, l)
+	}
+	for l := range s.more {
+		if l.Token == t {
+			ls = append(ls, l)
+		}
+	}
+	return ls
 }
 
 // KeepSessionAlive renews s through l every TTL/3 until the session ends,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -466,6 +467,102 @@ func BenchmarkHeldSessionLeases(b *testing.B) {
 		if restored.NumLocks() != n || restored.NumSessions() != sessions {
 			b.Fatalf("restored %d locks in %d sessions, want %d in %d", restored.NumLocks(), restored.NumSessions(), n, sessions)
 		}
+		c.Shutdown()
+		cancel()
+	}
+}
+
+// BenchmarkSessionLeaseHeap holds LOCKGATE_BENCH_LEASES session leases
+// (default 200k, in 1 session per 200 leases, at least one) through the
+// path the gateway takes — Session.OpenSession, then Session.Acquire with
+// AcquireOptions.Session from 64 callers at once — on a one-node cluster,
+// and reports the leader's live heap per lease after a collection: the
+// state machine, the scheduler, the lock.Lease handed out and its session's
+// set ("leader-B/lease"), and with a table of the leases by handle and an
+// end callback each, as a gateway connection keeps them ("with-table-B/lease").
+// LOCKGATE_BENCH_HEAPPROF=FILE writes the heap profile of the held leases.
+func BenchmarkSessionLeaseHeap(b *testing.B) {
+	n := 200_000
+	if v, err := strconv.Atoi(os.Getenv("LOCKGATE_BENCH_LEASES")); err == nil && v > 0 {
+		n = v
+	}
+	sessions := max(1, n/200)
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		c, err := StartLocalCluster(ctx, 1, b.TempDir(), func(c *Config) {
+			quietConfig(c)
+			c.MaxSessions = max(c.MaxSessions, sessions)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := leader(b, c)
+		sl := l.NewSession()
+		ss := make([]*lock.Session, sessions)
+		for i := range ss {
+			if ss[i], err = sl.OpenSession(ctx, lock.SessionOptions{TTL: time.Hour, Owner: fmt.Sprintf("client-%09d", i)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		leases := make([]*lock.Lease, n)
+		before := heapInUse()
+		const callers = 64
+		var wg sync.WaitGroup
+		for g := range callers {
+			wg.Go(func() {
+				for i := g; i < n; i += callers {
+					lease, err := sl.Acquire(ctx, fmt.Sprintf("held/key-%012d", i), lock.AcquireOptions{Session: ss[i%sessions]})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					leases[i] = lease
+				}
+			})
+		}
+		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
+		held := heapInUse()
+		if f := os.Getenv("LOCKGATE_BENCH_HEAPPROF"); f != "" {
+			w, _ := os.Create(f)
+			pprof.Lookup("heap").WriteTo(w, 0)
+			w.Close()
+		}
+		var mu sync.Mutex
+		table := make(map[string]*lock.Lease)
+		for _, lease := range leases {
+			mu.Lock()
+			table[lease.Handle] = lease
+			mu.Unlock()
+			lease.AfterEnd(func() {
+				mu.Lock()
+				if table[lease.Handle] == lease {
+					delete(table, lease.Handle)
+				}
+				mu.Unlock()
+			})
+		}
+		withTable := heapInUse()
+		if l.fsm.NumLocks() != n {
+			b.Fatalf("%d locks held, want %d", l.fsm.NumLocks(), n)
+		}
+		b.ReportMetric(float64(held-before)/float64(n), "leader-B/lease")
+		b.ReportMetric(float64(withTable-before)/float64(n), "with-table-B/lease")
+		for _, s := range ss {
+			if err := sl.CloseSession(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mu.Lock()
+		left := len(table)
+		mu.Unlock()
+		if left != 0 {
+			b.Fatalf("%d leases left in the table after their sessions closed", left)
+		}
+		runtime.KeepAlive(leases)
+		sl.Close()
 		c.Shutdown()
 		cancel()
 	}

@@ -55,6 +55,14 @@ type scheduler struct {
 	// leaves when its lease ends.
 	holders map[string]*lock.Lease
 	shared  map[string][]*lock.Lease
+	// sessions are the sessions of the session leases this node handed
+	// out or renewed, by id: a session lease has no entry of its own
+	// here. A caller that queues for a key held in a session finds the
+	// holder's lease in its session's set (kit.SessionLeases), by the
+	// token the state machine has. Ended sessions leave by a sweep each
+	// time the table has doubled (keepSessionLocked).
+	sessions  map[string][]*lock.Session
+	sessSweep int
 	// tell are the holders to mark wanted once mu is released (marking
 	// runs the lease's callbacks, which must not run under mu).
 	tell []*lock.Lease
@@ -98,7 +106,8 @@ type result struct {
 }
 
 func newScheduler(n *Node) *scheduler {
-	return &scheduler{n: n, queues: make(map[string]*keyQueue), holders: make(map[string]*lock.Lease), shared: make(map[string][]*lock.Lease)}
+	return &scheduler{n: n, queues: make(map[string]*keyQueue), holders: make(map[string]*lock.Lease), shared: make(map[string][]*lock.Lease),
+		sessions: make(map[string][]*lock.Session)}
 }
 
 func (s *scheduler) isReady() bool {

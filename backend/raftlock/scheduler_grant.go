@@ -259,7 +259,11 @@ func (s *scheduler) settleLocked(p pending, sent time.Time, res *fsm.ApplyResult
 		keys := w.allKeys()
 		gs := make([]*kit.Grant, len(keys))
 		for i, k := range keys {
-			gs[i] = grantOf(w, k, res.Results[p.ops[i]].Token, sent)
+			ri := res.Results[p.ops[i]]
+			if ri.Key == k {
+				k = ri.Key // the table's bytes: the lease shares them
+			}
+			gs[i] = grantOf(w, k, ri.Token, sent)
 		}
 		if w.gone {
 			s.removeLocked(w)

@@ -106,6 +106,45 @@ func (s *scheduler) wantedLocked(key string) {
 			s.tell = append(s.tell, lease)
 		}
 	}
+	if len(s.sessions) == 0 {
+		return
+	}
+	s.n.fsm.EachHolder(key, func(l fsm.HolderRef) bool {
+		id := l.SessionID()
+		if id == "" {
+			return true
+		}
+		for _, sess := range s.sessions[id] {
+			for _, lease := range kit.SessionLeases(sess, lock.Token(l.Token)) {
+				if lease.Key == key && l.HandleIs(lease.Handle) {
+					s.tell = append(s.tell, lease)
+				}
+			}
+		}
+		return true
+	})
+}
+
+// keepSessionLocked records sess as the session of a session lease this
+// node handed out or renewed (so that its leases hear of waiters).
+func (s *scheduler) keepSessionLocked(sess *lock.Session) {
+	ss := s.sessions[sess.ID]
+	if slices.Contains(ss, sess) {
+		return
+	}
+	ss = slices.DeleteFunc(ss, func(o *lock.Session) bool { return o.Err() != nil })
+	s.sessions[sess.ID] = append(ss, sess)
+	if len(s.sessions) < 2*max(s.sessSweep, 64) {
+		return
+	}
+	for id, ss := range s.sessions {
+		if ss = slices.DeleteFunc(ss, func(o *lock.Session) bool { return o.Err() != nil }); len(ss) == 0 {
+			delete(s.sessions, id)
+		} else {
+			s.sessions[id] = ss
+		}
+	}
+	s.sessSweep = len(s.sessions)
 }
 
 // attach records lease as a holder of its key, to be told when a caller
@@ -113,8 +152,19 @@ func (s *scheduler) wantedLocked(key string) {
 // here (a lease granted by an earlier leader, or a copy rebuilt from its
 // identity, starts hearing it at its first renewal on this node). A lease
 // granted or renewed while callers already wait is told at once.
+//
+// A session lease is found through its session instead, which keeps it
+// until it ends: no entry, and no end callback, per lease.
 func (s *scheduler) attach(lease *lock.Lease) {
 	s.mu.Lock()
+	if sess := lease.Session(); sess != nil {
+		s.keepSessionLocked(sess)
+		if q := s.queues[lease.Key]; q != nil && liveWaiters(q) > 0 {
+			s.wantedLocked(lease.Key)
+		}
+		s.unlockAndRun(false)
+		return
+	}
 	if lease.Mode == lock.ModeShared {
 		if slices.Contains(s.shared[lease.Key], lease) {
 			s.mu.Unlock()

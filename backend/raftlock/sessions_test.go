@@ -281,3 +281,109 @@ func replaceLeader(ctx context.Context, t *testing.T, c *LocalCluster, old *Node
 	}
 	return next
 }
+
+// TestSessionLeaseWanted: a session lease hears that a caller waits for its
+// key (exclusive and shared), is wanted from its grant when handed to a
+// waiter while another still waits, and is not wanted while nobody waits;
+// the leader keeps no holder entry of its own per session lease (it finds
+// the lease through its session).
+func TestSessionLeaseWanted(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader := leader(t, c)
+	l := leader.NewSession()
+	defer l.Close()
+	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := l.Acquire(ctx, "wanted/x", lock.AcquireOptions{Session: sess})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet, err := l.Acquire(ctx, "wanted/quiet", lock.AcquireOptions{Session: sess})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := l.Acquire(ctx, "wanted/shared", lock.AcquireOptions{Session: sess, Mode: lock.ModeShared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := l.Acquire(ctx, "wanted/shared", lock.AcquireOptions{Session: sess, Mode: lock.ModeShared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.sched.mu.Lock()
+	entries := len(leader.sched.holders) + len(leader.sched.shared)
+	leader.sched.mu.Unlock()
+	if entries != 0 {
+		t.Errorf("the scheduler keeps %d holder entries for session leases, want none", entries)
+	}
+	if held.IsWanted() || quiet.IsWanted() || r1.IsWanted() {
+		t.Fatal("a session lease wanted before anyone waited")
+	}
+
+	type res struct {
+		lease *lock.Lease
+		err   error
+	}
+	waitFor := func(key string, mode lock.Mode) chan res {
+		ch := make(chan res, 1)
+		go func() {
+			le, err := l.Acquire(ctx, key, lock.AcquireOptions{Session: sess, Mode: mode})
+			ch <- res{le, err}
+		}()
+		return ch
+	}
+	awaitWanted := func(le *lock.Lease, why string) {
+		t.Helper()
+		select {
+		case <-le.Wanted():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s (token %d) not told it was wanted although %s", le.Key, le.Token, why)
+		}
+	}
+	first := waitFor("wanted/x", lock.ModeExclusive)
+	awaitWanted(held, "a caller queued for its key")
+	second := waitFor("wanted/x", lock.ModeExclusive)
+	writer := waitFor("wanted/shared", lock.ModeExclusive)
+	awaitWanted(r1, "a writer queued for its key")
+	awaitWanted(r2, "a writer queued for its key")
+	if quiet.IsWanted() {
+		t.Error("a session lease wanted although nobody waits for its key")
+	}
+	eventually(t, "both callers queued for wanted/x", func() bool {
+		leader.sched.mu.Lock()
+		defer leader.sched.mu.Unlock()
+		q := leader.sched.queues["wanted/x"]
+		return q != nil && waiting(q) == 2
+	})
+	if err := l.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	next := <-first
+	if next.err != nil {
+		t.Fatal(next.err)
+	}
+	awaitWanted(next.lease, "it was granted while another caller still waited")
+	if err := l.Release(ctx, next.lease); err != nil {
+		t.Fatal(err)
+	}
+	last := <-second
+	if last.err != nil {
+		t.Fatal(last.err)
+	}
+	if last.lease.IsWanted() {
+		t.Error("a session lease granted with nobody else waiting is wanted")
+	}
+	if err := l.ReleaseAll(ctx, []*lock.Lease{r1, r2}); err != nil {
+		t.Fatal(err)
+	}
+	if w := <-writer; w.err != nil {
+		t.Fatal(w.err)
+	}
+	if err := l.CloseSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -17,6 +17,7 @@ var (
 	extendSession  = leasekit.ExtendSession.(func(*lock.Session, time.Time) bool)
 	sessionRenewed = leasekit.SessionRenewed.(func(*lock.Session, time.Time, time.Duration) bool)
 	sessionRefused = leasekit.SessionRefused.(func(*lock.Session, error) error)
+	sessionLeases  = leasekit.SessionLeases.(func(*lock.Session, lock.Token) []*lock.Lease)
 )
 
 // Extend records a successful renewal of l for ttl whose request was sent
@@ -86,3 +87,9 @@ func SessionRenewed(s *lock.Session, sent time.Time, ttl time.Duration) bool {
 // longer has the session) and returns the error every lease ends with:
 // it matches lock.ErrSessionExpired and lock.ErrNotHeld.
 func SessionRefused(s *lock.Session, detail error) error { return sessionRefused(s, detail) }
+
+// SessionLeases returns the live leases of s whose fencing token is t
+// (usually one; more when copies of a grant live in the session). A
+// backend that tells holders they are wanted finds the session leases it
+// handed out with it, instead of keeping an entry of its own per lease.
+func SessionLeases(s *lock.Session, t lock.Token) []*lock.Lease { return sessionLeases(s, t) }

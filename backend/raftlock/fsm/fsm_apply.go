@@ -263,11 +263,13 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 		f.kv[lk] = r
 		f.nlocks++
 		addChange(ev, change{kind: EventGranted, key: o.Key, rec: r})
-	} else {
-		f.groups[o.Key] = &group{permits: o.Permits, holders: append(keep, r)}
-		f.nshared++
-		addChange(ev, change{kind: EventGranted, key: o.Key, rec: r, mode: ModeShared, permits: o.Permits})
+		res := r.result(StatusOK)
+		res.Key = lk[len(lockPrefix):]
+		return res
 	}
+	f.groups[o.Key] = &group{permits: o.Permits, holders: append(keep, r)}
+	f.nshared++
+	addChange(ev, change{kind: EventGranted, key: o.Key, rec: r, mode: ModeShared, permits: o.Permits})
 	return r.result(StatusOK)
 }
 

@@ -69,6 +69,15 @@ type HolderRef struct {
 // not depend on how much of h is right).
 func (r HolderRef) HandleIs(h string) bool { return r.rec.handleIs(h) }
 
+// SessionID is the id of the session the holder's lease belongs to, "" for
+// none.
+func (r HolderRef) SessionID() string {
+	if r.rec.sess == nil {
+		return ""
+	}
+	return r.rec.sess.id
+}
+
 // EachHolder calls fn with every holder stored for key (expired ones
 // included), oldest grant first, until fn returns false: the leader's
 // scheduler reads a key's state with it on every decision, without the

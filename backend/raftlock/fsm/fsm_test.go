@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 )
@@ -77,6 +78,14 @@ func runSteps(t *testing.T, tc stepTest) *FSM {
 	f := New()
 	for i, s := range tc.steps {
 		got := apply(t, f, uint64(i+1), Entry{Now: s.now, Ops: s.ops})
+		for j := range got {
+			// Result.Key only shares the table's bytes with the leader
+			// (TestGrantResultKey): the steps state the rest.
+			if j < len(s.ops) && got[j].Key != "" && got[j].Key != s.ops[j].Key {
+				t.Fatalf("step %d: result %d names key %q, its op %q", i, j, got[j].Key, s.ops[j].Key)
+			}
+			got[j].Key = ""
+		}
 		if !slices.Equal(got, s.want) {
 			t.Fatalf("step %d:\n got %+v\nwant %+v", i, got, s.want)
 		}
@@ -546,4 +555,32 @@ func TestConcurrentReads(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// TestGrantResultKey: an exclusive grant's result names its key with the
+// lock table's own bytes, which the leader's lease shares (so the request's
+// copy of the key is not kept per held lease); other results name none.
+func TestGrantResultKey(t *testing.T) {
+	f := New()
+	got := apply(t, f, 1, Entry{Now: 1, Ops: []Op{
+		{Type: OpAcquire, Key: "k", Owner: "alice", Handle: hA, TTL: s10},
+		{Type: OpAcquire, Key: "r", Owner: "bob", Handle: hU, TTL: s10, Mode: ModeShared},
+	}})
+	if got[0].Status != StatusOK || got[0].Key != "k" {
+		t.Fatalf("exclusive grant: %+v, want ok naming k", got[0])
+	}
+	if got[1].Status != StatusOK || got[1].Key != "" {
+		t.Fatalf("shared grant: %+v, want ok naming no key", got[1])
+	}
+	f.mu.RLock()
+	var stored string
+	for k := range f.kv {
+		if k == lockPrefix+"k" {
+			stored = k
+		}
+	}
+	f.mu.RUnlock()
+	if unsafe.StringData(got[0].Key) != unsafe.StringData(stored[len(lockPrefix):]) {
+		t.Error("the result's key does not share the table's bytes")
+	}
 }

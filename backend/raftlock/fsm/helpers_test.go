@@ -206,7 +206,7 @@ func (m *model) op(o Op) Result {
 		m.counter++
 		n := Lock{Key: o.Key, Owner: o.Owner, Handle: o.Handle, Token: m.counter, TTL: o.TTL, Expires: m.now + int64(o.TTL), Value: o.Value}
 		m.locks[o.Key] = n
-		return Result{Status: StatusOK, Token: n.Token, Owner: n.Owner, Expires: n.Expires}
+		return Result{Status: StatusOK, Token: n.Token, Owner: n.Owner, Expires: n.Expires, Key: o.Key}
 	case OpRelease, OpRenew:
 		switch {
 		case o.Key == "" || o.Handle == "" || (o.Type == OpRenew && o.TTL <= 0):

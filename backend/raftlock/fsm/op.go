@@ -347,6 +347,10 @@ type Result struct {
 	Token   uint64 // acquire OK: the granted token; StatusHeld: the current holder's token
 	Owner   string // the holder's owner (see above)
 	Expires int64  // the (new) holder's expiry on the leader clock, unix ns; 0 if none
+	// Key, for an exclusive acquire OK, is the key as the lock table
+	// stores it: a leader that hands out the lease names its key with
+	// these bytes, and the request's copy can go.
+	Key string
 }
 
 // ApplyResult is what Apply returns for a decodable LogCommand entry: the

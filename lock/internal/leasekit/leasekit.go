@@ -37,5 +37,6 @@ var (
 	//	ExtendSession  func(s *lock.Session, sent time.Time) bool
 	//	SessionRenewed func(s *lock.Session, sent time.Time, ttl time.Duration) bool
 	//	SessionRefused func(s *lock.Session, detail error) error
-	ExtendLease, MarkWanted, ExtendSession, SessionRenewed, SessionRefused any
+	//	SessionLeases  func(s *lock.Session, t lock.Token) []*lock.Lease
+	ExtendLease, MarkWanted, ExtendSession, SessionRenewed, SessionRefused, SessionLeases any
 )
