@@ -144,7 +144,7 @@ func TestResourcesMeasured(t *testing.T) {
 		jr.Servers.Procs[0].HWM == nil || jr.Client == nil || jr.Client.PerOp == nil || jr.Client.RSS == nil || jr.All == nil {
 		t.Errorf("the JSON lacks resource fields:\n%s", js.String())
 	}
-	if h := rep.htmlHeader(); !strings.Contains(h, "<h2>Resources</h2>") || !strings.Contains(h, "node busy") {
+	if h := rep.htmlFooter(); !strings.Contains(h, "<h2>Resources</h2>") || !strings.Contains(h, "node busy") {
 		t.Error("the HTML report has no resources section")
 	}
 }
