@@ -74,6 +74,8 @@ type latencyTarget struct {
 	conn  *provision.Conn
 	cache string
 	runs  map[string]*Run
+	// sampler reads the resources of the measured rounds; nil: none.
+	sampler *sampler
 }
 
 // measure runs workload w on t for d, recording into r when not nil, and
@@ -81,11 +83,20 @@ type latencyTarget struct {
 // clients are then closed, which releases every lease their caches kept,
 // and reopened: the next round of any run starts with no cached lease of
 // this one still held, renewed, or released in the background.
+// The resources a recorded round used are read around the workload
+// alone, not around the reopening.
 func (t *latencyTarget) measure(ctx context.Context, w string, cfg LatencyConfig, d time.Duration, r *Run) (roundResult, error) {
 	before := t.conn.CacheStats()
+	var mark *usageMark
+	if r != nil && t.sampler != nil {
+		mark = t.sampler.begin(t.conn.Backend)
+	}
 	rr, err := runWorkload(ctx, t.conn, w, cfg, d, r)
 	if err != nil {
 		return rr, err
+	}
+	if mark != nil {
+		t.sampler.end(mark, t.conn.Backend, r)
 	}
 	if t.cache != CacheOn {
 		return rr, nil

@@ -15,8 +15,10 @@ import (
 type Comparison struct {
 	Workload string `json:"workload"`
 	Via      string `json:"via"`
-	Ours     string `json:"ours"`
-	Peer     string `json:"peer"`
+	// Cache is both runs' lease cache setting.
+	Cache string `json:"cache,omitempty"`
+	Ours  string `json:"ours"`
+	Peer  string `json:"peer"`
 	// P50Ratio is our p50 over the peer's: below 1, ours is faster.
 	P50Ratio float64 `json:"p50_ratio"`
 	// OpsRatio is our ops/s over the peer's: above 1, ours does more.
@@ -43,7 +45,7 @@ func (rep *Report) compare() {
 			if peer.PeerOf != name && name != provision.Raft {
 				continue
 			}
-			c := Comparison{Workload: ours.Workload, Via: ours.Via, Ours: ours.Backend, Peer: peer.Backend,
+			c := Comparison{Workload: ours.Workload, Via: ours.Via, Cache: ours.Cache, Ours: ours.Backend, Peer: peer.Backend,
 				Lacks: lacks(ours.Caps, peer.Caps)}
 			if peer.LatencyUS.P50 > 0 {
 				c.P50Ratio = ours.LatencyUS.P50 / peer.LatencyUS.P50

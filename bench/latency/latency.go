@@ -242,9 +242,13 @@ type Run struct {
 	// Floor is the run's p50 and ops/s as multiples of its backend's
 	// physical floor.
 	Floor *RunFloor `json:"floor,omitempty"`
+	// Resources is the CPU and memory the run's servers and the bench
+	// process used in its measured rounds.
+	Resources *Resources `json:"resources,omitempty"`
 
 	rounds []roundResult
 	hist   *hdrhistogram.Histogram
+	usage  *runUsage
 }
 
 // CDFPoint is one point of a latency CDF.
@@ -298,7 +302,7 @@ func RunLatency(ctx context.Context, s *provision.Servers, cfg LatencyConfig) (*
 				if err != nil {
 					return nil, err
 				}
-				t := &latencyTarget{conn: conn, cache: cache, runs: map[string]*Run{}}
+				t := &latencyTarget{conn: conn, cache: cache, runs: map[string]*Run{}, sampler: &sampler{s: s}}
 				targets = append(targets, t)
 				mine = append(mine, t)
 			}
@@ -435,6 +439,7 @@ func (r *Run) summarise() {
 			Max:  median(single(func(p report.Percentiles) float64 { return p.Max })),
 		}
 	}
+	r.Resources = r.usage.resources(r.Ops)
 	r.LatencyUS = report.Percentiles{
 		P50:  median(func(rr roundResult) float64 { return rr.pct.P50 }),
 		P90:  median(func(rr roundResult) float64 { return rr.pct.P90 }),

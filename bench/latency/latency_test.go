@@ -60,6 +60,7 @@ func TestLatencySmoke(t *testing.T) {
 			t.Errorf("%s %s: CDF of %d points, want %d", r.Backend, r.Workload, len(r.CDF), len(cdfQuantiles))
 		}
 	}
+	checkSmokeResources(t, rep)
 	table := benchtest.LogTable(t, rep)
 	for _, b := range smokeBackends {
 		for _, row := range []string{"sync 4 KiB", "loopback round trip", b + " commit", b + " cycle", b + " handoff"} {
@@ -159,8 +160,57 @@ func TestLatencySmoke(t *testing.T) {
 	if !strings.Contains(dom, "<th>p50 × floor</th>") || !strings.Contains(dom, "distance to the physical floor") {
 		t.Errorf("the HTML report has no × floor column or chart")
 	}
+	if !strings.Contains(dom, "<th>server µs/op</th>") || !strings.Contains(dom, "<td>raft node 1</td>") {
+		t.Errorf("the HTML report has no resource columns or server processes")
+	}
 
 	cacheSmoke(t, ctx, s)
+}
+
+// checkSmokeResources checks the resources of the smoke runs, on servers
+// the bench started: every server process of the backend is there and
+// used CPU, and so did the bench process; PostgreSQL's tree holds the
+// backends it forked; a raftlock run has at most one leader and some run
+// knew it.
+func checkSmokeResources(t *testing.T, rep *Report) {
+	t.Helper()
+	want := map[string]int{provision.Raft: provision.RaftNodes, provision.Etcd: provision.EtcdMembers,
+		provision.Redlock: provision.RedisMasters, provision.Postgres: 1}
+	raftLeaders := 0
+	for _, r := range rep.Runs {
+		res := r.Resources
+		if res == nil || res.Servers == nil || res.Client == nil {
+			t.Errorf("%s via %s %s: resources %+v", r.Backend, r.Via, r.Workload, res)
+			continue
+		}
+		sr := res.Servers
+		if len(sr.Procs) != want[r.Backend] || !(sr.CPUSeconds > 0 && sr.CPUPerOpUS > 0 && res.Client.CPUSeconds > 0 && res.AllCPUPerOpUS > sr.CPUPerOpUS) {
+			t.Errorf("%s via %s %s: servers %+v, client %+v, all %.1f µs/op", r.Backend, r.Via, r.Workload, sr, res.Client, res.AllCPUPerOpUS)
+		}
+		leaders := 0
+		for _, p := range sr.Procs {
+			if p.PeakRSSBytes <= 0 || p.HWMBytes <= 0 {
+				t.Errorf("%s %s: memory %+v", r.Backend, p.Name, p)
+			}
+			if p.Role == "leader" {
+				leaders++
+			}
+		}
+		if r.Backend == provision.Postgres && sr.Procs[0].Processes < 2 {
+			t.Errorf("postgres via %s %s: a tree of %d processes, want its backends in it", r.Via, r.Workload, sr.Procs[0].Processes)
+		}
+		if r.Backend == provision.Raft {
+			if leaders > 1 {
+				t.Errorf("raft via %s %s: %d leaders", r.Via, r.Workload, leaders)
+			}
+			if sr.Leader != nil {
+				raftLeaders++
+			}
+		}
+	}
+	if raftLeaders == 0 {
+		t.Error("no raft run knew its leader's CPU")
+	}
 }
 
 // cacheSmoke runs the lease cache's workloads (affinity, wanted) on every

@@ -43,6 +43,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		head []string
 		rows [][]string
 	}{
+		{resourceRowsHead, rep.resourceRows()},
+		{procRowsHead, rep.procRows()},
 		{[]string{"WORKLOAD", "VIA", "OURS", "PEER", "P50 RATIO", "OPS RATIO", "PEER LACKS"}, rep.comparisonRows()},
 		{cacheRowsHead, rep.cacheRows()},
 		{modeRowsHead, rep.modeRows()},
@@ -74,7 +76,7 @@ func (rep *Report) notes() []string {
 			notes = append(notes, fmt.Sprintf("%s via %s, cache %s, %s: %s", r.ref(), r.Via, r.Cache, r.Workload, r.Note))
 		}
 	}
-	return notes
+	return append(notes, rep.resourceNotes()...)
 }
 
 // floorText is the run's floor columns: the floor (µs) and its p50 and
@@ -152,7 +154,7 @@ func (rep *Report) WriteHTML(w io.Writer) error {
 	if err := page.Render(&buf); err != nil {
 		return err
 	}
-	return report.WriteInlined(w, buf.String(), rep.htmlHeader())
+	return report.WriteInlinedFooter(w, buf.String(), rep.htmlHeader(), rep.htmlFooter())
 }
 
 func (rep *Report) runsOf(workload string) []*Run {
@@ -335,6 +337,27 @@ measured (for contended: the interval between acquisitions over the handoff floo
 		b.WriteString(report.HTMLTable("floor", []string{"floor", "p50 µs", "p99 µs", "samples", "model"}, rows))
 		for _, bf := range rep.Floor.Backends {
 			fmt.Fprintf(&b, "<p><b>%s</b>: %s.</p>\n", esc(bf.Backend), esc(bf.Model.Why))
+		}
+	}
+	b.WriteString("</div>\n")
+	return b.String()
+}
+
+// htmlFooter is the report's part after the charts: what each run cost.
+func (rep *Report) htmlFooter() string {
+	var b strings.Builder
+	b.WriteString(`<div style="font-family:sans-serif;max-width:1000px;margin:1em auto">`)
+	if rows := rep.resourceRows(); len(rows) > 0 {
+		b.WriteString(`<h2>Resources</h2>
+<p>What each run cost over its measured rounds (not the warm-up): CPU time of the server processes the bench started for
+its backend (each with everything it forked: PostgreSQL's backends count) and of the bench process, where the clients
+run (and, on the gateway path, the gateway); <i>µs/op</i> is CPU time over the run's operations. The leader's is the
+process that led the cluster in each window. Peak RSS is the largest resident set sampled at each round's start and
+end; HWM is the kernel's peak since the process started. Servers the bench did not start are not measured.</p>
+`)
+		b.WriteString(report.HTMLTable("resources", resourceRowsHead, rows))
+		if prow := rep.procRows(); len(prow) > 0 {
+			b.WriteString(report.HTMLTable("server-processes", procRowsHead, prow))
 		}
 	}
 	b.WriteString("</div>\n")

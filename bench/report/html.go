@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	_ "embed"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -52,6 +53,12 @@ func NewPage(title string) *components.Page {
 // inlined in place of its script tag, and header inserted at the top of
 // the body.
 func WriteInlined(w io.Writer, page, header string) error {
+	return WriteInlinedFooter(w, page, header, "")
+}
+
+// WriteInlinedFooter is WriteInlined with footer inserted at the end of
+// the body, after the charts.
+func WriteInlinedFooter(w io.Writer, page, header, footer string) error {
 	js, err := gunzip(echartsJSgz)
 	if err != nil {
 		return err
@@ -62,6 +69,13 @@ func WriteInlined(w io.Writer, page, header string) error {
 	}
 	page = strings.Replace(page, tag, "<script>"+strings.ReplaceAll(string(js), "</script", `<\/script`)+"</script>", 1)
 	page = strings.Replace(page, "<body>", "<body>\n"+header, 1)
+	if footer != "" {
+		i := strings.LastIndex(page, "</body>")
+		if i < 0 {
+			return errors.New("bench: report template changed: no </body> to put the footer before")
+		}
+		page = page[:i] + footer + "\n" + page[i:]
+	}
 	_, err = io.WriteString(w, page)
 	return err
 }

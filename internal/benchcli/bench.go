@@ -126,7 +126,8 @@ func newBenchLatencyCmd() *cobra.Command {
 		affinity                  = latency.DefaultAffinity()
 		modes                     = latency.DefaultModes()
 		servers, jsonOut, htmlOut string
-		serverLog                 string
+		serverLog, compareOld     string
+		margin                    float64
 	)
 	cmd := &cobra.Command{
 		Use:   "latency",
@@ -180,14 +181,36 @@ redsync and redislock (on the same Redis servers), pg-advisory
 ZooKeeper ensemble). A backend may name its mode, name:variant (etcd:lease,
 redlock:single); the report states every row's mode and what it guarantees,
 and sets each of ours beside its peers as ratios.
+Every run also reports what it cost (RESOURCES rows, "resources" in the
+JSON): over its measured rounds, the CPU time of the server processes the
+bench started for its backend (each with everything it forked, e.g.
+PostgreSQL's backends; raftlock, etcd and ZooKeeper per node, with the
+leader's apart), of the bench process (the clients, and the gateway on
+the gateway path), per operation, and their peak resident memory.
+Servers given by --servers are not the bench's: their columns say "not
+measured".
 --servers uses existing servers for some backends, e.g.
-  --servers 'redlock=127.0.0.1:6379;postgres=postgres://u@h/db;etcd=http://h:2379;raft=h:50051,h:50052'`,
+  --servers 'redlock=127.0.0.1:6379;postgres=postgres://u@h/db;etcd=http://h:2379;raft=h:50051,h:50052'
+--compare OLD.json sets this run's same-run ratios beside those of an
+earlier --json report, as 'lockgate-bench compare OLD.json NEW.json' does,
+and exits 1 when one got worse by more than --compare-margin.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Backends, cfg.Workloads, cfg.Vias, cfg.Caches, cfg.Affinity, cfg.Modes = backends, workloads, vias, caches, affinity, modes
 			spec, err := provision.ParseSpec(servers)
 			if err != nil {
 				return err
+			}
+			// The old report is read before the run, so that a wrong path
+			// does not cost a run.
+			var old *latency.Report
+			if compareOld != "" {
+				if old, err = latency.LoadReport(compareOld); err != nil {
+					return err
+				}
+				if err := checkMargin(margin); err != nil {
+					return err
+				}
 			}
 			if err := provision.CheckBackends(backends); err != nil {
 				return err
@@ -214,10 +237,19 @@ and sets each of ours beside its peers as ratios.
 				return err
 			}
 			rep.Command = "lockgate-bench " + strings.Join(os.Args[1:], " ")
-			return writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut)
+			if err := writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut); err != nil {
+				return err
+			}
+			if old == nil {
+				return nil
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return compareReports(cmd.OutOrStdout(), old, rep, margin)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&compareOld, "compare", "", "after the run, set its same-run ratios beside this earlier --json report's; exit 1 when one got worse by more than --compare-margin")
+	f.Float64Var(&margin, "compare-margin", latency.DefaultMargin, "with --compare: how much worse (a fraction: 0.15 is 15%) a ratio may get")
 	f.StringSliceVar(&backends, "backend", provision.Ours, "backends to measure, name or name:variant: "+strings.Join(provision.Backends, ",")+
 		" (variants: "+strings.Join(provision.Variants(), ",")+")")
 	f.StringSliceVar(&workloads, "workload", []string{latency.Sequential, latency.Parallel, latency.Contended}, "workloads: "+strings.Join(latency.Workloads, ","))

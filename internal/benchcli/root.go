@@ -29,7 +29,7 @@ and an upgrade drill. It starts the servers it needs as real processes on
 127.0.0.1 (the raftlock nodes are the lockgate binary: --lockgate).`, stdout, stderr,
 		func() *cobra.Command { return NewRoot(io.Discard, io.Discard) })
 	root.PersistentFlags().String(lockgateFlag, "", "the lockgate binary the bench runs as raftlock nodes, campaigners and the upgrade's newer binary (default: lockgate beside this program, else one built from the source tree around the working directory, else lockgate on PATH)")
-	root.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(),
+	root.AddCommand(newBenchLatencyCmd(), newBenchChaosCmd(), newBenchMatrixCmd(), newBenchCheckCmd(), newBenchCompareCmd(),
 		newBenchElectionCmd(), newBenchCampaignCmd(), newBenchScaleCmd())
 	root.AddCommand(newBenchUpgradeCmd())
 	root.AddCommand(newBenchTenantsCmd())

@@ -248,6 +248,24 @@ func (m *EtcdMember) isFollower() bool {
 	return false
 }
 
+// IsLeader reports whether the member's /metrics say it leads the
+// cluster (false when it does not answer).
+func (m *EtcdMember) IsLeader() bool {
+	resp, err := healthClient.Get(m.ClientURL + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "etcd_server_is_leader" {
+			return f[1] == "1"
+		}
+	}
+	return false
+}
+
 // Restart starts every member that is not running (stopping none; paused
 // members are not resumed) with its data directory and ports, and waits
 // until all members are healthy.
