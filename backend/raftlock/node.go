@@ -410,10 +410,12 @@ func (n *Node) closeResources() {
 const snapshotDirName = "snapshots"
 
 // logCacheEntries is how many of the newest log entries are kept in
-// memory, by index, for replication and for applying on followers. Entries
-// are small (one batch of lock operations), so this costs little memory and
-// covers a follower that fell behind by a few hundred batches.
-const logCacheEntries = 512
+// memory, by index, for replication and for applying on followers: they are
+// read back within an entry or two of being written, so a few dozen cover
+// it. Few, because an entry may be large (up to maxBatchOps operations,
+// each with a value), and the cache holds the newest ones whatever their
+// size; a follower further behind reads from the log file as before.
+const logCacheEntries = 64
 
 // pipelineOff is NetworkTransportConfig.MaxRPCsInFlight without pipelining.
 const pipelineOff = 1
