@@ -102,11 +102,27 @@ func newConn(c *Client, ws *websocket.Conn, addr string, wanted bool, features l
 	return wc
 }
 
+// readMessage reads the next message into buf, as ws.ReadMessage does
+// into a buffer of its own each time.
+func (wc *wsConn) readMessage(buf []byte) ([]byte, error) {
+	_, r, err := wc.ws.NextReader()
+	if err != nil {
+		return buf, err
+	}
+	return wire.ReadFrame(r, buf, -1)
+}
+
 // read dispatches replies until the connection fails.
 func (wc *wsConn) read(extend func()) {
 	defer close(wc.done)
+	var buf []byte // each message is read into it, and decoded before the next
 	for {
-		_, data, err := wc.ws.ReadMessage()
+		data, err := wc.readMessage(buf)
+		if cap(data) <= wire.MaxKeptFrameBuffer {
+			buf = data[:0]
+		} else {
+			buf = nil // an unusually large message: do not keep its buffer
+		}
 		if err != nil {
 			wc.close(err)
 			wc.failPending()

@@ -50,6 +50,7 @@ type conn struct {
 	writeMu sync.Mutex
 	ping    *time.Timer
 	wbuf    []byte // the message being written, under writeMu
+	rbuf    []byte // the frame being read, the reader's own
 
 	// slots bounds the frames in flight (Options.MaxInFlightPerConn): a
 	// frame's call takes a slot before it starts and gives it back when it

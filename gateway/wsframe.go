@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,13 +27,19 @@ func (c *conn) readFrame() (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	limit := c.g.opts.MaxMessageBytes
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	// Into the connection's buffer: the frame is handled (decoded, its
+	// strings copied) before the reader reads the next one.
+	data, err := wire.ReadFrame(r, c.rbuf, c.g.opts.MaxMessageBytes)
+	if cap(data) <= wire.MaxKeptFrameBuffer {
+		c.rbuf = data[:0]
+	} else {
+		c.rbuf = nil // an unusually large frame: do not keep its buffer
+	}
+	if errors.Is(err, wire.ErrFrameTooLarge) {
+		return 0, nil, errTooLarge
+	}
 	if err != nil {
 		return 0, nil, err
-	}
-	if int64(len(data)) > limit {
-		return 0, nil, errTooLarge
 	}
 	return typ, data, nil
 }

@@ -172,7 +172,16 @@ func (n *Node) start() error {
 	}
 	// Compaction keeps the log back to the second newest snapshot, so
 	// that such a fallback is always possible.
-	logs := store.LogForFallback(n.stores.Log, snaps)
+	//
+	// The newest entries are also kept in memory (raft.LogCache): the
+	// leader reads every entry back once per follower to send it, and a
+	// follower reads every entry back to apply it, each a read and a
+	// decode from the log file otherwise. Writes still go to the log,
+	// and are synced, before the cache holds them.
+	logs, err := raft.NewLogCache(logCacheEntries, store.LogForFallback(n.stores.Log, snaps))
+	if err != nil {
+		return fmt.Errorf("raftlock: %w", err)
+	}
 	if n.stream, err = newFaultStream(n.cfg.RaftAddr, n.cfg.PeerDial, n.cfg.TLS, n.log); err != nil {
 		return err
 	}
@@ -399,6 +408,14 @@ func (n *Node) closeResources() {
 
 // snapshotDirName is the directory under DataDir that holds the snapshots.
 const snapshotDirName = "snapshots"
+
+// logCacheEntries is how many of the newest log entries are kept in
+// memory, by index, for replication and for applying on followers: they are
+// read back within an entry or two of being written, so a few dozen cover
+// it. Few, because an entry may be large (up to maxBatchOps operations,
+// each with a value), and the cache holds the newest ones whatever their
+// size; a follower further behind reads from the log file as before.
+const logCacheEntries = 64
 
 // pipelineOff is NetworkTransportConfig.MaxRPCsInFlight without pipelining.
 const pipelineOff = 1

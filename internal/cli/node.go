@@ -57,6 +57,7 @@ func newNodeCmd() *cobra.Command {
 		faults    bool
 		insecure  bool
 		sec       securityFlags
+		prof      pprofFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -87,6 +88,11 @@ loopback API without client tokens. See docs/security.md.`,
 			if err := sec.check(); err != nil {
 				return err
 			}
+			stopProf, err := prof.start()
+			if err != nil {
+				return err
+			}
+			defer stopProf()
 			nodeTLS, err := sec.nodeTLS()
 			if err != nil {
 				return err
@@ -180,6 +186,7 @@ loopback API without client tokens. See docs/security.md.`,
 	cmd.Flags().BoolVar(&faults, "fault-injection", false, "serve POST /v1/debug/clock to skew this node's clock (chaos testing only; never in production)")
 	sec.register(cmd, true)
 	registerNetFlags(cmd)
+	prof.register(cmd)
 	cmd.MarkFlagRequired("id")
 	return cmd
 }

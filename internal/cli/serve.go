@@ -31,6 +31,7 @@ func newServeCmd() *cobra.Command {
 		pgURL      string
 		etcdEPs    []string
 		sec        securityFlags
+		prof       pprofFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -65,6 +66,11 @@ a CA made in memory at start. See docs/security.md.`,
 			if err := sec.check(); err != nil {
 				return err
 			}
+			stopProf, err := prof.start()
+			if err != nil {
+				return err
+			}
+			defer stopProf()
 			if _, err := sec.tenancy.openAudit("serve"); err != nil {
 				return err
 			}
@@ -161,6 +167,7 @@ a CA made in memory at start. See docs/security.md.`,
 	cmd.Flags().StringSliceVar(&etcdEPs, "etcd-endpoints", nil, "etcd: client URLs of the etcd cluster")
 	sec.register(cmd, false)
 	registerNetFlags(cmd)
+	prof.register(cmd)
 	return cmd
 }
 
