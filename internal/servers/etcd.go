@@ -233,37 +233,33 @@ func stopMembers(ms []*EtcdMember) {
 // isFollower reports whether the member's /metrics say it is running and
 // not the leader.
 func (m *EtcdMember) isFollower() bool {
-	resp, err := healthClient.Get(m.ClientURL + "/metrics")
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "etcd_server_is_leader" {
-			return f[1] == "0"
-		}
-	}
-	return false
+	leads, ok := m.leads()
+	return ok && !leads
 }
 
 // IsLeader reports whether the member's /metrics say it leads the
 // cluster (false when it does not answer).
 func (m *EtcdMember) IsLeader() bool {
+	leads, ok := m.leads()
+	return ok && leads
+}
+
+// leads reads etcd_server_is_leader from the member's /metrics; ok is
+// false when the member does not answer or does not report it.
+func (m *EtcdMember) leads() (leads, ok bool) {
 	resp, err := healthClient.Get(m.ClientURL + "/metrics")
 	if err != nil {
-		return false
+		return false, false
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
 		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "etcd_server_is_leader" {
-			return f[1] == "1"
+			return f[1] == "1", true
 		}
 	}
-	return false
+	return false, false
 }
 
 // Restart starts every member that is not running (stopping none; paused
