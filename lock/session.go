@@ -102,6 +102,9 @@ type Session struct {
 	// key).
 	leases map[Token]*Lease
 	more   map[*Lease]struct{}
+	// noState is the state of the session's leases that have none of
+	// their own (Lease.st): it names the session, and nothing writes it.
+	noState leaseState
 }
 
 // initSession completes a Session whose ID and Owner are set and arms its
@@ -109,6 +112,7 @@ type Session struct {
 // a keep-alive moves it first, and every lease in the session ends with it.
 // lock/kit's NewSession calls it.
 func initSession(s *Session, ttl time.Duration, sent time.Time, driftFactor float64) *Session {
+	s.noState.session = s
 	s.driftFactor = driftFactor
 	s.ttl = ttl
 	s.deadline = deadlineFor(sent, ttl, driftFactor)
@@ -254,6 +258,10 @@ func (s *Session) refused(detail error) error {
 func (s *Session) add(l *Lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.noState.session == nil {
+		s.noState.session = s // a Session not made by initSession
+	}
+	l.st = &s.noState
 	if s.err != nil {
 		return false
 	}
