@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Drift allowance: the part of a TTL the holder gives up to cover the rate
@@ -63,22 +64,42 @@ type Lease struct {
 	wanted, ended bool
 	Permits       int
 
-	session *Session // the lease's session, or nil
+	// The lease's lock is not a field: mu picks one of a fixed set of
+	// mutexes by the lease's address, which leaves a session lease held
+	// by a gateway 112 bytes with two pointers of its own.
 
-	mu sync.Mutex
 	// end is the first AfterEnd callback (a gateway registers one per
 	// lease): kept here, it costs no state of its own.
 	end func()
 	// st is the rest of the lease's state, made when first needed: at
-	// once for a lease with a deadline of its own, and for a session
-	// lease (whose deadline is its session's) only when something beyond
-	// one end callback is asked of it. A session lease held by a gateway
-	// is then the 128 bytes above, with few pointers for the collector.
+	// once for a lease with a deadline of its own. A session lease
+	// (whose deadline is its session's) points at its session's
+	// noState, which names the session and is never written, until
+	// something beyond one end callback is asked of it (stateLocked).
+	// Written only under mu.
 	st *leaseState
+}
+
+// leaseMus are the leases' locks: a lease takes the one its address picks
+// (mu). Lease code never holds two leases' locks at once, so leases that
+// share one only ever wait for each other briefly. Each sits on a cache
+// line of its own.
+var leaseMus [1024]struct {
+	sync.Mutex
+	_ [56]byte
+}
+
+// mu returns l's lock. A caller keeps the pointer for its Unlock: a Lease
+// on a goroutine's stack (never shared, so never contended) may move
+// between the two.
+func (l *Lease) mu() *sync.Mutex {
+	p := uint64(uintptr(unsafe.Pointer(l)))
+	return &leaseMus[(p*0x9E3779B97F4A7C15)>>54].Mutex
 }
 
 // leaseState is the part of a Lease that a session lease rarely needs.
 type leaseState struct {
+	session     *Session // the lease's session, or nil
 	driftFactor float64
 	ttl         time.Duration
 	deadline    time.Time
@@ -91,12 +112,31 @@ type leaseState struct {
 	afterWanted []func()
 }
 
-// stateLocked returns l's state, made if it has none yet (l.mu held).
+// stateLocked returns l's own state, made if it has none yet (l.mu held).
 func (l *Lease) stateLocked() *leaseState {
 	if l.st == nil {
 		l.st = &leaseState{}
+	} else if s := l.st.session; s != nil && l.st == &s.noState {
+		l.st = &leaseState{session: s}
 	}
 	return l.st
+}
+
+// ownStateLocked returns l's own state, or nil if it has none yet (l.mu
+// held): never its session's shared noState.
+func (l *Lease) ownStateLocked() *leaseState {
+	if st := l.st; st != nil && (st.session == nil || st != &st.session.noState) {
+		return st
+	}
+	return nil
+}
+
+// sessionLocked returns l's session, or nil (l.mu held).
+func (l *Lease) sessionLocked() *Session {
+	if l.st == nil {
+		return nil
+	}
+	return l.st.session
 }
 
 // errLocked is l's Err (l.mu held).
@@ -112,12 +152,12 @@ func (l *Lease) errLocked() error {
 // lease is extended first. A lease in a session follows the session's
 // deadline instead. lock/kit's NewLease calls it.
 func initLease(l *Lease, ttl time.Duration, sent time.Time, driftFactor float64, s *Session) *Lease {
-	l.session = s
 	if s != nil {
-		if !s.add(l) {
-			l.mu.Lock()
+		if !s.add(l) { // l.st is now s's noState
+			mu := l.mu()
+			mu.Lock()
 			l.endLocked(s.Err()) // no callbacks yet: nothing to run
-			l.mu.Unlock()
+			mu.Unlock()
 		}
 		return l
 	}
@@ -125,20 +165,26 @@ func initLease(l *Lease, ttl time.Duration, sent time.Time, driftFactor float64,
 	st.driftFactor = driftFactor
 	st.ttl = ttl
 	st.deadline = deadlineFor(sent, ttl, driftFactor)
-	l.mu.Lock()
+	mu := l.mu()
+	mu.Lock()
 	l.armLocked() // no callbacks yet: nothing to run
-	l.mu.Unlock()
+	mu.Unlock()
 	return l
 }
 
 // Session returns the session the lease belongs to, or nil.
-func (l *Lease) Session() *Session { return l.session }
+func (l *Lease) Session() *Session {
+	mu := l.mu()
+	mu.Lock()
+	defer mu.Unlock()
+	return l.sessionLocked()
+}
 
 // armLocked (re)starts the timer that ends the lease at its deadline. If
 // the deadline has passed it ends the lease now and returns the AfterEnd
 // callbacks, for the caller to run once it has released mu.
 func (l *Lease) armLocked() (after []func()) {
-	if l.session != nil {
+	if l.sessionLocked() != nil {
 		return nil // the session's deadline timer ends it
 	}
 	st := l.st
@@ -152,12 +198,13 @@ func (l *Lease) armLocked() (after []func()) {
 	deadline := st.deadline
 	st.timer = time.AfterFunc(d, func() {
 		var fs []func()
-		l.mu.Lock()
+		mu := l.mu()
+		mu.Lock()
 		// A renewal may have moved the deadline after this timer fired.
 		if st.deadline.Equal(deadline) {
 			fs = l.endLocked(ErrExpired)
 		}
-		l.mu.Unlock()
+		mu.Unlock()
 		runAll(fs)
 	})
 	return nil
@@ -165,12 +212,14 @@ func (l *Lease) armLocked() (after []func()) {
 
 // TTL is the lease's current TTL (the last one granted or renewed).
 func (l *Lease) TTL() time.Duration {
-	if l.session != nil {
-		return l.session.TTL()
+	mu := l.mu()
+	mu.Lock()
+	s, ttl := l.sessionLocked(), l.st.ttl
+	mu.Unlock()
+	if s != nil {
+		return s.TTL()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.st.ttl
+	return ttl
 }
 
 // Deadline is the latest instant at which the holder may still act as the
@@ -178,12 +227,14 @@ func (l *Lease) TTL() time.Duration {
 // being when its request was sent (see the package's doc). Past it the
 // holder must stop.
 func (l *Lease) Deadline() time.Time {
-	if l.session != nil {
-		return l.session.Deadline() // a session lease's deadline is its session's
+	mu := l.mu()
+	mu.Lock()
+	s, deadline := l.sessionLocked(), l.st.deadline
+	mu.Unlock()
+	if s != nil {
+		return s.Deadline() // a session lease's deadline is its session's
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.st.deadline
+	return deadline
 }
 
 // Done is closed when the lease ends: its deadline passed, a renewal was
@@ -193,8 +244,9 @@ func (l *Lease) Deadline() time.Time {
 // for it costs no channel: a gateway holding a million leases uses
 // AfterEnd instead).
 func (l *Lease) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	mu := l.mu()
+	mu.Lock()
+	defer mu.Unlock()
 	if l.ended {
 		if l.st.done != nil {
 			return l.st.done
@@ -226,7 +278,8 @@ var closedChan = func() chan struct{} {
 // on goroutines of their own before; starting one per release was the
 // largest Go-side cost of sqllock's release path.)
 func (l *Lease) AfterEnd(f func()) {
-	l.mu.Lock()
+	mu := l.mu()
+	mu.Lock()
 	ended := l.ended
 	switch {
 	case ended:
@@ -236,7 +289,7 @@ func (l *Lease) AfterEnd(f func()) {
 		st := l.stateLocked()
 		st.afterEnd = append(st.afterEnd, f)
 	}
-	l.mu.Unlock()
+	mu.Unlock()
 	if ended {
 		f()
 	}
@@ -253,8 +306,9 @@ func runAll(fs []func()) {
 // ErrReleased, an error matching ErrNotHeld (a renewal was refused), or
 // another error of the keep-alive.
 func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	mu := l.mu()
+	mu.Lock()
+	defer mu.Unlock()
 	return l.errLocked()
 }
 
@@ -265,20 +319,21 @@ func (l *Lease) Err() error {
 // reports false, changing nothing, when the lease has already ended: a lease
 // whose Done is closed stays closed.
 func (l *Lease) extend(sent time.Time, ttl time.Duration) bool {
-	l.mu.Lock()
+	mu := l.mu()
+	mu.Lock()
 	if l.ended {
-		l.mu.Unlock()
+		mu.Unlock()
 		return false
 	}
-	if l.session != nil {
-		l.mu.Unlock()
+	if l.sessionLocked() != nil {
+		mu.Unlock()
 		return true // its deadline and TTL are its session's
 	}
 	st := l.st
 	st.ttl = ttl
 	st.deadline = deadlineFor(sent, ttl, st.driftFactor)
 	after := l.armLocked()
-	l.mu.Unlock()
+	mu.Unlock()
 	runAll(after)
 	return true
 }
@@ -287,12 +342,14 @@ func (l *Lease) extend(sent time.Time, ttl time.Duration) bool {
 // ErrNotHeld after a refused renewal) and runs the AfterEnd callbacks.
 // Only the first call has an effect.
 func (l *Lease) End(cause error) {
-	l.mu.Lock()
+	mu := l.mu()
+	mu.Lock()
 	ended := !l.ended
+	s := l.sessionLocked()
 	after := l.endLocked(cause)
-	l.mu.Unlock()
-	if ended && l.session != nil {
-		l.session.remove(l)
+	mu.Unlock()
+	if ended && s != nil {
+		s.remove(l)
 	}
 	runAll(after)
 }
@@ -332,8 +389,9 @@ func (l *Lease) endLocked(cause error) (after []func()) {
 // ended before anyone waited. Backends that cannot know (see
 // SignalsWanted) never close it.
 func (l *Lease) Wanted() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	mu := l.mu()
+	mu.Lock()
+	defer mu.Unlock()
 	st := l.stateLocked()
 	if st.wantedCh == nil {
 		st.wantedCh = make(chan struct{})
@@ -346,8 +404,9 @@ func (l *Lease) Wanted() <-chan struct{} {
 
 // IsWanted reports whether Wanted is closed.
 func (l *Lease) IsWanted() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	mu := l.mu()
+	mu.Lock()
+	defer mu.Unlock()
 	return l.wanted
 }
 
@@ -357,21 +416,22 @@ func (l *Lease) IsWanted() bool {
 // MarkWanted); only the first call on a live lease has an effect, and a
 // call on an ended lease has none.
 func (l *Lease) markWanted() {
-	l.mu.Lock()
+	mu := l.mu()
+	mu.Lock()
 	if l.wanted || l.ended {
-		l.mu.Unlock()
+		mu.Unlock()
 		return
 	}
 	l.wanted = true
 	var fs []func()
-	if st := l.st; st != nil {
+	if st := l.ownStateLocked(); st != nil {
 		if st.wantedCh != nil {
 			close(st.wantedCh)
 		}
 		fs = st.afterWanted
 		st.afterWanted = nil
 	}
-	l.mu.Unlock()
+	mu.Unlock()
 	runAll(fs)
 }
 
@@ -381,17 +441,18 @@ func (l *Lease) markWanted() {
 // be quick and must not block: it runs on the backend's path that learnt of
 // the waiter. The gateway uses it to push a "wanted" message to the holder.
 func (l *Lease) AfterWanted(f func()) {
-	l.mu.Lock()
+	mu := l.mu()
+	mu.Lock()
 	switch {
 	case l.wanted:
-		l.mu.Unlock()
+		mu.Unlock()
 		f()
 		return
 	case !l.ended:
 		st := l.stateLocked()
 		st.afterWanted = append(st.afterWanted, f)
 	}
-	l.mu.Unlock()
+	mu.Unlock()
 }
 
 // NewHandle returns a fresh random lease handle: 128 bits from crypto/rand,

@@ -241,10 +241,60 @@ func TestLeaseWanted(t *testing.T) {
 }
 
 // A session lease held by a gateway is what the leader keeps per lease: its
-// fields beyond the exported ones live apart until needed, so that it fits
-// the 128-byte size class.
+// fields beyond the exported ones live apart until needed, and its lock is
+// not a field, so that it fits the 112-byte size class.
 func TestLeaseFitsItsSizeClass(t *testing.T) {
-	if got := unsafe.Sizeof(lock.Lease{}); got > 128 {
-		t.Fatalf("a Lease is %d bytes, more than 128", got)
+	if got := unsafe.Sizeof(lock.Lease{}); got > 112 {
+		t.Fatalf("a Lease is %d bytes, more than 112", got)
+	}
+}
+
+// TestLeasesSharingLocks: leases share a fixed set of locks, so thousands
+// of them certainly share some; a lease's end callback that ends another
+// lease, a session lease that takes state of its own (Done, Wanted) and
+// keeps its session, and the session's end of them all must not deadlock.
+func TestLeasesSharingLocks(t *testing.T) {
+	s := kit.NewSession(kit.SessionGrant{ID: "s", Owner: "o", TTL: time.Minute, Sent: time.Now()})
+	const n = 5000
+	ls := make([]*lock.Lease, n)
+	for i := range ls {
+		ls[i] = kit.NewLease(kit.Grant{Key: "k", Token: lock.Token(i + 1), Sent: time.Now(), Session: s})
+	}
+	for i, l := range ls {
+		if i%2 == 0 {
+			next := ls[i+1]
+			l.AfterEnd(func() { next.End(lock.ErrReleased) }) // ends its neighbour, outside l's lock
+		}
+		if i%3 == 0 {
+			_ = l.Done()
+			_ = l.Wanted()
+		}
+		if l.Session() != s {
+			t.Fatalf("lease %d: Session() is not its session", i)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i += 4 {
+			ls[i].End(lock.ErrReleased)
+		}
+		s.End(nil)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ending leases that share locks deadlocked")
+	}
+	for i, l := range ls {
+		if l.Err() == nil || l.Session() != s || l.TTL() != time.Minute {
+			t.Fatalf("lease %d: Err %v, Session %p, TTL %v after its session ended", i, l.Err(), l.Session(), l.TTL())
+		}
+		if i%3 == 0 {
+			<-l.Done()
+		}
+	}
+	if s.Leases() != 0 {
+		t.Fatalf("%d leases left in the ended session", s.Leases())
 	}
 }

@@ -96,12 +96,13 @@ type Session struct {
 	done     chan struct{}
 	err      error
 	// leases are the session's live leases by fencing token (a backend
-	// that tells holders they are wanted finds them by it: SessionLeases);
-	// more holds the rare lease whose token another lease of the session
-	// already has (a copy of a grant, or a backend whose tokens count per
-	// key).
-	leases map[Token]*Lease
-	more   map[*Lease]struct{}
+	// that tells holders they are wanted finds them by it: SessionLeases),
+	// several when a backend's tokens count per key, or a grant was
+	// copied.
+	leases leaseSet
+	// noState is the state of the session's leases that have none of
+	// their own (Lease.st): it names the session, and nothing writes it.
+	noState leaseState
 }
 
 // initSession completes a Session whose ID and Owner are set and arms its
@@ -109,11 +110,11 @@ type Session struct {
 // a keep-alive moves it first, and every lease in the session ends with it.
 // lock/kit's NewSession calls it.
 func initSession(s *Session, ttl time.Duration, sent time.Time, driftFactor float64) *Session {
+	s.noState.session = s
 	s.driftFactor = driftFactor
 	s.ttl = ttl
 	s.deadline = deadlineFor(sent, ttl, driftFactor)
 	s.done = make(chan struct{})
-	s.leases = make(map[Token]*Lease)
 	s.mu.Lock()
 	s.armLocked()
 	s.mu.Unlock()
@@ -167,7 +168,7 @@ func (s *Session) Err() error {
 func (s *Session) Leases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.leases) + len(s.more)
+	return s.leases.n
 }
 
 // extend records a successful keep-alive sent at sent: the session's
@@ -225,14 +226,13 @@ func (s *Session) End(cause error) {
 		s.timer.Stop()
 	}
 	close(s.done)
-	leases, more := s.leases, s.more
-	s.leases, s.more = nil, nil
+	leases := s.leases.slots
+	s.leases = leaseSet{}
 	s.mu.Unlock()
 	for _, l := range leases {
-		l.End(cause)
-	}
-	for l := range more {
-		l.End(cause)
+		if l != nil {
+			l.End(cause)
+		}
 	}
 }
 
@@ -254,29 +254,21 @@ func (s *Session) refused(detail error) error {
 func (s *Session) add(l *Lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.noState.session == nil {
+		s.noState.session = s // a Session not made by initSession
+	}
+	l.st = &s.noState
 	if s.err != nil {
 		return false
 	}
-	switch other := s.leases[l.Token]; {
-	case other == nil:
-		s.leases[l.Token] = l
-	case other != l:
-		if s.more == nil {
-			s.more = make(map[*Lease]struct{})
-		}
-		s.more[l] = struct{}{}
-	}
+	s.leases.add(l)
 	return true
 }
 
 // remove takes an ended lease out of the session.
 func (s *Session) remove(l *Lease) {
 	s.mu.Lock()
-	if s.leases[l.Token] == l {
-		delete(s.leases, l.Token)
-	} else {
-		delete(s.more, l)
-	}
+	s.leases.remove(l)
 	s.mu.Unlock()
 }
 
@@ -285,16 +277,7 @@ func (s *Session) remove(l *Lease) {
 func (s *Session) withToken(t Token) []*Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ls []*Lease
-	if l := s.leases[t]; l != nil {
-		ls = append(ls, l)
-	}
-	for l := range s.more {
-		if l.Token == t {
-			ls = append(ls, l)
-		}
-	}
-	return ls
+	return s.leases.withToken(t, nil)
 }
 
 // KeepSessionAlive renews s through l every TTL/3 until the session ends,

@@ -155,7 +155,7 @@ func gateOf(r *record) Gate {
 	if r == nil {
 		return DefaultGate
 	}
-	g, err := ParseGate([]byte(r.value))
+	g, err := ParseGate([]byte(r.value()))
 	if err != nil {
 		return DefaultGate
 	}
@@ -191,7 +191,7 @@ func (f *FSM) NeedsFormat() uint8 {
 		}
 	}
 	for _, r := range f.kv {
-		if r.delay != 0 {
+		if r.delay() != 0 {
 			return snapVersionV2
 		}
 	}
@@ -216,7 +216,7 @@ func (f *FSM) Draining() Drain {
 		d.SessionLeases += len(s.leases)
 	}
 	for k, r := range f.kv {
-		if strings.HasPrefix(k, lockPrefix) && r.delay != 0 {
+		if strings.HasPrefix(k, lockPrefix) && r.delay() != 0 {
 			d.Delays++
 		}
 	}

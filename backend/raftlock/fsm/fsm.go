@@ -20,16 +20,81 @@ const (
 //
 // Records are immutable once stored in FSM.kv or in a group: every change
 // stores a new record. Snapshot relies on this to copy only pointers.
+//
+// A held lease's record is small (80 B, three pointers for the collector
+// to scan): what most leases lack — a value, a handle that is not standard
+// hex, a lock-delay — lives in a side struct allocated only when one of
+// them is set.
 type record struct {
 	owner   string
-	hstr    string // the handle, unless it is 32 lowercase hex chars: then "" and h holds its 16 bytes
-	value   string
-	h       [16]byte
+	h       [16]byte // the handle's 16 bytes, unless x.hstr holds it
 	token   uint64
 	ttl     int64
-	expires int64    // 0 for a session lease: see exp
-	delay   int64    // the grant's lock-delay (ns), 0 for none
-	sess    *session // the session the lease belongs to, or nil
+	expires int64      // 0 for a session lease: see exp
+	sess    *session   // the session the lease belongs to, or nil
+	x       *recordExt // nil when all its fields are zero
+	// slot is the lease's index in its session's set (session.go):
+	// derived state, the one field that changes after the record is
+	// stored, only under FSM.mu held for writing, and read by no copy.
+	slot uint32
+}
+
+// recordExt is the rarely set part of a record, immutable as the record.
+type recordExt struct {
+	value string
+	hstr  string // the handle, unless it is 32 lowercase hex chars: then "" and record.h holds its 16 bytes
+	delay int64  // the grant's lock-delay (ns), 0 for none
+}
+
+// value, hstr and delay read the record's side fields ("" or 0 when unset).
+func (r *record) value() string {
+	if r.x == nil {
+		return ""
+	}
+	return r.x.value
+}
+
+func (r *record) hstr() string {
+	if r.x == nil {
+		return ""
+	}
+	return r.x.hstr
+}
+
+func (r *record) delay() int64 {
+	if r.x == nil {
+		return 0
+	}
+	return r.x.delay
+}
+
+// ext returns r's side struct, allocating it: only while r is being built
+// (a stored record's side struct is shared by its copies).
+func (r *record) ext() *recordExt {
+	if r.x == nil {
+		r.x = new(recordExt)
+	}
+	return r.x
+}
+
+// setValue, setHstr and setDelay set a side field of a record being built;
+// a zero value allocates nothing.
+func (r *record) setValue(v string) {
+	if v != "" || r.x != nil {
+		r.ext().value = v
+	}
+}
+
+func (r *record) setHstr(h string) {
+	if h != "" || r.x != nil {
+		r.ext().hstr = h
+	}
+}
+
+func (r *record) setDelay(d int64) {
+	if d != 0 || r.x != nil {
+		r.ext().delay = d
+	}
 }
 
 // exp is r's expiry on the FSM clock: its own, or its session's.
@@ -114,13 +179,13 @@ func (r *record) lock(key string) Lock {
 		Expires: r.exp(),
 		// Mode and Permits are the caller's to set: a record does not
 		// know whether it is a group member.
-		LockDelay: time.Duration(r.delay),
+		LockDelay: time.Duration(r.delay()),
 	}
 	if r.sess != nil {
 		l.Session = r.sess.id
 	}
-	if r.value != "" {
-		l.Value = []byte(r.value)
+	if v := r.value(); v != "" {
+		l.Value = []byte(v)
 	}
 	return l
 }

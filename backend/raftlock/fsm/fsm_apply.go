@@ -204,10 +204,11 @@ func (f *FSM) checkAcquire(o *Op) (Result, bool) {
 // delayEnd is when the lock-delay of r ends if r ends by expiry: its
 // expiry plus its delay (0 without a delay).
 func (r *record) delayEnd() int64 {
-	if r.delay <= 0 {
+	d := r.delay()
+	if d <= 0 {
 		return 0
 	}
-	return addTTL(r.exp(), r.delay)
+	return addTTL(r.exp(), d)
 }
 
 // grant applies an acquire that checkAcquire allowed: expired holders are
@@ -241,13 +242,15 @@ func (f *FSM) grant(o *Op, ev *[]change) Result {
 	f.counter++
 	r := &record{
 		owner:   o.Owner,
-		value:   string(o.Value),
 		token:   f.counter,
 		ttl:     int64(o.TTL),
 		expires: addTTL(now, int64(o.TTL)),
-		delay:   int64(o.LockDelay),
 	}
-	r.h, r.hstr = packHandle(o.Handle)
+	r.setValue(string(o.Value))
+	r.setDelay(int64(o.LockDelay))
+	var hstr string
+	r.h, hstr = packHandle(o.Handle)
+	r.setHstr(hstr)
 	if o.Session != "" {
 		// A session lease: the session's TTL and expiry (checkAcquire
 		// found it live).
@@ -435,7 +438,8 @@ func (f *FSM) applyOp(o *Op, ev *[]change) Result {
 		if o.Key == "" {
 			return Result{Status: StatusInvalid}
 		}
-		r := &record{value: string(o.Value)}
+		r := &record{}
+		r.setValue(string(o.Value))
 		f.kv[dataPrefix+o.Key] = r
 		if o.Key == GateKey {
 			f.gate = gateOf(r)

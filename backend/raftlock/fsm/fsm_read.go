@@ -88,14 +88,14 @@ func (f *FSM) EachHolder(key string, fn func(HolderRef) bool) {
 	g := f.groups[key]
 	f.mu.RUnlock()
 	if r != nil {
-		fn(HolderRef{Owner: r.owner, Token: r.token, Expires: r.exp(), LockDelay: time.Duration(r.delay), rec: r})
+		fn(HolderRef{Owner: r.owner, Token: r.token, Expires: r.exp(), LockDelay: time.Duration(r.delay()), rec: r})
 		return
 	}
 	if g == nil {
 		return
 	}
 	for _, h := range g.holders {
-		if !fn(HolderRef{Owner: h.owner, Token: h.token, Expires: h.exp(), LockDelay: time.Duration(h.delay),
+		if !fn(HolderRef{Owner: h.owner, Token: h.token, Expires: h.exp(), LockDelay: time.Duration(h.delay()),
 			Mode: ModeShared, Permits: g.permits, rec: h}) {
 			return
 		}
@@ -165,7 +165,7 @@ func (f *FSM) Data(key string) ([]byte, bool) {
 	if r == nil {
 		return nil, false
 	}
-	return []byte(r.value), true
+	return []byte(r.value()), true
 }
 
 // ForEachLock calls fn with a copy of every stored lock, each shared holder

@@ -37,8 +37,8 @@ func unhex(c byte) byte {
 // how much of a guess was right. (The length is no secret: handles are
 // 32 to 64 hex characters.)
 func (r *record) handleIs(h string) bool {
-	if r.hstr != "" {
-		return EqualHandles(r.hstr, h)
+	if hs := r.hstr(); hs != "" {
+		return EqualHandles(hs, h)
 	}
 	if len(h) != 32 {
 		return false
@@ -67,8 +67,8 @@ func EqualHandles(a, b string) bool {
 
 // handle returns r's handle as a string.
 func (r *record) handle() string {
-	if r.hstr != "" {
-		return r.hstr
+	if hs := r.hstr(); hs != "" {
+		return hs
 	}
 	var b [32]byte
 	for i, c := range r.h {

@@ -11,7 +11,9 @@ import (
 func TestHandleIs(t *testing.T) {
 	for _, h := range []string{lock.NewHandle(), lock.NewHandle() + lock.NewHandle()[:8]} {
 		var r record
-		r.h, r.hstr = packHandle(h)
+		var hs string
+		r.h, hs = packHandle(h)
+		r.setHstr(hs)
 		if !r.handleIs(h) {
 			t.Fatalf("%s: its own handle refused", h)
 		}

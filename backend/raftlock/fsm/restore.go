@@ -68,7 +68,8 @@ func (f *FSM) DropLeases() {
 func (f *FSM) SetData(key string, value []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	r := &record{value: string(value)}
+	r := &record{}
+	r.setValue(string(value))
 	f.kv[dataPrefix+key] = r
 	if key == GateKey {
 		f.gate = gateOf(r)

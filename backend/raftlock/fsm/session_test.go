@@ -259,10 +259,21 @@ func TestSessionsDeterministic(t *testing.T) {
 		for j, r := range ra {
 			counts[e.Ops[j].Type.String()+"/"+r.Status.String()]++
 		}
-		// No lease of a session that is gone.
+		// No lease of a session that is gone; every session counts the
+		// leases that name it.
+		held := map[string]int{}
 		a.ForEachLock(func(l Lock) bool {
 			if _, ok := a.Session(l.Session); l.Session != "" && !ok {
 				t.Fatalf("entry %d: %s (token %d) outlived its session %s", i, l.Key, l.Token, l.Session)
+			}
+			if l.Session != "" {
+				held[l.Session]++
+			}
+			return true
+		})
+		a.ForEachSession(func(s SessionInfo) bool {
+			if s.Leases != held[s.ID] {
+				t.Fatalf("entry %d: session %s counts %d leases, %d name it", i, s.ID, s.Leases, held[s.ID])
 			}
 			return true
 		})

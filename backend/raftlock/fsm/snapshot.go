@@ -109,7 +109,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	s.version = snapVersion
 	for k, r := range f.kv {
 		s.recs = append(s.recs, event{k, r})
-		if r.delay != 0 {
+		if r.delay() != 0 {
 			s.version = snapVersionV2
 		}
 	}
@@ -195,7 +195,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 		if strings.HasPrefix(e.key, lockPrefix) {
 			buf = appendLock(buf, r, version)
 		}
-		buf = appendString(buf, r.value)
+		buf = appendString(buf, r.value())
 		if _, err := bw.Write(buf); err != nil {
 			return err
 		}
@@ -209,7 +209,7 @@ func (s *snapshot) writeTo(w io.Writer) error {
 			buf = binary.AppendUvarint(buf, uint64(len(kg.g.holders)))
 			for _, r := range kg.g.holders {
 				buf = appendLock(buf, r, version)
-				buf = appendString(buf, r.value)
+				buf = appendString(buf, r.value())
 				if _, err := bw.Write(buf); err != nil {
 					return err
 				}
@@ -249,18 +249,18 @@ func (s *snapshot) writeTo(w io.Writer) error {
 // value.
 func appendLock(buf []byte, r *record, version byte) []byte {
 	buf = appendString(buf, r.owner)
-	if r.hstr == "" {
+	if hs := r.hstr(); hs == "" {
 		buf = append(buf, 0)
 		buf = append(buf, r.h[:]...)
 	} else {
 		buf = append(buf, 1)
-		buf = appendString(buf, r.hstr)
+		buf = appendString(buf, hs)
 	}
 	buf = binary.AppendUvarint(buf, r.token)
 	buf = binary.AppendVarint(buf, r.ttl)
 	buf = binary.AppendVarint(buf, r.expires)
 	if version >= snapVersionV2 {
-		buf = binary.AppendVarint(buf, r.delay)
+		buf = binary.AppendVarint(buf, r.delay())
 	}
 	if version >= snapVersionV3 {
 		sid := ""

@@ -159,12 +159,12 @@ func decodeSnapshot(data []byte, checkCRC bool) (*state, error) {
 			d.decodeLock(r, st.counter)
 			d.pending(st, k[len(lockPrefix):], r)
 			st.nlocks++
-			v2 = v2 || r.delay != 0
+			v2 = v2 || r.delay() != 0
 		case len(k) > len(dataPrefix) && strings.HasPrefix(k, dataPrefix):
 		default:
 			d.fail("key %q has no known prefix", k)
 		}
-		r.value = d.str("value", MaxValueLen)
+		r.setValue(d.str("value", MaxValueLen))
 		st.kv[k] = r
 	}
 	d.op = -1
@@ -230,7 +230,7 @@ func (d *decoder) decodeGroups(st *state, body []byte) {
 			r := &record{}
 			d.decodeLock(r, st.counter)
 			d.pending(st, k, r)
-			r.value = d.str("value", MaxValueLen)
+			r.setValue(d.str("value", MaxValueLen))
 			if d.err == nil && j > 0 && r.token <= g.holders[j-1].token {
 				d.fail("holder tokens not strictly increasing")
 			}
@@ -294,11 +294,12 @@ func (d *decoder) decodeLock(r *record, counter uint64) {
 		copy(r.h[:], d.b[d.off:])
 		d.off += len(r.h)
 	case 1:
-		r.hstr = d.str("handle", MaxHandleLen)
-		if d.err == nil && r.hstr == "" {
+		hs := d.str("handle", MaxHandleLen)
+		r.setHstr(hs)
+		if d.err == nil && hs == "" {
 			d.fail("empty handle")
 		} else if d.err == nil {
-			if _, s := packHandle(r.hstr); s == "" {
+			if _, s := packHandle(hs); s == "" {
 				d.fail("handle stored as string, not as 16 bytes (non-canonical)")
 			}
 		}
@@ -309,7 +310,7 @@ func (d *decoder) decodeLock(r *record, counter uint64) {
 	r.ttl = d.varint("ttl")
 	r.expires = d.varint("expires")
 	if d.version >= snapVersionV2 {
-		r.delay = d.varint("lock delay")
+		r.setDelay(d.varint("lock delay"))
 	}
 	if d.version >= snapVersionV3 {
 		if sid := d.str("session", MaxSessionLen); sid != "" {
@@ -324,8 +325,8 @@ func (d *decoder) decodeLock(r *record, counter uint64) {
 		d.fail("token %d outside 1..%d (the fencing counter)", r.token, counter)
 	case r.ttl <= 0:
 		d.fail("ttl %d is not positive", r.ttl)
-	case r.delay < 0 || r.delay > int64(MaxLockDelay):
-		d.fail("lock delay %d outside 0..%d", r.delay, int64(MaxLockDelay))
+	case r.delay() < 0 || r.delay() > int64(MaxLockDelay):
+		d.fail("lock delay %d outside 0..%d", r.delay(), int64(MaxLockDelay))
 	}
 }
 
@@ -360,7 +361,7 @@ func (d *decoder) decodeSessions(st *state, body []byte) {
 	prev := ""
 	for i := 0; i < int(n) && d.err == nil; i++ {
 		d.op = i
-		s := &session{leases: make(map[sessKey]struct{})}
+		s := &session{}
 		s.id = d.str("id", MaxSessionLen)
 		s.owner = d.str("owner", MaxOwnerLen)
 		s.ttl = d.varint("ttl")
