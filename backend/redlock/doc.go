@@ -117,8 +117,8 @@
 // granted, so contenders never split the votes. With nobody queued,
 // release.lua publishes the released token on the release channel, and a
 // waiter also wakes at the holder's remaining TTL (the PTTL returned by
-// the failed attempt, plus up to 3 ms of jitter), at most parkedRecheck
-// later. A Release returns once a quorum of nodes answered; the Locker's
+// the failed attempt, plus up to 3 ms of jitter), or after a second at
+// most. A Release returns once a quorum of nodes answered; the Locker's
 // next attempt or release on that key waits, node by node, until the
 // earlier release has reached that node, so that the two cannot overtake
 // each other on different connections. A Release whose outcome is unknown
