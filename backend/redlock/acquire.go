@@ -66,6 +66,10 @@ func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, flo
 	l.subscribeWanted()
 	done := l.expect(key)
 	p := l.planFor(key, try)
+	if p.listenFirst {
+		done()
+		return localgate.Outcome{} // the gate subscribes and tries at once
+	}
 	o := l.attempt(key, l.keysFor(key), opts, floor, try, p)
 	done()
 	if o.lease != nil && p.ticket != "" {

@@ -60,9 +60,10 @@ import (
 //
 // A fresh Acquire (not subscribed yet) makes a parallel round, keeping an
 // uncontended acquire at one round trip, unless its Locker last held the
-// key after waiting for it, or released it wanted by a waiter: then it is
-// staged too, so that a Locker releasing a contended key does not take it
-// straight back (barging) ahead of the queue.
+// key after waiting for it, or released it wanted by a waiter: then it
+// subscribes first and makes a waiter's attempt, so that a Locker
+// releasing a contended key does not take it straight back (barging)
+// ahead of the queue.
 const (
 	// parkedRecheck bounds a parked waiter's wait for node 0's release.
 	parkedRecheck = time.Second
@@ -87,6 +88,9 @@ const (
 type plan struct {
 	staged           bool
 	ticket, released string
+	// listenFirst: the key was contended a moment ago: skip the attempt,
+	// subscribe and join the queue with the attempt that follows at once.
+	listenFirst bool
 }
 
 // planFor decides how an attempt on key goes.
@@ -103,7 +107,7 @@ func (l *Locker) planFor(key string, try bool) plan {
 	if st == nil {
 		at, ok := l.contended[key]
 		delete(l.contended, key)
-		return plan{staged: ok && time.Since(at) < contendedFor}
+		return plan{listenFirst: ok && time.Since(at) < contendedFor}
 	}
 	p := plan{ticket: st.ticket}
 	if p.ticket == "" {
