@@ -58,14 +58,29 @@ func (l *Locker) gaveUp(ctx context.Context, key string) error {
 	return nil
 }
 
-// attemptOnce is the local gate's Attempt: one Redlock round. A refusal
-// by a holder that holds a quorum is waited out (its release message, or
-// its TTL); any other refusal backs off.
+// attemptOnce is the local gate's Attempt: one Redlock round, staged or
+// parallel (firstmaster.go). A refusal by a holder that holds a quorum is
+// waited out (node 0's turn, its release message, or its TTL, a waiter's
+// wait bounded by parkedRecheck); any other refusal backs off.
 func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, floor lock.Token) localgate.Outcome {
 	l.subscribeWanted()
 	done := l.expect(key)
-	o := l.attempt(key, l.keysFor(key), opts, floor, try)
+	p := l.planFor(key, try)
+	if p.listenFirst {
+		done()
+		return localgate.Outcome{} // the gate subscribes and tries at once
+	}
+	o := l.attempt(key, l.keysFor(key), opts, floor, try, p)
 	done()
+	if o.lease != nil && p.ticket != "" {
+		l.markContended(key) // it waited: so may the others
+	}
+	if p.ticket != "" {
+		// A waiter: node 0 tells it its turn; a lost message costs at
+		// most parkedRecheck.
+		l.parkOn(key, o.parked, o.lease != nil, uint64(o.heldFirst), o.ticket)
+		o.pttl = min(o.pttl, parkedRecheck)
+	}
 	if o.lease != nil {
 		l.awaitWantedSubscribed()
 	}
@@ -76,7 +91,7 @@ func (l *Locker) attemptOnce(key string, opts lock.AcquireOptions, try bool, flo
 // subscribe is the local gate's Subscribe: join key's release channel and
 // wait until enough nodes confirmed it.
 func (l *Locker) subscribe(ctx context.Context, key string) *localgate.Subscription {
-	w := l.join(l.keysFor(key).channel)
+	w := l.join(key)
 	l.awaitSubscribed(ctx, w)
 	return &localgate.Subscription{Wake: w.wake, Close: func() { l.leave(w) }}
 }
@@ -88,11 +103,16 @@ type outcome struct {
 	quorumHeld bool            // that holder holds a quorum: wait for its release
 	pttl       time.Duration   // its remaining TTL
 	err        error           // no quorum of answers, or validity exceeded
+	// parked: a staged attempt that node 0 refused, naming a holder with
+	// node-local token heldFirst there (see firstmaster.go).
+	parked    bool
+	heldFirst lock.Token
+	ticket    string // the caller's place in node 0's queue
 }
 
 // attempt makes one Redlock round. Unless try, a holder that refuses it is
 // told that the caller waits (acquire.lua publishes on its wanted channel).
-func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken lock.Token, try bool) outcome {
+func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken lock.Token, try bool, p plan) outcome {
 	handle := opts.Handle
 	if handle == "" {
 		handle = lock.NewHandle()
@@ -104,17 +124,46 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 	if try {
 		waits = "0"
 	}
+	ticket := p.ticket
 	sent := time.Now()
 	l.mu.Lock()
 	prev := l.releasing[key]
 	l.mu.Unlock()
-	r := broadcast(l, l.ctx, func(c context.Context, nd *node) (grantReply, error) {
+	ask := func(c context.Context, nd *node) (grantReply, error) {
 		prev.wait(nd.idx, l.cfg.NodeTimeout)
-		return decodeAcquire(acquireScript.Run(c, nd.client,
-			[]string{k.lock, k.fence, k.meta, abortKey, l.releasedKey(key, handle)},
-			handle, ttlMS, opts.Owner, opts.Value, uint64(minToken), l.wantChannel, waits, key).Slice())
-	})
-	r.collect(true) // the rest is collected in the background by propagate
+		ks := []string{k.lock, k.fence, k.meta, abortKey, l.releasedKey(key, handle)}
+		args := []any{handle, ttlMS, opts.Owner, opts.Value, uint64(minToken), l.wantChannel, waits, key}
+		if nd.idx == 0 && len(l.nodes) > 1 {
+			// A grant leaves node 0's queue; a staged refusal joins it.
+			ks = append(ks, k.queue, k.turn)
+			args = append(args, ticket)
+		}
+		return decodeAcquire(acquireScript.Run(c, nd.client, ks, args...).Slice())
+	}
+	var r *round[grantReply]
+	if p.staged {
+		var refused *grantReply
+		if r, refused = l.firstMasterRound(ask); refused != nil {
+			if refused.HolderHandle == "" {
+				// Free, but node 0 told a queued Locker: wait for a turn.
+				refused.HolderPTTL = parkedRecheck
+			}
+			return outcome{
+				held:       &lock.HeldError{Key: key, Owner: refused.HolderOwner, Token: refused.Token, Expires: time.Now().Add(refused.HolderPTTL)},
+				quorumHeld: true,
+				pttl:       min(refused.HolderPTTL, parkedRecheck),
+				parked:     true,
+				heldFirst:  refused.Token,
+				ticket:     refused.Ticket,
+			}
+		}
+	} else {
+		r = broadcast(l, l.ctx, ask)
+	}
+	r.collect(true)
+	if !r.won() {
+		l.pressOn(r, p.released, ask)
+	} // the rest is collected in the background by propagate
 	elapsed := time.Since(sent)
 	if r.won() && l.validWithin(opts.TTL, elapsed) {
 		return outcome{lease: l.grant(r, k, key, handle, opts, sent, !try)}
@@ -125,8 +174,15 @@ func (l *Locker) attempt(key string, k keys, opts lock.AcquireOptions, minToken 
 	r.collect(false)
 	// Undo wherever it may have succeeded, including nodes that did not
 	// answer (their copy of the request may still be queued).
-	l.abort(r, k, handle, abortKey, ttlMS)
+	l.abort(r, k, handle, abortKey, ttlMS, ticket)
 	o := heldBy(r, key)
+	if r.heard[0] && !r.vals[0].Granted && r.vals[0].Ticket != "" {
+		// Queued at node 0: woken by its turn, or recheck (firstmaster.go).
+		o.ticket = r.vals[0].Ticket
+		if o.quorumHeld && r.vals[0].HolderHandle != "" {
+			o.parked, o.heldFirst, o.pttl = true, r.vals[0].Token, min(o.pttl, parkedRecheck)
+		}
+	}
 	switch {
 	case won:
 		o.err = fmt.Errorf("%w: redlock: acquire %q: the attempt took %v, leaving no validity of its %v TTL (drift %v); released",
@@ -179,7 +235,19 @@ func heldBy(r *round[grantReply], key string) outcome {
 // abort undoes a failed attempt: synchronously on the nodes that granted
 // (so that the caller's next attempt does not trip over its own leftovers),
 // in the background, with a tombstone, on the nodes that did not answer.
-func (l *Locker) abort(r *round[grantReply], k keys, handle, abortKey string, ttlMS int64) {
+//
+// On node 0, a waiter with a ticket gets its place in the queue back
+// (its grant there took it out).
+func (l *Locker) abort(r *round[grantReply], k keys, handle, abortKey string, ttlMS int64, ticket string) {
+	run := func(c context.Context, nd *node, tombstone string) error {
+		ks := []string{k.lock, k.meta, abortKey}
+		args := []any{handle, ttlMS, tombstone}
+		if nd.idx == 0 && len(l.nodes) > 1 {
+			ks = append(ks, k.queue)
+			args = append(args, l.wantChannel, ticket)
+		}
+		return abortScript.Run(c, nd.client, ks, args...).Err()
+	}
 	var wg sync.WaitGroup
 	for i, nd := range l.nodes {
 		switch {
@@ -189,7 +257,7 @@ func (l *Locker) abort(r *round[grantReply], k keys, handle, abortKey string, tt
 				defer wg.Done()
 				c, cancel := l.nodeCtx(context.Background())
 				defer cancel()
-				abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "0")
+				run(c, nd, "0")
 			})
 		case !r.heard[i]:
 			if !l.life.Begin() {
@@ -202,7 +270,7 @@ func (l *Locker) abort(r *round[grantReply], k keys, handle, abortKey string, tt
 				deadline := time.Now().Add(time.Duration(ttlMS) * time.Millisecond)
 				for time.Now().Before(deadline) {
 					c, cancel := context.WithDeadline(context.Background(), deadline)
-					err := abortScript.Run(c, nd.client, []string{k.lock, k.meta, abortKey}, handle, ttlMS, "1").Err()
+					err := run(c, nd, "1")
 					cancel()
 					if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrClosed) {
 						return

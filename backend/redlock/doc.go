@@ -13,6 +13,8 @@
 //	lockgate:abort:{K}:<id> tombstone of a failed attempt (PX ttl)
 //	lockgate:gone:{K}:<handle> tombstone of a released grant (PX its ttl): refuses its round's late requests
 //	lockgate:released:{K}   pub/sub channel: the token of each release
+//	lockgate:queue:{K}      on the first master: sorted set of the waiting Lockers' wanted channels
+//	lockgate:turn:{K}       on the first master: the Locker told last, for a short while
 //	lockgate:wanted:<id>    pub/sub channel of one Locker: "<handle> <K>" of its grants a caller waits for
 //
 // The meta hash also records the holder Locker's wanted channel (notify)
@@ -21,7 +23,8 @@
 // Lua scripts (embedded from the *.lua files beside this package):
 // acquire, renew (compare-and-pexpire), release (compare-and-delete and
 // PUBLISH), sync (raise the fence counter), abort (undo a failed attempt),
-// handoff (pass the lock to the next local waiter) and inspect.
+// handoff (pass the lock to the next local waiter), turn (leave the first
+// master's queue) and inspect.
 //
 // # Acquire
 //
@@ -102,25 +105,36 @@
 //
 // Acquire first tries; if the key is held, the waiter subscribes to the
 // key's release channel (one go-redis PubSub per node per Locker, fanned
-// out to the Locker's waiters), waits until a quorum of nodes confirmed
-// the subscription (or NodeTimeout), and tries again at once (a release
-// published before the subscription took effect is not lost). It then
-// waits for a release message or for the holder's remaining TTL (the PTTL
-// returned by the failed attempt, plus up to 3 ms of jitter), and tries
-// again. release.lua publishes the released token on every node, and each
-// copy that reaches a Locker wakes one of its waiters (a waiter whose
-// attempt raced the release on some nodes is woken again by the later
-// copies; a wake-up that a cancelled waiter did not use passes on); a local
-// Release wakes a local waiter directly. A Release returns once a quorum of
-// nodes answered; the Locker's next attempt or release on that key waits,
-// node by node, until the earlier release has reached that node, so that
-// the two cannot overtake each other on different connections. Attempts that fail without a
-// quorum holder to wait for (unreachable nodes, votes split between
-// contenders) back off by Config.Retry. Waiters are not FIFO across
-// Lockers, and a releasing client may re-acquire ahead of them (barging):
-// declare no FIFO capability. Cancelling the context never leaves a ghost:
-// an attempt in flight is seen through, and a grant that raced the
-// cancellation is released.
+// out to the Locker's waiters; on the first master alone while it
+// answers), waits until the subscription is confirmed (or NodeTimeout),
+// and tries again at once (a release published before the subscription
+// took effect is not lost). On a contended key the first master (node 0)
+// orders the waiters: a waiter refused there joins its queue of waiting
+// Lockers, and a release that frees the key on node 0 tells the first of
+// them its turn on its wanted channel and keeps the key for it a moment;
+// the Locker told makes one round, which nobody else contends. Other
+// attempts of a waiter ask node 0 first and the other nodes only if node 0
+// granted, so contenders never split the votes. With nobody queued,
+// release.lua publishes the released token on the release channel, and a
+// waiter also wakes at the holder's remaining TTL (the PTTL returned by
+// the failed attempt, plus up to 3 ms of jitter), or after a second at
+// most. A Release returns once a quorum of nodes answered; the Locker's
+// next attempt or release on that key waits, node by node, until the
+// earlier release has reached that node, so that the two cannot overtake
+// each other on different connections. A Release whose outcome is unknown
+// (too few nodes answered) goes on in the background until it is known,
+// so that a key it did free does not stay held until its TTL while the
+// waiters sleep. Attempts that fail without a quorum holder to wait for
+// (unreachable nodes) back off by Config.Retry. A node 0 that does not
+// answer costs no availability: the attempts go on to the other nodes,
+// and after repeated failures fall back for a while to parallel rounds and
+// to every node's release messages. The queue makes waiting FIFO-ish
+// across Lockers (a Locker that released a contended key queues behind
+// the others when it wants it back), but it is not strict (a fresh
+// Acquire that finds the key free takes it, and a waiter whose turn
+// message is lost retries at its recheck): declare no FIFO capability.
+// Cancelling the context never leaves a ghost: an attempt in flight is
+// seen through, and a grant that raced the cancellation is released.
 //
 // Within one Locker, Acquire calls for the same key queue in process, in
 // arrival order (a local gate): only the first goes to Redis, so callers of

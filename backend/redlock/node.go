@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -204,11 +205,16 @@ func (n *node) receiveLoop() {
 			l.mu.Unlock()
 		case *redis.Message:
 			if m.Channel == l.wantChannel {
-				l.wantedMessage(m.Payload)
+				if turn, ok := strings.CutPrefix(m.Payload, "!"); ok {
+					released, key, _ := strings.Cut(turn, " ")
+					l.turn(key, released)
+				} else {
+					l.wantedMessage(m.Payload)
+				}
 				continue
 			}
 			tok, _ := strconv.ParseUint(m.Payload, 10, 64)
-			l.deliver(m.Channel, tok)
+			l.deliver(m.Channel, tok, n.idx)
 		}
 	}
 }

@@ -59,8 +59,15 @@ type round[T vote] struct {
 // broadcast sends req to every node, each bounded by nodeCtx(ctx), on the
 // worker pool.
 func broadcast[T vote](l *Locker, ctx context.Context, req func(context.Context, *node) (T, error)) *round[T] {
+	r := newRound[T](l)
+	r.send(ctx, 0, req)
+	return r
+}
+
+// newRound is a round that expects a reply from every node, none sent yet.
+func newRound[T vote](l *Locker) *round[T] {
 	n := len(l.nodes)
-	r := &round[T]{
+	return &round[T]{
 		tally:   tally{n: n, quorum: l.quorum},
 		l:       l,
 		replies: make(chan reply[T], n),
@@ -68,15 +75,21 @@ func broadcast[T vote](l *Locker, ctx context.Context, req func(context.Context,
 		heard:   make([]bool, n),
 		vals:    make([]T, n),
 	}
-	for i, nd := range l.nodes {
+}
+
+// send sends req to the nodes from index from on, each bounded by
+// nodeCtx(ctx), on the worker pool (the replies of the nodes before it are
+// the caller's to put in r.replies).
+func (r *round[T]) send(ctx context.Context, from int, req func(context.Context, *node) (T, error)) {
+	l := r.l
+	for i, nd := range l.nodes[from:] {
 		l.work.Go(func() {
 			c, cancel := l.nodeCtx(ctx)
 			defer cancel()
 			v, err := req(c, nd)
-			r.replies <- reply[T]{node: i, val: v, err: err}
+			r.replies <- reply[T]{node: from + i, val: v, err: err}
 		})
 	}
-	return r
 }
 
 // collect reads replies until every node answered (or failed) or, with
@@ -87,20 +100,25 @@ func (r *round[T]) collect(early bool) {
 		if early && r.won() {
 			return
 		}
-		rp := <-r.replies
-		r.pending--
-		if rp.err != nil {
-			nd := r.l.nodes[rp.node]
-			r.errs = append(r.errs, fmt.Errorf("node %d (%s): %w", nd.idx, nd.addr, rp.err))
-			continue
-		}
-		r.heard[rp.node] = true
-		r.vals[rp.node] = rp.val
-		if rp.val.granted() {
-			r.ok++
-		} else {
-			r.refused++
-		}
+		r.collect1()
+	}
+}
+
+// collect1 reads one reply.
+func (r *round[T]) collect1() {
+	rp := <-r.replies
+	r.pending--
+	if rp.err != nil {
+		nd := r.l.nodes[rp.node]
+		r.errs = append(r.errs, fmt.Errorf("node %d (%s): %w", nd.idx, nd.addr, rp.err))
+		return
+	}
+	r.heard[rp.node] = true
+	r.vals[rp.node] = rp.val
+	if rp.val.granted() {
+		r.ok++
+	} else {
+		r.refused++
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/lockgate/lockgate/internal/lifecycle"
 	"github.com/lockgate/lockgate/internal/localgate"
@@ -34,6 +35,13 @@ type Locker struct {
 	// releasing: per key, this Locker's release still in flight on some
 	// nodes (Release returns once a quorum answered).
 	releasing map[string]*inflight
+
+	// Contended attempts (firstmaster.go), guarded by mu: until
+	// firstDownUntil they skip node 0's stage; contended holds the keys
+	// this Locker released while a waiter of another Locker wanted them.
+	firstDownUntil time.Time
+	firstFailures  int
+	contended      map[string]time.Time
 
 	// The wanted signal (wanted.go). want: per key, the live leases this
 	// Locker tracks and its Acquire calls in progress, guarded by mu.
@@ -70,6 +78,7 @@ func New(cfg Config) (*Locker, error) {
 		work:   workerpool.New(),
 
 		releasing: make(map[string]*inflight),
+		contended: make(map[string]time.Time),
 
 		want:        make(map[string]*wantState),
 		wantChannel: wantedChannelFor(cfg.Prefix, lock.NewHandle()[:16]),
@@ -95,6 +104,9 @@ func (l *Locker) ClientID() string { return l.cfg.ClientID }
 // keys of one lock.
 type keys struct {
 	lock, fence, meta, channel string
+	// queue is the first master's queue of waiting Lockers, turn the
+	// Locker it told last (firstmaster.go).
+	queue, turn string
 }
 
 func (l *Locker) keysFor(key string) keys {
@@ -104,6 +116,8 @@ func (l *Locker) keysFor(key string) keys {
 		fence:   p + ":fence:{" + key + "}",
 		meta:    p + ":meta:{" + key + "}",
 		channel: p + ":released:{" + key + "}",
+		queue:   p + ":queue:{" + key + "}",
+		turn:    p + ":turn:{" + key + "}",
 	}
 }
 

@@ -27,6 +27,8 @@ var (
 	inspectLua string
 	//go:embed handoff.lua
 	handoffLua string
+	//go:embed turn.lua
+	turnLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	syncScript    = redis.NewScript(syncLua)
@@ -35,6 +37,7 @@ var (
 	abortScript   = redis.NewScript(abortLua)
 	inspectScript = redis.NewScript(inspectLua)
 	handoffScript = redis.NewScript(handoffLua)
+	turnScript    = redis.NewScript(turnLua)
 )
 
 // errBadReply: a script answered with a reply of the wrong shape. The node
@@ -53,6 +56,11 @@ type grantReply struct {
 	HolderPTTL   time.Duration
 	HolderOwner  string
 	HolderHandle string
+	// Ticket is the caller's place in the first master's queue of
+	// waiting Lockers ("" when not queued; acquire.lua). Turn: node 0
+	// refused a free key because it keeps it for the Locker it told.
+	Ticket string
+	Turn   bool
 	// Wanted: a caller that waits was refused by this grant (or, after a
 	// handoff, by the grant it replaced).
 	Wanted bool
@@ -82,6 +90,10 @@ func decodeAcquire(v []any, err error) (grantReply, error) {
 			r.HolderHandle = toString(v[4])
 		}
 	}
+	if len(v) >= 6 && !r.Granted {
+		r.Ticket = toString(v[5])
+		r.Turn = r.HolderHandle == ""
+	}
 	return r, nil
 }
 
@@ -97,13 +109,15 @@ func decodeHandoff(v []any, err error) (grantReply, error) {
 		Wanted: len(v) >= 3 && toString(v[2]) == "1"}, nil
 }
 
-// held is a node's answer 1 (true) or 0 of renew.lua and release.lua: it
-// still held the grant, and extended or deleted it.
-type held bool
+// releaseReply is a node's answer to release.lua: 0 not held, 1 deleted,
+// 2 deleted and wanted (a caller that waits was refused by the grant).
+type releaseReply struct{ held, wanted bool }
 
-func (h held) granted() bool { return bool(h) }
+func (r releaseReply) granted() bool { return r.held }
 
-func decodeHeld(v int64, err error) (held, error) { return v == 1, err }
+func decodeRelease(v int64, err error) (releaseReply, error) {
+	return releaseReply{held: v == 1 || v == 2, wanted: v == 2}, err
+}
 
 // renewReply is a node's answer to renew.lua: 0 not held, 1 extended, 2
 // extended and wanted (a caller that waits was refused by the grant).
