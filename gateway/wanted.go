@@ -32,13 +32,13 @@ func (c *conn) tellWanted(lease *lock.Lease) {
 // renewable and releasable, but without wanted pushes).
 func (c *conn) adopt(handle string, lease *lock.Lease) {
 	c.mu.Lock()
-	h := c.leases[handle]
+	h := c.leases.get(handle)
 	switch {
 	case c.ctx.Err() != nil || c.leases == nil:
 		c.mu.Unlock()
 		return
-	case h != nil, len(c.leases)+c.acquiring < c.g.opts.MaxLocksPerConn:
-		c.leases[handle] = lease
+	case h != nil, c.leases.len()+c.acquiring < c.g.opts.MaxLocksPerConn:
+		c.leases.put(lease)
 	default:
 		c.mu.Unlock()
 		return

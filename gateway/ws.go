@@ -64,9 +64,10 @@ type conn struct {
 	// leases holds the connection's live leases by lock token. A lease
 	// leaves it when it ends (AfterEnd: released, expired, refused), so
 	// that a grant costs O(1) whatever the connection holds, and its size
-	// is what the connection holds. An entry is the Lease itself (no
-	// wrapper: the scale bench counts the gateway's bytes per held lease).
-	leases map[string]*lock.Lease
+	// is what the connection holds. An entry is the Lease itself, one
+	// pointer keyed by its own Handle (leaseTable: the scale bench counts
+	// the gateway's bytes per held lease); nil once the connection ended.
+	leases *leaseTable
 	// rod holds the lock tokens of the leases to release when the
 	// connection drops (releaseOnDisconnect); nil until one asks.
 	rod map[string]struct{}
@@ -120,7 +121,7 @@ func (g *Gateway) newConn(ws *websocket.Conn, ctx context.Context, cancel contex
 		clientID: "ws-" + lock.NewHandle()[:12],
 		slots:    make(chan struct{}, g.opts.MaxInFlightPerConn),
 		waits:    map[string]waitRef{},
-		leases:   map[string]*lock.Lease{},
+		leases:   newLeaseTable(),
 		watches:  map[string]*watch{},
 		sessions: map[string]*lock.Session{},
 	}
@@ -332,7 +333,7 @@ func (c *conn) finish() {
 	c.mu.Lock()
 	var doomed []*lock.Lease
 	for h := range c.rod {
-		if l := c.leases[h]; l != nil && l.Err() == nil {
+		if l := c.leases.get(h); l != nil && l.Err() == nil {
 			doomed = append(doomed, l)
 		}
 	}

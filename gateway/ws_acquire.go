@@ -16,7 +16,7 @@ import (
 func (c *conn) reserveLock(n int) *apiError {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.leases)+c.acquiring+n > c.g.opts.MaxLocksPerConn {
+	if c.leases.len()+c.acquiring+n > c.g.opts.MaxLocksPerConn {
 		return newError(wire.CodeTooManyLocks,
 			fmt.Sprintf("this connection holds or is acquiring %d locks, the maximum (release some first)", c.g.opts.MaxLocksPerConn))
 	}
@@ -105,7 +105,7 @@ func (c *conn) beginWait(req wire.Request, n int) (context.Context, context.Canc
 		return nil, nil, newError(wire.CodeTooManyWaiters,
 			fmt.Sprintf("this connection already waits for %d acquires", c.g.opts.MaxWaitersPerConn))
 	}
-	if len(c.leases)+c.acquiring+n > c.g.opts.MaxLocksPerConn {
+	if c.leases.len()+c.acquiring+n > c.g.opts.MaxLocksPerConn {
 		c.mu.Unlock()
 		cancel(nil)
 		return nil, nil, newError(wire.CodeTooManyLocks,
@@ -198,7 +198,7 @@ func (c *conn) hold(req wire.Request, lease *lock.Lease) bool {
 	c.acquiring--
 	gone := c.ctx.Err() != nil
 	if !gone {
-		c.leases[lease.Handle] = lease
+		c.leases.put(lease)
 		if req.ReleaseOnDisconnect {
 			if c.rod == nil {
 				c.rod = map[string]struct{}{}

@@ -16,7 +16,7 @@ func (c *conn) leaseFor(req wire.Request) (*lock.Lease, *apiError) {
 	}
 	ttl := lock.DefaultTTL
 	c.mu.Lock()
-	if h := c.leases[req.LockToken]; h != nil {
+	if h := c.leases.get(req.LockToken); h != nil {
 		ttl = h.TTL()
 	}
 	c.mu.Unlock()
@@ -36,7 +36,7 @@ func (c *conn) heldFor(req wire.Request) *lock.Lease {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := c.leases[req.LockToken]
+	h := c.leases.get(req.LockToken)
 	if h == nil || h.Key != req.Key || uint64(h.Token) != req.FencingToken.Value {
 		return nil
 	}
@@ -166,7 +166,7 @@ func expiresIn(expires time.Time) *int64 {
 // forget drops a lease from the connection's table.
 func (c *conn) forget(handle string) {
 	c.mu.Lock()
-	delete(c.leases, handle)
+	c.leases.del(handle)
 	delete(c.rod, handle)
 	c.mu.Unlock()
 }
@@ -175,8 +175,8 @@ func (c *conn) forget(handle string) {
 // moved on to a renewed copy (whose own end removes it).
 func (c *conn) dropEnded(lease *lock.Lease) {
 	c.mu.Lock()
-	if c.leases[lease.Handle] == lease {
-		delete(c.leases, lease.Handle)
+	if c.leases.get(lease.Handle) == lease {
+		c.leases.del(lease.Handle)
 		delete(c.rod, lease.Handle)
 	}
 	c.mu.Unlock()
@@ -187,5 +187,5 @@ func (c *conn) dropEnded(lease *lock.Lease) {
 func (c *conn) liveLeases() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.leases)
+	return c.leases.len()
 }
