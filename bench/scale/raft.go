@@ -2,14 +2,18 @@ package scale
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lockgate/lockgate/bench/provision"
 	"github.com/lockgate/lockgate/client"
+	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/internal/servers"
 	"github.com/lockgate/lockgate/lock"
 	"github.com/lockgate/lockgate/lock/kit"
@@ -35,14 +39,21 @@ type raftScale struct {
 func newRaftScale(ctx context.Context, cfg *ScaleConfig) (*raftScale, error) {
 	t := &raftScale{cfg: cfg, addrs: cfg.Servers}
 	if len(t.addrs) == 0 {
+		policy, err := writeScalePolicy(cfg)
+		if err != nil {
+			return nil, err
+		}
+		t.closeFns = append(t.closeFns, func() { os.RemoveAll(filepath.Dir(policy)) })
 		// No connection caps: the bench's waiters all come from 127.0.0.1.
+		// The bench is one identity: its quotas fit the run.
 		c, err := servers.StartRaftlock(ctx, cfg.Lockgate, provision.RaftNodes, servers.RaftlockOptions{
 			Log: servers.WriterLogger(cfg.Log),
 			Args: func(int, []*servers.RaftNode) []string {
-				return []string{"--max-conns", "0", "--max-conns-per-ip", "0"}
+				return []string{"--max-conns", "0", "--max-conns-per-ip", "0", "--policy-file", policy}
 			},
 		})
 		if err != nil {
+			t.close()
 			return nil, err
 		}
 		t.procs, t.addrs = c, c.APIAddrs
@@ -54,6 +65,34 @@ func newRaftScale(ctx context.Context, cfg *ScaleConfig) (*raftScale, error) {
 	}
 	t.prober = p
 	return t, nil
+}
+
+// scalePolicy is the tenants' policy of the nodes the scale bench starts:
+// every client of the bench is one identity (anonymous), so its quotas are
+// the run's sizes plus the defaults' room for the background workload, the
+// prober and the waiters of both kinds.
+func scalePolicy(cfg *ScaleConfig) []byte {
+	b, _ := json.Marshal(map[string]any{"defaults": map[string]int{ // plain values: never fails
+		"sessions": cfg.Sessions + gateway.DefaultQuotaSessions,
+		"leases":   cfg.Leases + gateway.DefaultQuotaLeases,
+		"waiters":  2*cfg.Waiters + gateway.DefaultQuotaWaiters,
+	}})
+	return b
+}
+
+// writeScalePolicy writes scalePolicy to a file in a directory of its own
+// and returns its path.
+func writeScalePolicy(cfg *ScaleConfig) (string, error) {
+	dir, err := os.MkdirTemp("", "lockgate-scale-policy-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "policy.json")
+	if err := os.WriteFile(path, scalePolicy(cfg), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return path, nil
 }
 
 func (t *raftScale) metricsAddrs() ([]string, []string) { return t.addrs, t.addrs }

@@ -11,6 +11,7 @@ import (
 	"github.com/lockgate/lockgate/bench/internal/benchtest"
 	"github.com/lockgate/lockgate/bench/provision"
 	"github.com/lockgate/lockgate/bench/report"
+	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/internal/testenv"
 )
 
@@ -225,5 +226,20 @@ lockgate_raft_leader_ready{node="1"} 1
 	}
 	if _, ok := phaseRate(samples[:2], PhaseLoad, func(s ScaleSample) float64 { return s.RenewTotal }); ok {
 		t.Error("phaseRate of one sample")
+	}
+}
+
+// TestScalePolicyFitsTheRun: the nodes the scale bench starts let its one
+// identity hold every lease, open every session and queue every waiter of
+// the run (the default quotas stop a million-lease run at 100,000).
+func TestScalePolicyFitsTheRun(t *testing.T) {
+	cfg := &ScaleConfig{Leases: 1_000_000, Sessions: 1000, Waiters: 10000}
+	p, err := gateway.ParsePolicy(scalePolicy(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := p.Quotas("anonymous")
+	if q.Leases < cfg.Leases || q.Sessions < cfg.Sessions || q.Waiters < 2*cfg.Waiters || q.Rate != 0 {
+		t.Fatalf("quotas %+v do not fit %d leases in %d sessions with 2×%d waiters, unlimited rate", q, cfg.Leases, cfg.Sessions, cfg.Waiters)
 	}
 }
