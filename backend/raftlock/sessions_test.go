@@ -28,17 +28,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // entry whatever their number, survive a leader change with their
 // session, and all end when the session expires — none while it lives.
 func TestSessionsOneEntryRenewsAll(t *testing.T) {
-	c := startCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leader := leader(t, c)
-	l := leader.NewSession()
-	defer l.Close()
+	_, leader, l, sess, ctx := openTestSession(t, 3, 2*time.Second)
 	const n = 200
-	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var err error
 	leases := make([]*lock.Lease, n)
 	keys := make([]string, n)
 	for i := range leases {
@@ -111,16 +103,7 @@ func TestSessionsOneEntryRenewsAll(t *testing.T) {
 // TestSessionCloseGrantsWaiters: closing a session releases its leases in
 // one entry and the keys go to their waiters.
 func TestSessionCloseGrantsWaiters(t *testing.T) {
-	c := startCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leader := leader(t, c)
-	l := leader.NewSession()
-	defer l.Close()
-	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, leader, l, sess, ctx := openTestSession(t, 3, time.Minute)
 	a, err := l.Acquire(ctx, "close/a", lock.AcquireOptions{Session: sess})
 	if err != nil {
 		t.Fatal(err)
@@ -288,16 +271,7 @@ func replaceLeader(ctx context.Context, t *testing.T, c *LocalCluster, old *Node
 // the leader keeps no holder entry of its own per session lease (it finds
 // the lease through its session).
 func TestSessionLeaseWanted(t *testing.T) {
-	c := startCluster(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	leader := leader(t, c)
-	l := leader.NewSession()
-	defer l.Close()
-	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, leader, l, sess, ctx := openTestSession(t, 1, time.Minute)
 	held, err := l.Acquire(ctx, "wanted/x", lock.AcquireOptions{Session: sess})
 	if err != nil {
 		t.Fatal(err)
@@ -386,4 +360,22 @@ func TestSessionLeaseWanted(t *testing.T) {
 	if err := l.CloseSession(ctx, sess); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// openTestSession starts a cluster of size nodes and opens a session of
+// ttl on its leader through a Session Locker; ctx ends a minute on, and
+// everything is closed when the test ends.
+func openTestSession(t *testing.T, size int, ttl time.Duration) (*LocalCluster, *Node, *Session, *lock.Session, context.Context) {
+	t.Helper()
+	c := startCluster(t, size)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	leader := leader(t, c)
+	l := leader.NewSession()
+	t.Cleanup(func() { l.Close() })
+	sess, err := l.OpenSession(ctx, lock.SessionOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, leader, l, sess, ctx
 }
