@@ -50,6 +50,9 @@ const (
 	// Write writes to a store with the token Token of the lease the client
 	// believes it holds.
 	Write
+	// Read asks who holds Key (Inspect): OK with Holders, the tokens of
+	// the holders it was shown (none: the key was free).
+	Read
 )
 
 // String names the kind.
@@ -61,6 +64,8 @@ func (k Kind) String() string {
 		return "release"
 	case Write:
 		return "write"
+	case Read:
+		return "read"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -115,6 +120,9 @@ type Op struct {
 	// StoreSeq (Write only) is, for an OK write, the order in which its store
 	// applied it: increasing per store, 0 when not applied.
 	StoreSeq uint64 `json:"seq,omitempty"`
+	// Holders (Read only, OK) are the fencing tokens of the holders the
+	// read was shown, oldest grant first; empty when the key was free.
+	Holders []uint64 `json:"holders,omitempty"`
 }
 
 func (o Op) String() string {
