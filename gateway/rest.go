@@ -325,6 +325,13 @@ func (g *Gateway) restInspect(w http.ResponseWriter, r *http.Request, key string
 }
 
 func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
+	// The method first: whether it is allowed does not depend on the
+	// ticket, so an unknown ticket answers 405 to PATCH as a known one does.
+	if r.Method != http.MethodGet && r.Method != http.MethodDelete {
+		w.Header().Set("Allow", "GET, DELETE")
+		g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on /tickets/{ticket}: use GET or DELETE"))
+		return
+	}
 	id := r.PathValue("ticket")
 	t := g.tickets.get(id)
 	if t == nil {
@@ -353,9 +360,6 @@ func (g *Gateway) serveTicket(w http.ResponseWriter, r *http.Request) {
 			t.releaseAll(g)
 		}
 		w.WriteHeader(http.StatusNoContent)
-	default:
-		w.Header().Set("Allow", "GET, DELETE")
-		g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on /tickets/{ticket}: use GET or DELETE"))
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,7 +28,12 @@ type ticket struct {
 	client string
 	start  time.Time
 	cancel context.CancelFunc
-	done   chan struct{} // closed when leases/err are set
+	// closing cancels the wait because the gateway closes: the ticket's
+	// answer is then closed (503, retry elsewhere), not cancelled, which
+	// only a client's own cancel means (and a cancelled ticket is
+	// collected, never answered).
+	closing context.CancelCauseFunc
+	done    chan struct{} // closed when leases/err are set
 	// leases are the grant: one lease, or an acquireAll's (multi), one
 	// per key.
 	leases []*lock.Lease
@@ -69,15 +75,20 @@ func (ts *tickets) start(g *Gateway, parent context.Context, client string, mult
 		ts.mu.Unlock()
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(parent, wait)
-	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, done: make(chan struct{}), multi: multi}
+	cctx, closing := context.WithCancelCause(parent)
+	ctx, cancel := context.WithTimeout(cctx, wait)
+	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, closing: closing, done: make(chan struct{}), multi: multi}
 	ts.m[t.id] = t
 	ts.byClient[client]++
 	ts.mu.Unlock()
 	g.metrics.waiters.Inc()
 	go func() {
 		defer cancel()
+		defer closing(nil)
 		t.leases, t.err = acquire(ctx)
+		if t.err != nil && context.Cause(cctx) == lock.ErrClosed {
+			t.err = fmt.Errorf("gateway: closing, the wait was ended: %w", lock.ErrClosed)
+		}
 		g.metrics.waiters.Dec()
 		close(t.done)
 		time.AfterFunc(ticketGrace, func() {
@@ -114,6 +125,6 @@ func (ts *tickets) cancelAll() {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	for _, t := range ts.m {
-		t.cancel()
+		t.closing(lock.ErrClosed)
 	}
 }

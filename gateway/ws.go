@@ -86,6 +86,13 @@ type conn struct {
 }
 
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		// As every other path answers a method it does not have (the
+		// WebSocket library's own answer is text without Allow).
+		w.Header().Set("Allow", "GET")
+		g.writeError(w, r, newError(wire.CodeMethodNotAllowed, r.Method+" is not allowed on /v1/ws: the upgrade is a GET"))
+		return
+	}
 	ws, err := g.upgrader.Upgrade(w, r, g.announce().upgradeHeader)
 	if err != nil {
 		return // the upgrader has answered with an HTTP error

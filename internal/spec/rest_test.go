@@ -307,6 +307,7 @@ func testREST(t *testing.T, s *spec, n *node) {
 		{"healthz needs no token", call{base: n.tokens, method: "GET", path: "/healthz", status: 200}},
 		{"readyz needs no token", call{base: n.tokens, method: "GET", path: "/readyz", status: 200}},
 		{"unknown ticket", call{method: "GET", path: tickets, ticket: "nope", status: 404, code: "not_found"}},
+		{"a page of another origin", call{base: n.limited, method: "POST", path: locks, key: "e", body: `{}`, header: http.Header{"Origin": {"https://evil.example"}}, status: 403, code: "forbidden"}},
 	} {
 		r.do(c.name, c.call)
 	}
