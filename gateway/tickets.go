@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -69,7 +71,7 @@ func (ts *tickets) start(g *Gateway, parent context.Context, client string, mult
 		ts.mu.Unlock()
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(parent, wait)
+	ctx, cancel := context.WithTimeoutCause(parent, wait, errWaitTimedOut)
 	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, done: make(chan struct{}), multi: multi}
 	ts.m[t.id] = t
 	ts.byClient[client]++
@@ -78,6 +80,14 @@ func (ts *tickets) start(g *Gateway, parent context.Context, client string, mult
 	go func() {
 		defer cancel()
 		t.leases, t.err = acquire(ctx)
+		if t.err != nil && errors.Is(context.Cause(ctx), errWaitTimedOut) {
+			// The wait ran out, perhaps with the grant's commit still in
+			// flight: the backend's error then says "unavailable", but
+			// the backend releases a grant that lands after its caller
+			// gave up (the lock contract), so the answer is the
+			// documented one for a wait that ran out: nothing is held.
+			t.err = fmt.Errorf("%w: waited %d ms (wait_ms): %v", errWaitTimedOut, durationMS(wait), t.err)
+		}
 		g.metrics.waiters.Dec()
 		close(t.done)
 		time.AfterFunc(ticketGrace, func() {
