@@ -174,8 +174,9 @@ func (g *Gateway) checkWait(w http.ResponseWriter, r *http.Request, waitMS int64
 	return true
 }
 
-// restWait runs a waiting REST acquire: answered at once if the grant
-// comes within the synchronous window, else 202 with a ticket.
+// restWait runs a waiting REST acquire: answered at once if the wait ends
+// within the synchronous window (200 granted, 408 when a wait_ms within
+// the window ran out), else 202 with a ticket.
 func (g *Gateway) restWait(w http.ResponseWriter, r *http.Request, start time.Time, waitMS int64, multi bool, acquire func(context.Context) ([]*lock.Lease, error)) {
 	wait := time.Duration(waitMS) * time.Millisecond
 	t, ok := g.tickets.start(g, context.WithoutCancel(r.Context()), g.clientOf(r), multi, acquire, wait)
@@ -188,7 +189,11 @@ func (g *Gateway) restWait(w http.ResponseWriter, r *http.Request, start time.Ti
 	case <-t.done:
 		g.tickets.collect(t.id)
 		g.answerGrants(w, r, start, multi, t.leases, t.err)
-	case <-time.After(min(wait, g.opts.SyncWindow)):
+	case <-time.After(g.opts.SyncWindow):
+		// A wait_ms within the window has ended (granted or run out) long
+		// before: it is answered above, 200 or 408, and only a backend
+		// slow to give up gets here. Timed at min(wait_ms, window) the
+		// answer raced the wait's own deadline: 202 or 408 by chance.
 		writeJSON(w, http.StatusAccepted, map[string]any{"ticket": t.id, "poll": "/tickets/" + t.id, "wait_ms": durationMS(wait)})
 	case <-r.Context().Done():
 		// The client left before it learnt the ticket: nobody can collect

@@ -99,8 +99,30 @@ func TestRESTTicket(t *testing.T) {
 		if code, m, _ := do(t, "GET", srv.URL+m["poll"].(string), "", ""); code != 408 || errCode(m) != "timeout" {
 			t.Errorf("expired ticket = %d %v, want 408", code, m)
 		}
-	} else if code != 503 && code != 408 {
-		t.Errorf("short wait = %d %v", code, m)
+	} else if code != 408 || errCode(m) != "timeout" {
+		t.Errorf("short wait = %d %v, want 408 timeout", code, m)
+	}
+}
+
+// TestRESTWaitRunsOutInWindow: a wait_ms that runs out within the
+// synchronous window is answered 408 timeout, the documented answer for a
+// wait that ran out, and not 503 unavailable, which says the outcome is
+// unknown (the backend's error for a context that ended: "context
+// deadline exceeded"); the key's holder is untouched.
+func TestRESTWaitRunsOutInWindow(t *testing.T) {
+	_, srv := startGateway(t, Options{SyncWindow: time.Minute})
+	u := srv.URL + "/locks/k"
+	if code, m, _ := do(t, "POST", u, "", `{"client_id":"a","ttl_ms":60000}`); code != 200 {
+		t.Fatalf("first POST = %d %v", code, m)
+	}
+	for _, wait := range []int{1, 3, 50} {
+		code, m, _ := do(t, "POST", u, "", fmt.Sprintf(`{"client_id":"b","ttl_ms":60000,"wait_ms":%d}`, wait))
+		if code != 408 || errCode(m) != "timeout" {
+			t.Errorf("wait_ms %d on a held key = %d %v, want 408 timeout", wait, code, m)
+		}
+	}
+	if code, m, _ := do(t, "GET", u, "", ""); code != 200 || m["owner"] != "a" {
+		t.Errorf("inspect after the waits = %d %v, want a still holding", code, m)
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -76,7 +77,7 @@ func (ts *tickets) start(g *Gateway, parent context.Context, client string, mult
 		return nil, false
 	}
 	cctx, closing := context.WithCancelCause(parent)
-	ctx, cancel := context.WithTimeout(cctx, wait)
+	ctx, cancel := context.WithTimeoutCause(cctx, wait, errWaitTimedOut)
 	t := &ticket{id: lock.NewHandle(), client: client, start: time.Now(), cancel: cancel, closing: closing, done: make(chan struct{}), multi: multi}
 	ts.m[t.id] = t
 	ts.byClient[client]++
@@ -86,8 +87,16 @@ func (ts *tickets) start(g *Gateway, parent context.Context, client string, mult
 		defer cancel()
 		defer closing(nil)
 		t.leases, t.err = acquire(ctx)
-		if t.err != nil && context.Cause(cctx) == lock.ErrClosed {
+		switch {
+		case t.err != nil && context.Cause(cctx) == lock.ErrClosed:
 			t.err = fmt.Errorf("gateway: closing, the wait was ended: %w", lock.ErrClosed)
+		case t.err != nil && errors.Is(context.Cause(ctx), errWaitTimedOut):
+			// The wait ran out, perhaps with the grant's commit still in
+			// flight: the backend's error then says "unavailable", but
+			// the backend releases a grant that lands after its caller
+			// gave up (the lock contract), so the answer is the
+			// documented one for a wait that ran out: nothing is held.
+			t.err = fmt.Errorf("%w: waited %d ms (wait_ms): %v", errWaitTimedOut, durationMS(wait), t.err)
 		}
 		g.metrics.waiters.Dec()
 		close(t.done)

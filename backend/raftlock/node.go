@@ -322,13 +322,37 @@ func (n *Node) Raft() *raft.Raft { return n.raft }
 func (n *Node) IsLeader() bool { return n.sched.isReady() }
 
 // Leader returns the current leader's id and client API address, as far as
-// this node knows ("" when unknown).
+// this node knows ("" when unknown). A follower names a leader only while
+// it has heard from it within leaderContactBound: hashicorp/raft keeps the
+// last leader until the follower's own election starts (one to two
+// heartbeat timeouts after the last contact), so a leader that crashed was
+// still named, and clients spent their redirects on a dead address.
 func (n *Node) Leader() (id, apiAddr string) {
 	_, lid := n.raft.LeaderWithID()
-	if lid == "" {
+	if lid == "" || !n.heardFrom(string(lid)) {
 		return "", ""
 	}
 	return string(lid), n.fsm.Members()[string(lid)]
+}
+
+// heardFrom reports whether the leader hint lid is fresh: this node itself,
+// or a leader whose last contact (raft.LastContact: its latest
+// AppendEntries or snapshot) is within leaderContactBound.
+func (n *Node) heardFrom(lid string) bool {
+	if lid == n.cfg.ID {
+		return true
+	}
+	last := n.raft.LastContact()
+	return !last.IsZero() && time.Since(last) <= n.leaderContactBound()
+}
+
+// leaderContactBound is how long a follower may go without hearing from
+// the leader and still name it: the longer of the heartbeat and election
+// timeouts. A live leader sends a heartbeat every tenth of its heartbeat
+// timeout, so only a leader that has failed (or is cut off) goes silent
+// that long.
+func (n *Node) leaderContactBound() time.Duration {
+	return max(n.cfg.HeartbeatTimeout, n.cfg.ElectionTimeout)
 }
 
 // notLeader is the redirect error a follower returns.
