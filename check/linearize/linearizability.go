@@ -111,9 +111,11 @@ type lockInput struct {
 	Call   int64
 	Ret    int64 // math.MaxInt64 for unknown ops
 	Expiry int64 // Acquire: earliest server-side expiry of its grant
-	// Prev is, for a known grant, the highest known token granted for its
-	// key below its own (0: none): the grant linearized right before it.
-	Prev uint64
+	// Prev is, for a known grant when Ordered, the highest known token
+	// granted for its key below its own (0: none): the grant linearized
+	// right before it.
+	Prev    uint64
+	Ordered bool
 }
 
 type lockOutput struct {
@@ -172,7 +174,7 @@ func lockStep(state, input, output interface{}) []interface{} {
 			granted.MinNext = s.MinNext + 1
 			return []interface{}{same, granted}
 		case out.OK:
-			if !ok || out.Token < s.MinNext || s.Last != in.Prev {
+			if !ok || out.Token < s.MinNext || in.Ordered && s.Last != in.Prev {
 				return nil
 			}
 			granted.Token, granted.TokenKnown, granted.MinNext = out.Token, true, out.Token+1
@@ -314,7 +316,7 @@ func Operations(h check.History, slack func(ttl time.Duration) time.Duration) []
 }
 
 // operations is Operations; keepUnknown keeps every unknown op, returning
-// after the end of the history (no pruning).
+// after the end of the history, and leaves grants unordered (no pruning).
 func operations(h check.History, slack func(ttl time.Duration) time.Duration, keepUnknown bool) []porcupine.Operation {
 	if slack == nil {
 		slack = func(ttl time.Duration) time.Duration { return lock.Drift(ttl, 0) }
@@ -372,6 +374,7 @@ func operations(h check.History, slack func(ttl time.Duration) time.Duration, ke
 			if out.OK {
 				out.Token = o.Token
 				gs := grants[o.Key]
+				in.Ordered = !keepUnknown
 				if i := sort.Search(len(gs), func(i int) bool { return gs[i].token >= o.Token }); i > 0 {
 					in.Prev = gs[i-1].token
 				}
