@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"runtime"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -424,90 +422,6 @@ func Linearizable(h check.History, timeout time.Duration) (bool, porcupine.Linea
 func LinearizabilityCheck(h check.History, opts check.Options) (porcupine.CheckResult, porcupine.LinearizationInfo) {
 	opts = opts.WithDefaults()
 	return porcupine.CheckOperationsVerbose(lockModel, Operations(h, opts.ExpirySlack), opts.LinearizabilityTimeout)
-}
-
-// KeyVerdict is porcupine's verdict on one key's acquire/release history.
-type KeyVerdict struct {
-	Key string
-	// Result is Ok, Illegal, or Unknown: the key's search ran out of its
-	// time (Options.LinearizabilityKeyTimeout, or what was left of
-	// Options.LinearizabilityTimeout when it started).
-	Result porcupine.CheckResult
-	// Ops is how many operations of the key the model saw.
-	Ops int
-	// Elapsed is how long its search took.
-	Elapsed time.Duration
-}
-
-// LinearizabilityByKey checks each key's acquire/release history on its
-// own: the keys are independent in the model, so the history is
-// linearizable iff every key's is. Up to GOMAXPROCS keys are searched at
-// once, each bounded by Options.LinearizabilityKeyTimeout and all together
-// by Options.LinearizabilityTimeout: a key whose search runs out of time,
-// or that has none left when its turn comes, is Unknown rather than
-// holding up the others. The verdicts are in key order.
-func LinearizabilityByKey(h check.History, opts check.Options) []KeyVerdict {
-	opts = opts.WithDefaults()
-	parts := partitionByKey(Operations(h, opts.ExpirySlack))
-	out := make([]KeyVerdict, len(parts))
-	var deadline time.Time
-	if opts.LinearizabilityTimeout > 0 {
-		deadline = time.Now().Add(opts.LinearizabilityTimeout)
-	}
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(parts)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				out[i] = checkKey(parts[i], opts.LinearizabilityKeyTimeout, deadline)
-			}
-		}()
-	}
-	for i := range parts {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return out
-}
-
-// checkKey runs porcupine on one key's operations for at most budget
-// (≤ 0: no bound) and not past deadline (zero: none).
-func checkKey(ops []porcupine.Operation, budget time.Duration, deadline time.Time) KeyVerdict {
-	v := KeyVerdict{Key: ops[0].Input.(lockInput).Key, Ops: len(ops), Result: porcupine.Unknown}
-	if !deadline.IsZero() {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return v
-		}
-		if budget <= 0 || left < budget {
-			budget = left
-		}
-	}
-	start := time.Now()
-	v.Result = porcupine.CheckOperationsTimeout(lockModel, ops, max(budget, 0))
-	v.Elapsed = time.Since(start)
-	return v
-}
-
-// Verdict sums up per-key verdicts: Ok when every key is Ok, Illegal when
-// any key is, else Unknown; and how many keys are Unknown.
-func Verdict(vs []KeyVerdict) (res porcupine.CheckResult, unknown int) {
-	res = porcupine.Ok
-	for _, v := range vs {
-		switch v.Result {
-		case porcupine.Illegal:
-			res = porcupine.Illegal
-		case porcupine.Unknown:
-			unknown++
-			if res == porcupine.Ok {
-				res = porcupine.Unknown
-			}
-		}
-	}
-	return res, unknown
 }
 
 // Visualize writes porcupine's HTML visualisation of the lock history: for
