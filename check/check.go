@@ -179,6 +179,11 @@ type Options struct {
 	// LinearizabilityKeyTimeout bounds the search of one key in Check
 	// (0: default 1 min; negative: only LinearizabilityTimeout bounds it).
 	LinearizabilityKeyTimeout time.Duration
+	// LinearizabilityMemory bounds the process's live heap while the
+	// keys are searched, in bytes (0: default 4 GiB; negative: no bound):
+	// past it the largest running search is given up and its key is not
+	// checked (linearize.LinearizabilityByKey).
+	LinearizabilityMemory int64
 	// NoTokens skips the token check: the history's tokens were not given
 	// by the backend (a lock without fencing tokens, whose campaign numbers
 	// the grants itself).
@@ -207,6 +212,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.LinearizabilityKeyTimeout < 0 {
 		o.LinearizabilityKeyTimeout = 0
+	}
+	if o.LinearizabilityMemory == 0 {
+		o.LinearizabilityMemory = 4 << 30
 	}
 	if o.MaxExamples <= 0 {
 		o.MaxExamples = 5

@@ -77,6 +77,11 @@ type ChaosConfig struct {
 	Lockgate string
 	// Dir holds the fenced store's file (default: a temporary directory).
 	Dir string
+	// Budget bounds the checkers and says how many keys may go unchecked
+	// (see CheckBudget); History is where the history is written before
+	// the checkers run (default: history.json in Dir, kept when they fail).
+	Budget  CheckBudget
+	History string
 	// Log receives the servers' output; Progress one line per fault.
 	Log, Progress io.Writer
 
@@ -219,6 +224,8 @@ type ChaosReport struct {
 	// them ran out of time (Linearizable is then false).
 	LinearizabilityKeys        int `json:"linearizability_keys"`
 	LinearizabilityUnknownKeys int `json:"linearizability_unknown_keys"`
+	// Unchecked names the keys whose search was given up, and why.
+	Unchecked
 	// Holds is the workload's mode (ChaosConfig.Mode: ChaosExclusive,
 	// ChaosRW, ChaosSemaphore), with its SharedFraction or Permits.
 	Holds          string  `json:"holds"`
@@ -272,6 +279,7 @@ type ChaosReport struct {
 
 	history check.History
 	result  linearize.Result
+	budget  CheckBudget
 	faults  []check.Fault
 	// ChaosElection's observers' reports and watches.
 	observations []check.Observation
@@ -490,6 +498,10 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 	for k, n := range w.Errs {
 		rep.Errors[k] = n
 	}
+	rep.budget = cfg.Budget
+	if err := rep.saveBeforeCheck(cfg, dir); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(cfg.Progress, "checking %d operations\n", len(rep.history))
 	t0 := time.Now()
 	rep.check()
@@ -497,22 +509,12 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 	return rep, nil
 }
 
-// Campaign checker bounds: porcupine gets at most LinearizabilityBudget in
-// all and LinearizabilityKeyBudget per key (a key that runs out is
-// reported unknown), so that a campaign's checkers finish within 2 minutes
-// of its end.
-const (
-	LinearizabilityBudget    = 90 * time.Second
-	LinearizabilityKeyBudget = 30 * time.Second
-)
-
 // check runs every checker over the report's history and fault timeline
 // and sets its verdicts: a campaign's end, and `lockgate-bench check` on
 // a history file.
 func (rep *ChaosReport) check() {
-	rep.result = linearize.Check(rep.history, rep.faults, check.Options{
-		LinearizabilityTimeout: LinearizabilityBudget, LinearizabilityKeyTimeout: LinearizabilityKeyBudget,
-		NoTokens: !rep.Caps.Fencing})
+	rep.result = linearize.Check(rep.history, rep.faults, rep.budget.options(!rep.Caps.Fencing))
+	rep.setNotChecked()
 	r := rep.result
 	rep.Overlaps, rep.OverlapExamples = r.Overlaps, r.OverlapExamples
 	rep.StaleWritesAccepted, rep.StaleWritesRejected, rep.UnfencedConflicts = r.StaleWritesAccepted, r.StaleWritesRejected, r.UnfencedConflicts
@@ -586,8 +588,7 @@ func (rep *ChaosReport) Failures() []string {
 		out = append(out, fmt.Sprintf("token_regressions: %d grants carried a token lower than an earlier grant's", rep.TokenRegressions))
 	}
 	if !rep.Linearizable && !rep.breaks(true) {
-		out = append(out, fmt.Sprintf("linearizable: false (%s; keys not Ok: %s; %d of %d keys unknown)",
-			rep.Linearizability, strings.Join(rep.NotLinearizableKeys, ", "), rep.LinearizabilityUnknownKeys, rep.LinearizabilityKeys))
+		out = append(out, rep.linearizabilityFailures()...)
 	}
 	return append(out, rep.electionFailures()...)
 }

@@ -37,7 +37,11 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "stale writes accepted\t%d\n", r.StaleWritesAccepted)
 	fmt.Fprintf(tw, "stale writes rejected\t%d\n", r.StaleWritesRejected)
 	fmt.Fprintf(tw, "unfenced conflicts\t%d\n", r.UnfencedConflicts)
-	fmt.Fprintf(tw, "linearizable\t%v (%s; %d keys, %d unknown)\n", r.Linearizable, r.Linearizability, r.LinearizabilityKeys, r.LinearizabilityUnknownKeys)
+	fmt.Fprintf(tw, "linearizable\t%v (%s; %d keys: %d checked, %d not checked, %.0f%% tolerated)\n", r.Linearizable, r.Linearizability,
+		r.LinearizabilityKeys, r.LinearizabilityKeys-len(r.UncheckedKeys), len(r.UncheckedKeys), 100*r.TolerateUnchecked)
+	for _, k := range r.UncheckedKeys {
+		fmt.Fprintf(tw, "not checked\t%s (%d ops): %s\n", k.Key, k.Ops, k.Reason)
+	}
 	if r.TokenCheck == "checked" {
 		fmt.Fprintf(tw, "tokens reused\t%d\n", r.TokensReused)
 		fmt.Fprintf(tw, "token regressions\t%d\n", r.TokenRegressions)

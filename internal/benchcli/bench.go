@@ -298,8 +298,10 @@ before the next), and check the recorded history:
   tokens reused          a fencing token granted twice for a key (must be 0);
   token regressions      or lower than one granted before it was requested (must be 0)
   linearizable           porcupine, over each key's acquire/release history on its
-                         own, 30 s at most per key and 90 s in all: a key that runs
-                         out of time is counted unknown (linearizability_unknown_keys)
+                         own, 30 s at most per key, 90 s and 4 GiB of heap in all: a
+                         key that runs out of time or memory is not checked (the
+                         report says which budget), and fails the campaign unless
+                         --tolerate-unchecked allows that fraction of the keys
   unavailable, recovery  time without a grant; time from each heal to the next grant
   availability           per fault kind, the median and worst time from the fault's
                          start, and from its heal, to the next grant
@@ -341,10 +343,13 @@ expected to break mutual exclusion, a stale write accepted, a token reused or
 going back, a history that is not linearizable where no server fault was
 expected to break the lock), or when the campaign was not valid: a fault
 expected to break mutual exclusion (client-pause; clock on redlock) produced
-no overlap. A failed campaign writes its whole history (operations, fault
-timeline, configuration) as JSON to --history, by default next to --json or
---html (NAME-history.json) or to chaos-history-SEED.json; 'lockgate-bench
-check FILE' runs the checkers on it again.`,
+no overlap. The campaign writes its whole history (operations, fault
+timeline, configuration) as JSON before the checkers run (a checker killed
+for its memory leaves it on disk), to --history, by default next to --json or
+--html (NAME-history.json) or to chaos-history-SEED.json, and again with the
+verdicts after; without --history it is removed when the campaign passed.
+'lockgate-bench check FILE' runs the checkers on it again, '--key K' on one
+key only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Faults = faultNames
@@ -362,10 +367,12 @@ check FILE' runs the checkers on it again.`,
 			}
 			ctx, stop := cli.SignalContext()
 			defer stop()
+			cfg.History = historyPath(historyOut, jsonOut, htmlOut, cfg.Seed)
 			rep, err := campaign.RunChaos(ctx, cfg)
 			if err != nil {
 				return err
 			}
+			rep.DropHistory(historyOut != "")
 			if err := writeReport(cmd.OutOrStdout(), rep, jsonOut, htmlOut); err != nil {
 				return err
 			}
@@ -383,7 +390,7 @@ check FILE' runs the checkers on it again.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "porcupine's visualisation of the lock history: %s\n", p)
 			}
 			failures := rep.Failures()
-			if p := historyPath(historyOut, jsonOut, htmlOut, rep.Seed); historyOut != "" || len(failures) > 0 {
+			if p := rep.HistoryFile; p != "" {
 				if err := rep.SaveHistory(p); err != nil {
 					return fmt.Errorf("writing the history: %w", err)
 				}
@@ -413,7 +420,8 @@ check FILE' runs the checkers on it again.`,
 	f.Float64Var(&cfg.SharedFraction, "rw-shared", 0.5, "--mode rw: probability (above 0, at most 1) that an acquire is shared")
 	f.IntVar(&cfg.Permits, "permits", 3, "--mode semaphore: the permits of each key")
 	f.IntVar(&cfg.Observers, "observers", campaign.DefaultObservers, "--mode election: observers per election key")
-	f.StringVar(&historyOut, "history", "", "write the whole history (JSON) here; without it, a failed campaign writes it next to --json/--html or to chaos-history-SEED.json")
+	f.StringVar(&historyOut, "history", "", "write the whole history (JSON) here, before the checkers run and again with their verdicts; without it, it goes next to --json/--html or to chaos-history-SEED.json, removed if the campaign passes")
+	f.Float64Var(&cfg.Budget.TolerateUnchecked, "tolerate-unchecked", 0, "fraction of the keys whose linearizability search may run out of its time or memory budget with the campaign passing (default 0: none)")
 	f.StringVar(&jsonOut, "json", "", "write the verdicts as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write an HTML report (timeline of faults and verdicts) to this file")
 	f.StringVar(&linPath, "linearizability-html", "", "write porcupine's visualisation here (always written, next to --html, when the history is not linearizable)")

@@ -12,7 +12,10 @@ import (
 )
 
 func newBenchCheckCmd() *cobra.Command {
-	var linPath string
+	var (
+		linPath string
+		budget  campaign.CheckBudget
+	)
 	cmd := &cobra.Command{
 		Use:   "check FILE",
 		Short: "Run the chaos checkers again on a campaign's history file",
@@ -21,6 +24,12 @@ when a campaign failed): every operation the clients recorded, the fault
 timeline and the campaign's configuration. Run every checker on it again
 (overlaps, stale writes, tokens, linearizability per key, availability) and
 print the verdicts beside the ones the campaign recorded.
+
+--key checks only that key's operations (repeat it for more), with the
+linearizability search bounded by --key-budget per key, --check-budget in
+all and --memory-budget MiB of heap: a key the campaign could not check can
+be given more. A key that runs out of a budget is not checked, which fails
+the check unless --tolerate-unchecked allows that fraction of the keys.
 
 The exit status is 1 when a checker fails, as for 'lockgate-bench chaos'.`,
 		Args: cobra.ExactArgs(1),
@@ -34,7 +43,13 @@ The exit status is 1 when a checker fails, as for 'lockgate-bench chaos'.`,
 			if recorded.Command != "" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "recorded by: %s\n", recorded.Command)
 			}
-			rep := recorded.Recheck()
+			if !cmd.Flags().Changed("tolerate-unchecked") {
+				budget.TolerateUnchecked = recorded.TolerateUnchecked
+			}
+			if mib, _ := cmd.Flags().GetInt64("memory-budget"); mib > 0 {
+				budget.Memory = mib << 20
+			}
+			rep := recorded.RecheckWith(budget)
 			if err := rep.WriteTable(out); err != nil {
 				return err
 			}
@@ -66,6 +81,12 @@ The exit status is 1 when a checker fails, as for 'lockgate-bench chaos'.`,
 			return nil
 		},
 	}
+	f := cmd.Flags()
+	f.StringSliceVar(&budget.Keys, "key", nil, "check only this key (repeatable)")
+	f.DurationVar(&budget.PerKey, "key-budget", campaign.LinearizabilityKeyBudget, "time bound of one key's linearizability search")
+	f.DurationVar(&budget.Total, "check-budget", campaign.LinearizabilityBudget, "time bound of the linearizability search of all keys")
+	f.Int64("memory-budget", campaign.LinearizabilityMemoryBudget>>20, "bound of the checking process's live heap, MiB: past it the largest running search is given up")
+	f.Float64Var(&budget.TolerateUnchecked, "tolerate-unchecked", 0, "fraction of the keys that may go unchecked (default 0: none; unset: the campaign's)")
 	cmd.Flags().StringVar(&linPath, "linearizability-html", "", "write porcupine's visualisation of the keys that were not linearizable (all keys if none) here")
 	return cmd
 }
