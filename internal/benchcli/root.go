@@ -33,5 +33,6 @@ and an upgrade drill. It starts the servers it needs as real processes on
 		newBenchElectionCmd(), newBenchCampaignCmd(), newBenchScaleCmd())
 	root.AddCommand(newBenchUpgradeCmd())
 	root.AddCommand(newBenchTenantsCmd())
+	root.AddCommand(newBenchSoakCmd())
 	return root
 }

@@ -33,7 +33,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%s --help: exit %d, %q %q", c.Name(), code, out, errOut)
 		}
 	}
-	for _, name := range []string{"latency", "chaos", "campaign", "election", "matrix", "scale", "check", "tenants", "upgrade", "config", "version", "completion"} {
+	for _, name := range []string{"latency", "chaos", "campaign", "election", "matrix", "scale", "check", "tenants", "upgrade", "soak", "config", "version", "completion"} {
 		if c, _, err := NewRoot(io.Discard, io.Discard).Find([]string{name}); err != nil || c.Name() != name {
 			t.Errorf("no command %s", name)
 		}
