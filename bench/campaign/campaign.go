@@ -7,6 +7,7 @@
 package campaign
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -147,6 +148,8 @@ func (c *ChaosConfig) defaults() error {
 		if c.Keys == 0 && c.Clients != 0 {
 			c.Keys = max(1, c.Clients/8) // enough holders per key to fill its permits
 		}
+	case ChaosMulti:
+		c.Clients, c.Keys = cmp.Or(c.Clients, MultiClients), cmp.Or(c.Keys, MultiKeys)
 	case ChaosElection:
 		if c.Observers == 0 {
 			c.Observers = DefaultObservers
@@ -233,6 +236,9 @@ type ChaosReport struct {
 	PermitExcess        int `json:"permit_excess,omitempty"`
 	ModeTokenViolations int `json:"mode_token_violations,omitempty"`
 	SharedKeys          int `json:"shared_keys,omitempty"`
+	// Joint is the joint linearizability search's verdict (ChaosMulti:
+	// every key at once, an AcquireAll one operation; nil otherwise).
+	Joint *JointReport `json:"joint,omitempty"`
 	// Election is ChaosElection's leaders and observers (nil otherwise).
 	Election *ChaosElectionReport `json:"election,omitempty"`
 	// TokenCheck is "checked", or why the fencing tokens were not checked
@@ -444,10 +450,14 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 		if elect != nil {
 			break
 		}
+		run := w.client
+		if cfg.Mode == ChaosMulti {
+			run = w.multiClient
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.client(runCtx, i, l, links[i], rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
+			run(runCtx, i, l, links[i], rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
 		}()
 	}
 	faultErr := w.schedule(runCtx, tg, rand.New(rand.NewPCG(cfg.Seed, 0)))
@@ -550,6 +560,7 @@ func (rep *ChaosReport) check() {
 	if rep.Holds == ChaosElection {
 		rep.electionCheck()
 	}
+	rep.jointCheck()
 }
 
 // breaks reports whether a fault injected in the campaign is expected to
@@ -589,5 +600,6 @@ func (rep *ChaosReport) Failures() []string {
 		out = append(out, fmt.Sprintf("linearizable: false (%s; keys not Ok: %s; %d of %d keys unknown)",
 			rep.Linearizability, strings.Join(rep.NotLinearizableKeys, ", "), rep.LinearizabilityUnknownKeys, rep.LinearizabilityKeys))
 	}
+	out = append(out, rep.jointFailures()...)
 	return append(out, rep.electionFailures()...)
 }
