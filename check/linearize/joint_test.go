@@ -237,3 +237,21 @@ func TestJointTimeout(t *testing.T) {
 		t.Errorf("got %+v, want Unknown on a", v)
 	}
 }
+
+// TestCheckRunsJoint: Check runs the joint search on a history with an
+// AcquireAll, and only then.
+func TestCheckRunsJoint(t *testing.T) {
+	h := hist(
+		Acq(1, "b", 0, 1, 1, 1000, 900),
+		all(1, 2, 2, 60, []string{"a", "b"}, []uint64{1, 2}),
+		read(3, "a", 10, 11, 1),
+		Rel(1, "b", 50, 51, 1),
+	)
+	r := Check(h, nil, check.Options{})
+	if r.Joint == nil || r.Joint.Result != porcupine.Illegal || !r.Linearizable {
+		t.Errorf("joint %+v, per-key linearizable %v: want the joint search Illegal, the per-key one Ok", r.Joint, r.Linearizable)
+	}
+	if r := Check(hist(Acq(1, "b", 0, 1, 1, 1000, 900)), nil, check.Options{}); r.Joint != nil {
+		t.Errorf("joint %+v without an AcquireAll", r.Joint)
+	}
+}
