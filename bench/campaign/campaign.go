@@ -7,7 +7,6 @@
 package campaign
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,7 +148,7 @@ func (c *ChaosConfig) defaults() error {
 			c.Keys = max(1, c.Clients/8) // enough holders per key to fill its permits
 		}
 	case ChaosMulti:
-		c.Clients, c.Keys = cmp.Or(c.Clients, MultiClients), cmp.Or(c.Keys, MultiKeys)
+		c.multiDefaults()
 	case ChaosElection:
 		if c.Observers == 0 {
 			c.Observers = DefaultObservers
@@ -236,8 +235,7 @@ type ChaosReport struct {
 	PermitExcess        int `json:"permit_excess,omitempty"`
 	ModeTokenViolations int `json:"mode_token_violations,omitempty"`
 	SharedKeys          int `json:"shared_keys,omitempty"`
-	// Joint is the joint linearizability search's verdict (ChaosMulti:
-	// every key at once, an AcquireAll one operation; nil otherwise).
+	// Joint is the joint search's verdict (nil without AcquireAlls).
 	Joint *JointReport `json:"joint,omitempty"`
 	// Election is ChaosElection's leaders and observers (nil otherwise).
 	Election *ChaosElectionReport `json:"election,omitempty"`
@@ -450,10 +448,7 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 		if elect != nil {
 			break
 		}
-		run := w.client
-		if cfg.Mode == ChaosMulti {
-			run = w.multiClient
-		}
+		run := w.clientOf(cfg.Mode)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

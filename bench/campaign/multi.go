@@ -1,6 +1,7 @@
 package campaign
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,6 +75,19 @@ func (w *Workload) multiKeys(rng *rand.Rand, n int) []string {
 		keys = append(keys, fmt.Sprintf("chaos/%d", i))
 	}
 	return keys
+}
+
+// multiDefaults fills in ChaosMulti's clients and keys.
+func (c *ChaosConfig) multiDefaults() {
+	c.Clients, c.Keys = cmp.Or(c.Clients, MultiClients), cmp.Or(c.Keys, MultiKeys)
+}
+
+// clientOf is the client of a campaign's mode.
+func (w *Workload) clientOf(mode string) func(context.Context, int, lock.Locker, provision.ClientLinks, *rand.Rand) {
+	if mode == ChaosMulti {
+		return w.multiClient
+	}
+	return w.client
 }
 
 // multiClient is ChaosMulti's client: a step of the mix after another
