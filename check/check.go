@@ -123,6 +123,13 @@ type Op struct {
 	// Holders (Read only, OK) are the fencing tokens of the holders the
 	// read was shown, oldest grant first; empty when the key was free.
 	Holders []uint64 `json:"holders,omitempty"`
+	// Joint (Acquire only), when not zero, ties the ops of one
+	// multi-key acquire (AcquireAll): one op per key, each with its
+	// key's token, all with the same Joint, Start, End and outcome, as
+	// they took effect together. Checkers of one key read each op alone;
+	// the joint linearizability search (check/linearize) takes them as
+	// one operation with one linearization point.
+	Joint uint64 `json:"joint,omitempty"`
 }
 
 func (o Op) String() string {

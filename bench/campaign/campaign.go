@@ -152,6 +152,8 @@ func (c *ChaosConfig) defaults() error {
 		if c.Keys == 0 && c.Clients != 0 {
 			c.Keys = max(1, c.Clients/8) // enough holders per key to fill its permits
 		}
+	case ChaosMulti:
+		c.multiDefaults()
 	case ChaosElection:
 		if c.Observers == 0 {
 			c.Observers = DefaultObservers
@@ -240,6 +242,8 @@ type ChaosReport struct {
 	PermitExcess        int `json:"permit_excess,omitempty"`
 	ModeTokenViolations int `json:"mode_token_violations,omitempty"`
 	SharedKeys          int `json:"shared_keys,omitempty"`
+	// Joint is the joint search's verdict (nil without AcquireAlls).
+	Joint *JointReport `json:"joint,omitempty"`
 	// Election is ChaosElection's leaders and observers (nil otherwise).
 	Election *ChaosElectionReport `json:"election,omitempty"`
 	// TokenCheck is "checked", or why the fencing tokens were not checked
@@ -452,10 +456,11 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 		if elect != nil {
 			break
 		}
+		run := w.clientOf(cfg.Mode)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.client(runCtx, i, l, links[i], rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
+			run(runCtx, i, l, links[i], rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
 		}()
 	}
 	faultErr := w.schedule(runCtx, tg, rand.New(rand.NewPCG(cfg.Seed, 0)))
@@ -552,6 +557,7 @@ func (rep *ChaosReport) check() {
 	if rep.Holds == ChaosElection {
 		rep.electionCheck()
 	}
+	rep.jointCheck()
 }
 
 // breaks reports whether a fault injected in the campaign is expected to
@@ -590,5 +596,6 @@ func (rep *ChaosReport) Failures() []string {
 	if !rep.Linearizable && !rep.breaks(true) {
 		out = append(out, rep.linearizabilityFailures()...)
 	}
+	out = append(out, rep.jointFailures()...)
 	return append(out, rep.electionFailures()...)
 }

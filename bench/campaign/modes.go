@@ -18,10 +18,11 @@ const (
 	ChaosRW        = "rw"
 	ChaosSemaphore = "semaphore"
 	ChaosElection  = "election"
+	ChaosMulti     = "multi"
 )
 
 // ChaosModes lists the modes, as --mode spells them.
-var ChaosModes = []string{ChaosExclusive, ChaosRW, ChaosSemaphore, ChaosElection}
+var ChaosModes = []string{ChaosExclusive, ChaosRW, ChaosSemaphore, ChaosElection, ChaosMulti}
 
 // chaosFeature is the primitive a campaign's mode needs (0: none).
 func chaosFeature(mode string) lock.Features {
@@ -32,6 +33,8 @@ func chaosFeature(mode string) lock.Features {
 		return lock.FeatureSemaphore
 	case ChaosElection:
 		return lock.FeatureWatch // Observe; Campaign needs only AutoRenew
+	case ChaosMulti:
+		return lock.FeatureMultiKey | lock.FeatureShared | lock.FeatureSemaphore
 	}
 	return 0
 }
@@ -81,6 +84,8 @@ func (rep *ChaosReport) modeNotes() []string {
 		return []string{fmt.Sprintf("rw: each acquire shared with probability %.2f, else exclusive; shared holders read (no store write); overlaps count an exclusive holder beside any other, and keys with shared holds are left out of the linearizability search (its model is a mutex's)", rep.SharedFraction)}
 	case ChaosSemaphore:
 		return []string{fmt.Sprintf("semaphore: every acquire one of %d permits; holders read (no store write); overlaps count a permit granted while all %d were held (permit_excess), and the keys are left out of the linearizability search (its model is a mutex's)", rep.Permits, rep.Permits)}
+	case ChaosMulti:
+		return []string{rep.multiNote()}
 	case ChaosElection:
 		return []string{"election: clients campaign (lock/election, auto-renewed) on election keys, lead writing with their term's token, then resign or crash (Locker closed: the lease runs out); " +
 			"a term is an acquire ended at the leader's last deadline, so overlaps count two leaders at once by a leader's own clock; " +
@@ -100,6 +105,8 @@ func (rep *ChaosReport) holdsText() string {
 	case ChaosSemaphore:
 		return fmt.Sprintf("semaphore of %d permits; %d permits granted beyond them; %d keys left out of the linearizability search",
 			rep.Permits, rep.PermitExcess, rep.SharedKeys)
+	case ChaosMulti:
+		return rep.multiText()
 	case ChaosElection:
 		if el := rep.Election; el != nil {
 			return fmt.Sprintf("election on %d keys, %d observers each: %d terms (%d resigned, %d crashed, %d paused); %d leader reports, %d vacant, over %d watches (%d broke); "+

@@ -73,6 +73,11 @@ type Result struct {
 	MaxRecovery time.Duration
 	// Availability is the lock-delay and the recovery per fault kind.
 	Availability []check.KindAvailability
+	// Joint is the joint search's verdict (JointLinearizability: every
+	// key of a connected group at once, an AcquireAll one operation),
+	// run when the history has an operation that spans keys (HasJoint);
+	// nil otherwise.
+	Joint *JointVerdict
 }
 
 // NotOkKeys returns the keys whose linearizability verdict is not Ok.
@@ -107,6 +112,10 @@ func Check(h check.History, faults []check.Fault, opts check.Options) Result {
 	r.LinearizabilityKeys = LinearizabilityByKey(mutex, opts)
 	r.LinearizabilityResult, r.LinearizabilityUnknownKeys = Verdict(r.LinearizabilityKeys)
 	r.Linearizable = r.LinearizabilityResult == porcupine.Ok
+	if HasJoint(h) {
+		v := JointLinearizability(h, opts)
+		r.Joint = &v
+	}
 	r.Unavailable = check.TotalGaps(h, opts.Gap)
 	r.Recoveries, r.Recovered = check.RecoveryTimes(h, faults)
 	for _, d := range r.Recoveries {

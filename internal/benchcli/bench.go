@@ -327,6 +327,13 @@ it. Keys with shared holds are left out of the linearizability search,
 whose model is a mutex's. A backend without the primitive is refused at
 once (unsupported).
 
+--mode multi: 10 clients (default) on --keys keys (default 5) Inspect a
+key, AcquireAll 2–3 keys, or take one key exclusive or shared, or a permit
+of a semaphore on a key of its own; besides the per-key checkers the whole
+history is searched jointly (joint_*: an AcquireAll one operation with one
+linearization point, every Inspect legal against the holders at its
+point). It needs the multikey, shared and semaphore features.
+
 --mode election: the clients (default 8) campaign with lock/election on
 --keys election keys (default 2), lead for a short random time writing with
 their term's token, then resign or crash (their client closed, the lease
