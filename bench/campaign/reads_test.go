@@ -111,3 +111,89 @@ func countReads(h check.History) readCounts {
 	}
 	return n
 }
+
+// cachingLocker is a lease cache in front of a MemLocker, as the SDK's
+// works: Release keeps a lease, still held, and the next Acquire of its
+// key returns it while at least half its TTL is left; a kept lease is
+// released for real a little later (the SDK's reclaim or idle eviction,
+// shortened). With serveReleased it serves a kept lease again after
+// releasing it for real (the defect client/cache_seed_test.go's broken
+// cache has).
+type cachingLocker struct {
+	*locktest.MemLocker
+	serveReleased bool
+	mu            sync.Mutex
+	kept          map[string]*lock.Lease
+	wg            *sync.WaitGroup
+}
+
+func (c *cachingLocker) Acquire(ctx context.Context, key string, opts lock.AcquireOptions) (*lock.Lease, error) {
+	c.mu.Lock()
+	if l := c.kept[key]; l != nil {
+		delete(c.kept, key)
+		if c.serveReleased || l.Err() == nil && time.Until(l.Deadline()) > l.TTL()/2 {
+			c.mu.Unlock()
+			return l, nil
+		}
+		c.mu.Unlock()
+		c.MemLocker.Release(ctx, l) // it cannot serve: let it go first
+		return c.MemLocker.Acquire(ctx, key, opts)
+	}
+	c.mu.Unlock()
+	return c.MemLocker.Acquire(ctx, key, opts)
+}
+
+func (c *cachingLocker) Release(ctx context.Context, lease *lock.Lease) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lease.Err() != nil {
+		return c.MemLocker.Release(ctx, lease)
+	}
+	c.kept[lease.Key] = lease
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		time.Sleep(30 * time.Millisecond) // the cache's idle time, shortened
+		c.mu.Lock()
+		if c.kept[lease.Key] != lease {
+			c.mu.Unlock()
+			return // served again
+		}
+		if !c.serveReleased {
+			delete(c.kept, lease.Key)
+		}
+		c.mu.Unlock()
+		c.MemLocker.Release(context.Background(), lease)
+	}()
+	return nil
+}
+
+// TestChaosCachedLeases: half the clients cache their leases; the
+// campaign records a kept release when the lease's Done closes and a
+// cache hit as the same hold, and the honest cache passes every checker
+// with hits counted; a cache that serves a lease it released for real is
+// caught.
+func TestChaosCachedLeases(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		var wg sync.WaitGroup
+		opened := 0 // the campaign opens its clients in order; the last half cache
+		rep := memCampaign(t, ChaosConfig{CacheShare: 0.5, Think: 20 * time.Millisecond}, func(m *locktest.MemLocker) lock.Locker {
+			if opened++; opened <= 2 {
+				return m
+			}
+			return &cachingLocker{MemLocker: m, serveReleased: broken, kept: map[string]*lock.Lease{}, wg: &wg}
+		})
+		wg.Wait()
+		if rep.CachedClients != 2 || rep.CacheKept == 0 || rep.CacheHits == 0 {
+			t.Errorf("broken %v: %d cached clients, %d kept, %d hits", broken, rep.CachedClients, rep.CacheKept, rep.CacheHits)
+		}
+		switch {
+		case broken:
+			if len(rep.Failures()) == 0 {
+				t.Errorf("a cache that serves released leases passed: %q", rep.Verdicts())
+			}
+		case len(rep.Failures()) != 0 || rep.Overlaps != 0 || !rep.Linearizable:
+			t.Errorf("honest cache: %q %q", rep.Verdicts(), rep.TokenExamples)
+		}
+	}
+}
