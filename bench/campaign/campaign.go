@@ -66,6 +66,10 @@ type ChaosConfig struct {
 	SharedFraction float64
 	// Permits is ChaosSemaphore's N (default 3).
 	Permits int
+	// CacheShare is the share of the clients that run with the SDK's
+	// lease cache (raftlock; default 0.25, negative: none; see cache.go).
+	// RunChaosLockers takes the Lockers of that share to cache.
+	CacheShare float64
 	// Observers is ChaosElection's observers per election key (default
 	// DefaultObservers); ChaosElection's Clients default to 8 and its
 	// Keys to 2.
@@ -126,6 +130,9 @@ func (c *ChaosConfig) Fill() error {
 	}
 	if c.Duration < 5*time.Second || c.Duration > 24*time.Hour {
 		return fmt.Errorf("duration %v: want 5s to 24h", c.Duration)
+	}
+	if c.CacheShare == 0 {
+		c.CacheShare = DefaultCacheShare
 	}
 	return c.defaults()
 }
@@ -246,6 +253,7 @@ type ChaosReport struct {
 	Joint *JointReport `json:"joint,omitempty"`
 	// Election is ChaosElection's leaders and observers (nil otherwise).
 	Election *ChaosElectionReport `json:"election,omitempty"`
+	CampaignReads
 	// TokenCheck is "checked", or why the fencing tokens were not checked
 	// (a backend without them: the campaign numbers its grants itself).
 	// TokensReused counts grants of a key whose token an earlier grant
@@ -288,33 +296,6 @@ type ChaosReport struct {
 	// ChaosElection's observers' reports and watches.
 	observations []check.Observation
 	watches      []check.WatchSession
-}
-
-// KindAvailability is what clients saw around the faults of one kind: the
-// median and worst time from a fault's start to the first grant of a lock
-// requested at or after it (the lock-delay; a kill or pause of the
-// servers starts with the holder's death), and from its heal to the next
-// grant (recovery). Unserved and Unrecovered count the faults after which
-// there was no such grant (their times run to the end of the history).
-type KindAvailability struct {
-	Fault           string  `json:"fault"`
-	Count           int     `json:"count"`
-	ToGrantMedianS  float64 `json:"to_grant_median_s"`
-	ToGrantMaxS     float64 `json:"to_grant_max_s"`
-	RecoveryMedianS float64 `json:"recovery_median_s"`
-	RecoveryMaxS    float64 `json:"recovery_max_s"`
-	Unserved        int     `json:"unserved,omitempty"`
-	Unrecovered     int     `json:"unrecovered,omitempty"`
-}
-
-// FaultEvent is one injected fault.
-type FaultEvent struct {
-	Fault     string  `json:"fault"`
-	What      string  `json:"what"`
-	StartS    float64 `json:"start_s"`
-	HealS     float64 `json:"heal_s"`
-	RecoveryS float64 `json:"recovery_s"`
-	Recovered bool    `json:"recovered"`
 }
 
 // RunChaos starts the backend's servers behind proxies, runs the workload
@@ -430,6 +411,8 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 		}
 	}
 	rep.Notes = append(rep.Notes, rep.modeNotes()...)
+	w := &Workload{cfg: cfg, Store: store, Unfenced: NewUnfenced(), Fencing: info.Caps.Fencing, session: info.Caps.Session}
+	w.setReadsAndCache(tg)
 	lockers := make([]lock.Locker, cfg.Clients)
 	links := make([]provision.ClientLinks, cfg.Clients)
 	for i := range lockers {
@@ -442,7 +425,7 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 		return nil, err
 	}
 
-	w := &Workload{cfg: cfg, Store: store, Unfenced: NewUnfenced(), Base: time.Now(), Fencing: info.Caps.Fencing, session: info.Caps.Session}
+	w.Base = time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -463,6 +446,11 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 			run(runCtx, i, l, links[i], rand.New(rand.NewPCG(cfg.Seed, uint64(i)+1)))
 		}()
 	}
+	closeReaders, err := w.startReaders(runCtx, tg, &wg)
+	if err != nil {
+		return nil, err
+	}
+	defer closeReaders()
 	faultErr := w.schedule(runCtx, tg, rand.New(rand.NewPCG(cfg.Seed, 0)))
 	// The clients run for the whole Duration and then on until
 	// RecoveryGrace after the last heal: a fault healed near the end
@@ -500,6 +488,7 @@ func RunCampaign(ctx context.Context, tg *Target, cfg ChaosConfig, dir string) (
 	rep.history, rep.faults = w.History(), w.faults
 	rep.DurationS = time.Since(w.Base).Seconds()
 	rep.Injected = w.events
+	rep.readsFrom(w)
 	for k, n := range w.Errs {
 		rep.Errors[k] = n
 	}
@@ -554,6 +543,7 @@ func (rep *ChaosReport) check() {
 			Unserved: a.Unserved, Unrecovered: a.Unrecovered})
 	}
 	rep.Valid = !rep.breaks(false) || rep.Overlaps > 0
+	rep.readsCheck()
 	if rep.Holds == ChaosElection {
 		rep.electionCheck()
 	}

@@ -34,6 +34,11 @@ func TestChaosRaftSmoke(t *testing.T) {
 	if len(rep.Availability) == 0 {
 		t.Errorf("no availability per fault kind")
 	}
+	// Reads are in the checked history, and a quarter of the clients'
+	// lease caches answered some acquires.
+	if rep.Reads == 0 || rep.UnexplainedReads != 0 || rep.CachedClients == 0 || rep.CacheHits == 0 {
+		t.Errorf("%d reads (%d unexplained), %d cached clients, %d cache hits", rep.Reads, rep.UnexplainedReads, rep.CachedClients, rep.CacheHits)
+	}
 
 	// The JSON has the documented fields.
 	var js bytes.Buffer

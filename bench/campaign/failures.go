@@ -43,5 +43,6 @@ func (rep *ChaosReport) Failures() []string {
 		out = append(out, rep.linearizabilityFailures()...)
 	}
 	out = append(out, rep.jointFailures()...)
+	out = append(out, rep.readFailures()...)
 	return append(out, rep.electionFailures()...)
 }

@@ -120,6 +120,9 @@ func (r *ChaosReport) Verdicts() []string {
 		v = append(v, fmt.Sprintf("holds %s (permit_excess %d, mode_token_violations %d, shared_keys %d)",
 			r.Holds, r.PermitExcess, r.ModeTokenViolations, r.SharedKeys))
 	}
+	if t := r.readsText(); t != "" {
+		v = append(v, "reads "+t)
+	}
 	if el := r.Election; el != nil {
 		v = append(v, fmt.Sprintf("election terms %d, reports %d, vacant %d, watches %d, rewatches %d, seen %d, missed_during_rewatch %d, before_sync %d, unseen %d, order_violations %d, phantom_tokens %d (explained %d)",
 			el.Terms, el.Reports, el.Vacant, el.Watches, el.Rewatches, el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen, el.OrderViolations, el.PhantomTokens, el.PhantomsExplained))

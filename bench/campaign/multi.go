@@ -102,7 +102,7 @@ func (w *Workload) multiClient(ctx context.Context, id int, l lock.Locker, links
 			if rng.IntN(4) == 0 {
 				keys = []string{MultiSemaphoreKey}
 			}
-			w.inspect(ctx, rng, id, l, keys[0])
+			w.inspectAny(ctx, rng, id, l, keys[0])
 			continue
 		}
 		opts := lock.AcquireOptions{TTL: ttl}
@@ -231,36 +231,18 @@ func (w *Workload) useAndRelease(ctx context.Context, rng *rand.Rand, id int, l 
 	wg.Wait()
 }
 
-// inspect asks who holds key and records what it was shown as a
+// inspectAny asks who holds key and records what it was shown as a
 // check.Read: OK with the holders' tokens (none: free), or Unknown. A
 // campaign without the backend's tokens (they are numbered by the
 // campaign) has nothing to compare them with and records nothing.
-func (w *Workload) inspect(ctx context.Context, rng *rand.Rand, id int, l lock.Locker, key string) {
+func (w *Workload) inspectAny(ctx context.Context, rng *rand.Rand, id int, l lock.Locker, key string) {
 	if !w.Fencing {
 		return
 	}
-	rd := check.Op{Client: id, Key: key, Kind: check.Read, Start: w.Now()}
-	ictx, cancel := context.WithTimeout(ctx, w.cfg.TTL)
-	info, err := l.Inspect(ictx, key)
-	cancel()
-	rd.End = w.Now()
-	switch {
-	case err == nil:
-		rd.OK = true
-		for _, h := range info.Holders {
-			rd.Holders = append(rd.Holders, uint64(h.Token))
-		}
-		if len(info.Holders) == 0 {
-			rd.Holders = []uint64{uint64(info.Token)}
-		}
-	case errors.Is(err, lock.ErrNotFound):
-		rd.OK = true
-	default:
-		rd.Unknown = true
-		if ctx.Err() == nil {
-			w.fail("inspect", err)
-			provision.SleepCtx(ctx, provision.Between(rng, 20*time.Millisecond, 100*time.Millisecond))
-		}
+	rd, err := w.readHolders(ctx, id, l, key, w.cfg.TTL)
+	if err != nil && ctx.Err() == nil {
+		w.fail("inspect", err)
+		provision.SleepCtx(ctx, provision.Between(rng, 20*time.Millisecond, 100*time.Millisecond))
 	}
 	w.Record(rd)
 }

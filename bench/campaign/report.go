@@ -33,6 +33,9 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	if h := r.holdsText(); h != "" {
 		fmt.Fprintf(tw, "holds\t%s\n", h)
 	}
+	if t := r.readsText(); t != "" {
+		fmt.Fprintf(tw, "reads\t%s\n", t)
+	}
 	fmt.Fprintf(tw, "overlaps\t%d\n", r.Overlaps)
 	fmt.Fprintf(tw, "stale writes accepted\t%d\n", r.StaleWritesAccepted)
 	fmt.Fprintf(tw, "stale writes rejected\t%d\n", r.StaleWritesRejected)
@@ -86,6 +89,9 @@ func (r *ChaosReport) WriteTable(w io.Writer) error {
 	}
 	for _, ex := range r.TokenExamples {
 		fmt.Fprintf(w, "token: %s\n", ex)
+	}
+	for _, ex := range r.ReadExamples {
+		fmt.Fprintf(w, "read: %s\n", ex)
 	}
 	if r.Election != nil {
 		for _, ex := range r.Election.Examples {
@@ -264,4 +270,31 @@ func (r *ChaosReport) htmlHeader() string {
 	}
 	b.WriteString("</div>\n")
 	return b.String()
+}
+
+// KindAvailability is what clients saw around the faults of one kind: the
+// median and worst time from a fault's start to the first grant of a lock
+// requested at or after it (the lock-delay; a kill or pause of the
+// servers starts with the holder's death), and from its heal to the next
+// grant (recovery). Unserved and Unrecovered count the faults after which
+// there was no such grant (their times run to the end of the history).
+type KindAvailability struct {
+	Fault           string  `json:"fault"`
+	Count           int     `json:"count"`
+	ToGrantMedianS  float64 `json:"to_grant_median_s"`
+	ToGrantMaxS     float64 `json:"to_grant_max_s"`
+	RecoveryMedianS float64 `json:"recovery_median_s"`
+	RecoveryMaxS    float64 `json:"recovery_max_s"`
+	Unserved        int     `json:"unserved,omitempty"`
+	Unrecovered     int     `json:"unrecovered,omitempty"`
+}
+
+// FaultEvent is one injected fault.
+type FaultEvent struct {
+	Fault     string  `json:"fault"`
+	What      string  `json:"what"`
+	StartS    float64 `json:"start_s"`
+	HealS     float64 `json:"heal_s"`
+	RecoveryS float64 `json:"recovery_s"`
+	Recovered bool    `json:"recovered"`
 }

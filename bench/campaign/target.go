@@ -19,6 +19,9 @@ type Target struct {
 	// newClient opens client i, and returns its own links when the
 	// backend's locks live on a client session (see clientLinks).
 	newClient func(i int) (lock.Locker, provision.ClientLinks, error)
+	// cached reports whether client i runs with the SDK's lease cache
+	// (nil: none); each campaign sets it (cache.go).
+	cached func(i int) bool
 }
 
 func (t *Target) Close() { t.s.Close() }
@@ -54,7 +57,9 @@ func StartTarget(ctx context.Context, backend, lockgate string, log io.Writer) (
 				return nil, nil, err
 			}
 		}
-		l, err := backends.Open(ctx, backend, backends.Spec(spec), campaignClients)
+		opts := campaignClients
+		opts.CacheLeases = t.cached != nil && t.cached(i)
+		l, err := backends.Open(ctx, backend, backends.Spec(spec), opts)
 		return l, links, err
 	}
 	return t, nil

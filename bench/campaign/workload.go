@@ -40,6 +40,9 @@ type Workload struct {
 	pauses atomic.Int32
 	// Cycles counts the grants so far, for the progress lines.
 	Cycles atomic.Int64
+
+	reads readState  // reads.go
+	cache cacheState // cache.go
 }
 
 // takePause claims an armed client pause, if there is one.
@@ -104,8 +107,13 @@ func (w *Workload) History() check.History {
 // ctx ends. It never renews: a lease lives its TTL.
 func (w *Workload) client(ctx context.Context, id int, l lock.Locker, links provision.ClientLinks, rng *rand.Rand) {
 	ttl := w.cfg.TTL
+	cc := w.newClientCache(id)
+	defer w.settleAll(cc)
 	for ctx.Err() == nil {
 		key := fmt.Sprintf("chaos/%d", rng.IntN(w.cfg.Keys))
+		if rng.IntN(4) == 0 {
+			w.inspect(ctx, id, l, key)
+		}
 		opts := w.acquireOptions(rng, ttl)
 		acq := check.Op{Client: id, Key: key, Kind: check.Acquire, TTL: ttl, Start: w.Now(),
 			Shared: opts.Mode == lock.ModeShared, Permits: opts.Permits}
@@ -126,7 +134,9 @@ func (w *Workload) client(ctx context.Context, id int, l lock.Locker, links prov
 			token = lock.Token(w.synthetic.Add(1))
 		}
 		acq.OK, acq.Token, acq.Deadline, acq.Session = true, uint64(token), lease.Deadline().Sub(w.Base), w.session
-		w.Record(acq)
+		if !w.resumed(cc, key, lease) {
+			w.Record(acq)
+		}
 
 		// A correct client checks its deadline before it writes; a paused
 		// one checked, then stalled (a GC pause) and writes late.
@@ -149,6 +159,9 @@ func (w *Workload) client(ctx context.Context, id int, l lock.Locker, links prov
 		default:
 			w.write(ctx, id, key, token)
 		}
+		if rng.IntN(3) == 0 {
+			w.inspect(ctx, id, l, key)
+		}
 		hold := w.cfg.Hold
 		if rng.IntN(LongHoldEvery) == 0 {
 			hold = max(hold, min(LongHold*hold, ttl/2))
@@ -160,10 +173,15 @@ func (w *Workload) client(ctx context.Context, id int, l lock.Locker, links prov
 		err = l.Release(rctx, lease)
 		cancel()
 		rel.End = w.Now()
-		if SettleRelease(&rel, err) {
-			w.fail("release", err)
+		if !w.kept(ctx, cc, rel, lease, err) {
+			if SettleRelease(&rel, err) {
+				w.fail("release", err)
+			}
+			w.Record(rel)
 		}
-		w.Record(rel)
+		if rng.IntN(4) == 0 {
+			w.inspect(ctx, id, l, fmt.Sprintf("chaos/%d", rng.IntN(w.cfg.Keys)))
+		}
 		if w.cfg.Think > 0 {
 			provision.SleepCtx(ctx, provision.Between(rng, 0, w.cfg.Think))
 		}
@@ -236,11 +254,13 @@ func (w *Workload) schedule(ctx context.Context, tg *Target, rng *rand.Rand) err
 		if err != nil {
 			return fmt.Errorf("injecting %s: %w", name, err)
 		}
+		w.notePause(tg, name, what, false)
 		fmt.Fprintf(w.cfg.Progress, "%6.1fs  %-12s %s  (%d cycles so far)\n", start.Seconds(), name, what, w.Cycles.Load())
 		time.Sleep(hold) // a fault is held even past the end: it must be healed
 		if err := heal(); err != nil {
 			return fmt.Errorf("healing %s (%s): %w", name, what, err)
 		}
+		w.notePause(tg, name, what, true)
 		healed := w.Now()
 		w.Mu.Lock()
 		w.faults = append(w.faults, check.Fault{Name: name, Start: start, Heal: healed})

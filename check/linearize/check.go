@@ -69,6 +69,12 @@ type Result struct {
 	// Recovered has one entry per fault: whether an acquire succeeded at or
 	// after its Heal.
 	Recovered []bool
+	// Reads is what the reads (Inspect answers) showed: how many were
+	// answered, and the phantoms (a token no known grant carried) with
+	// those no unknown acquire explains (see ReadPhantoms; not checked
+	// when Options.NoTokens: the history's tokens are not the backend's).
+	// The other reads are part of the linearizability search.
+	Reads ReadStats
 	// MaxRecovery is the largest of Recoveries.
 	MaxRecovery time.Duration
 	// Availability is the lock-delay and the recovery per fault kind.
@@ -106,6 +112,9 @@ func Check(h check.History, faults []check.Fault, opts check.Options) Result {
 		r.ModeTokenViolations, ex = check.ModeTokens(h, opts.MaxExamples)
 		r.TokenRegressions += r.ModeTokenViolations
 		r.TokenExamples = append(r.TokenExamples, ex...)
+	}
+	if !opts.NoTokens {
+		r.Reads = ReadPhantoms(h, opts.MaxExamples)
 	}
 	mutex, shared := check.SplitShared(h)
 	r.SharedKeys = shared

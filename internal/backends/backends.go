@@ -254,6 +254,9 @@ type Options struct {
 	// SessionTTL is the etcd session's TTL (etcd); zero keeps zklike's
 	// default.
 	SessionTTL time.Duration
+	// CacheLeases turns on the SDK's lease cache (raft:
+	// client.Options.CacheLeases, docs/lease-cache.md).
+	CacheLeases bool
 }
 
 // Check returns an error matching ErrUnknownBackend that names the first

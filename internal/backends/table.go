@@ -18,7 +18,7 @@ var table = []entry{
 	{name: Raft, kind: KindRaft, caps: Caps{Fencing: true, TTL: true, FIFO: true, Inspect: true, Wanted: true},
 		variants: []variant{{name: "cluster", mode: "SDK to a 3-node raftlock cluster (leader-local FIFO queues, fsync'd log)",
 			open: func(_ context.Context, sp Spec, o Options) (lock.Locker, error) {
-				return client.New(sp.Raft, client.Options{RequestTimeout: o.RequestTimeout})
+				return client.New(sp.Raft, client.Options{RequestTimeout: o.RequestTimeout, CacheLeases: o.CacheLeases})
 			}}}},
 	{name: Redlock, kind: KindRedis, caps: Caps{Fencing: true, TTL: true, Inspect: true, Wanted: true},
 		variants: []variant{

@@ -422,6 +422,7 @@ key only.`,
 	f.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "lease TTL (etcd's smallest is 2s; keep it above the election time)")
 	f.DurationVar(&cfg.Hold, "hold", 20*time.Millisecond, "longest hold of a lock after the writes (each drawn uniformly below it)")
 	f.DurationVar(&cfg.Think, "think", 0, "longest pause between a release and the next acquire (each drawn uniformly below it; 0: none)")
+	f.Float64Var(&cfg.CacheShare, "cache-share", campaign.DefaultCacheShare, "share of the clients that run with the SDK's lease cache (raft, --mode exclusive; negative: none)")
 	f.StringVar(&cfg.Mode, "mode", campaign.ChaosExclusive, "how clients hold their keys: "+strings.Join(campaign.ChaosModes, ", ")+
 		" (rw: shared with probability --rw-shared, else exclusive; semaphore: one of --permits permits, on clients/8 keys by default)")
 	f.Float64Var(&cfg.SharedFraction, "rw-shared", 0.5, "--mode rw: probability (above 0, at most 1) that an acquire is shared")
