@@ -44,7 +44,9 @@ func (k *call) what() string {
 // do sends k on the live connection and returns the first answer that is
 // not a transient failure. Dropped connections, not_leader redirects,
 // closed gateways and unavailable answers are retried (redirects at once,
-// the rest with backoff) until ctx ends. parent is the caller's context
+// the rest with backoff) until ctx ends; maxStrikes not_leader answers
+// naming no leader or unavailable answers in a row move the connection to
+// another endpoint. parent is the caller's context
 // (ctx may add RequestTimeout to it); the error of a call that gave up says
 // which of them ended.
 func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
@@ -116,6 +118,12 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 				} else {
 					hops = 0 // a waiting acquire keeps looking, after a pause
 				}
+			} else {
+				// This node knows no leader: an election, or a leader cut
+				// off from its quorum that stepped down, which may last.
+				// Nothing was done (k.prior stays); like unavailable, a few
+				// in a row move the client to another endpoint.
+				wc.strike()
 			}
 			retry++
 			if !c.backoff(ctx, retry) {

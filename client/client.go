@@ -15,8 +15,9 @@
 // an endpoint picked at random. A gateway that answers not_leader with the
 // leader's address is left for that address (at most Options.MaxHops hops
 // per request before the request backs off); a connection that fails, or a
-// gateway that answers closed (or unavailable three times in a row), is
-// replaced with backoff and jitter, preferring another endpoint.
+// gateway that answers closed (or, three times in a row, unavailable or
+// not_leader naming no leader: an election, or a leader cut off from its
+// quorum), is replaced with backoff and jitter, preferring another endpoint.
 //
 // # Transparent recovery
 //

@@ -26,8 +26,9 @@ import (
 const (
 	pingInterval = 5 * time.Second
 	idleTimeout  = 15 * time.Second
-	// maxStrikes is how many consecutive unavailable answers a connection
-	// may give before the client tries another gateway.
+	// maxStrikes is how many consecutive unavailable answers, or not_leader
+	// answers naming no leader, a connection may give before the client
+	// tries another gateway.
 	maxStrikes = 3
 	// replyBuffer is the per-request queue of replies; a request gets at
 	// most a queued and a final reply.
@@ -269,11 +270,12 @@ func (wc *wsConn) ended() (cause error, redirect string, avoid bool) {
 	return wc.cause, wc.redirect, wc.avoid
 }
 
-// strike counts an unavailable answer; after maxStrikes in a row the
-// connection is dropped so that another gateway is tried.
+// strike counts an unavailable answer or a not_leader naming no leader;
+// after maxStrikes in a row the connection is dropped so that another
+// gateway is tried.
 func (wc *wsConn) strike() {
 	if wc.strikes.Add(1) >= maxStrikes {
-		wc.closeFor("", true, errors.New("gateway keeps answering unavailable"))
+		wc.closeFor("", true, errors.New("gateway keeps answering unavailable or not_leader without a leader"))
 	}
 }
 

@@ -155,6 +155,9 @@ func (c *Client) watch(ctx context.Context, key string, prefix bool) (<-chan loc
 					wc.closeFor(addr, false, last)
 					continue
 				}
+				if addr == "" || c.dead(addr) {
+					wc.strike() // no leader known here: as for unavailable, a few in a row move on
+				}
 			case wire.CodeClosed:
 				last = replyError(first, key)
 				wc.closeFor("", true, last)

@@ -84,6 +84,7 @@ export async function watchKey(c: { env: Env; calls: Calls; conns: Connection },
               conn.closeFor(addr, false, new Error("not_leader"));
               continue;
             }
+            if (!addr) conn.strike(); // no leader known here: as for unavailable, a few in a row move on
             break;
           }
           case "closed":

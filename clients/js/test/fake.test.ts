@@ -115,6 +115,33 @@ test("not_leader without a leader and unavailable are retried with backoff; not_
   }
 });
 
+// A node cut off from its peers (an ex-leader that stepped down) answers
+// not_leader naming no leader for as long as it stays cut off. The real
+// servers of these tests come only from the Go harness, which cannot cut a
+// node off, so a scripted gateway plays that node: what is tested is the
+// client's choice of endpoint, not the server.
+test("a client moves off an endpoint that keeps answering not_leader without a leader", async () => {
+  const leaderless = await fake((m, reply) => reply({ type: "error", error: { code: "not_leader", message: "no leader known", leader: {} } }));
+  // The working gateway refuses upgrades until the client has reached the
+  // leaderless one, so the request is sent there first whichever endpoint
+  // the client picks first.
+  const good = await fake(simple, { refuse: () => (leaderless.upgrades.length === 0 ? { status: 503 } : undefined) });
+  try {
+    const c = new Client([leaderless.addr, good.addr], { requestTimeoutMs: 20_000 });
+    const start = performance.now();
+    // Bound: three answers backed off from 50 ms (at most 350 ms), a
+    // reconnect and a round trip, with room for a busy machine.
+    const l = await c.tryAcquire("k", { ttlMs: 1000, signal: AbortSignal.timeout(8_000) });
+    assert.ok(performance.now() - start < 8_000);
+    assert.ok(leaderless.got.length >= 1, "the request never reached the leaderless endpoint: the test proved nothing");
+    assert.equal(c.endpoint, good.addr);
+    await l.release();
+    await c.close();
+  } finally {
+    await Promise.all([leaderless.close(), good.close()]);
+  }
+});
+
 test("an aborted acquire sends cancel (6) naming it; a grant that raced the cancel is released", async () => {
   for (const race of [false, true]) {
     const f = await fake((m, reply, ws) => {

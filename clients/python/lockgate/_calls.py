@@ -95,8 +95,10 @@ class _Calls:
     async def _do(self, k: _Call) -> Dict[str, Any]:
         """Send ``k`` until it gets an answer that is not a transient failure.
         Dropped connections, not_leader, closed and unavailable answers are
-        retried (redirects at once, the rest with backoff). The caller bounds
-        it (asyncio.timeout, cancellation)."""
+        retried (redirects at once, the rest with backoff); MAX_STRIKES
+        unavailable answers, or not_leader answers naming no leader, in a row
+        move the connection to another endpoint. The caller bounds it
+        (asyncio.timeout, cancellation)."""
         hops = 0
         retry = 0
         while True:
@@ -153,6 +155,12 @@ class _Calls:
                         raise err
                     else:
                         hops = 0  # a waiting acquire keeps looking, after a pause
+                else:
+                    # This node knows no leader: an election, or a leader cut
+                    # off from its quorum that stepped down, which may last.
+                    # Nothing was done (k.prior stays); like unavailable, a
+                    # few in a row move the client to another endpoint.
+                    wc.strike()
                 retry += 1
                 await asyncio.sleep(backoff(retry))
             elif code == "closed":

@@ -26,7 +26,7 @@ FEATURES_HEADER = "Lockgate-Features"
 MAX_MESSAGE = 64 << 10
 PING_INTERVAL = 5.0  #: seconds between the client's pings
 PING_TIMEOUT = 10.0  #: a pong later than this drops the connection (a vanished gateway)
-MAX_STRIKES = 3  #: unavailable answers in a row before another gateway is tried
+MAX_STRIKES = 3  #: unavailable answers, or not_leader naming no leader, in a row before another gateway is tried
 
 # Markers put into a request's reply queue instead of a reply.
 DROPPED = object()  #: the connection failed before the answer
@@ -172,7 +172,7 @@ class Conn:
     def strike(self) -> None:
         self.strikes += 1
         if self.strikes >= MAX_STRIKES:
-            self.close_for("", True, ConnectionError("gateway keeps answering unavailable"))
+            self.close_for("", True, ConnectionError("gateway keeps answering unavailable or not_leader without a leader"))
 
     def good(self) -> None:
         self.strikes = 0

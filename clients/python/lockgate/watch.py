@@ -140,6 +140,8 @@ class Watch:
                                     hops += 1
                                     wc.close_for(addr, False, err)
                                     continue
+                                if not addr or c._is_dead(addr):
+                                    wc.strike()  # no leader known here: as for unavailable, a few in a row move on
                             elif err.code == "closed":
                                 wc.close_for("", True, err)
                                 continue

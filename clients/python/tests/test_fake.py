@@ -154,6 +154,30 @@ class TestFake(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((info.owner, info.fencing_token, info.waiters), ("o", 7, 2))  # a bare-number token
             self.assertEqual(len(gw.requests), 2)
 
+    async def test_leaderless_endpoint_is_left(self) -> None:
+        # A node cut off from its peers (an ex-leader that stepped down)
+        # answers not_leader naming no leader for as long as it stays cut
+        # off. The real servers of the SDK tests come only from the Go
+        # harness, which cannot cut a node off, so a scripted gateway plays
+        # that node: what is tested is the client's choice of endpoint.
+        async def no_leader(f: Fake, ws: Any, req: Dict[str, Any]) -> None:
+            await ws.send(json.dumps({"id": req["id"], "type": "error", "success": False, "error": {
+                "code": "not_leader", "message": "no leader known", "leader": {}}}))
+        async with Fake(no_leader) as leaderless:
+            # The working gateway refuses upgrades until the client has
+            # reached the leaderless one, so the request is sent there first
+            # whichever endpoint the client picks first.
+            refuse = lambda: (http.HTTPStatus.SERVICE_UNAVAILABLE, [], b"") if leaderless.conns == 0 else None  # noqa: E731
+            async with Fake(grant_all, refuse=refuse) as good, \
+                    lockgate.Client([leaderless.addr, good.addr], request_timeout=20) as c:
+                # Bound: three answers backed off from 50 ms (at most 350 ms),
+                # a reconnect and a round trip, with room for a busy machine.
+                lease = await asyncio.wait_for(c.try_acquire("k", ttl=5), 8.0)
+                self.assertGreaterEqual(len(leaderless.requests), 1,
+                                        "the request never reached the leaderless endpoint: the test proved nothing")
+                self.assertEqual(c.endpoint, good.addr)
+                await lease.release()
+
     async def test_cancel_sends_6_and_releases_a_raced_grant(self) -> None:
         async def race(f: Fake, ws: Any, req: Dict[str, Any]) -> None:
             if req["commandType"] == 6:
