@@ -94,16 +94,35 @@ func modeName(o Op) string {
 	return "exclusive"
 }
 
-// SplitShared returns the ops of h on keys without shared grants (the
-// linearizability model's mutex applies to them) and how many keys it left
-// out.
-func SplitShared(h History) (mutex History, sharedKeys int) {
+// OnlySharedKeys returns the ops of h on keys with shared grants: those
+// SplitShared leaves out.
+func OnlySharedKeys(h History) History {
+	shared := sharedKeys(h)
+	var out History
+	for _, o := range h {
+		if shared[o.Key] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// sharedKeys returns the keys of h with shared grants.
+func sharedKeys(h History) map[string]bool {
 	shared := make(map[string]bool)
 	for _, o := range h {
 		if o.Kind == Acquire && o.Shared {
 			shared[o.Key] = true
 		}
 	}
+	return shared
+}
+
+// SplitShared returns the ops of h on keys without shared grants (the
+// linearizability model's mutex applies to them) and how many keys it left
+// out.
+func SplitShared(h History) (mutex History, sharedCount int) {
+	shared := sharedKeys(h)
 	if len(shared) == 0 {
 		return h, 0
 	}

@@ -244,8 +244,8 @@ type ChaosReport struct {
 	// permits were all held (included in Overlaps); ModeTokenViolations
 	// the grants whose token was not above every grant of the other mode
 	// received before (included in TokenRegressions); SharedKeys the keys
-	// with shared holds, left out of the linearizability search (its
-	// model is a mutex's).
+	// with shared holds, left out of the per-key search (its model is a
+	// mutex's) and searched by the joint model (Joint).
 	PermitExcess        int `json:"permit_excess,omitempty"`
 	ModeTokenViolations int `json:"mode_token_violations,omitempty"`
 	SharedKeys          int `json:"shared_keys,omitempty"`

@@ -81,9 +81,9 @@ func (w *Workload) Read(id int, key string, token lock.Token) {
 func (rep *ChaosReport) modeNotes() []string {
 	switch rep.Holds {
 	case ChaosRW:
-		return []string{fmt.Sprintf("rw: each acquire shared with probability %.2f, else exclusive; shared holders read (no store write); overlaps count an exclusive holder beside any other, and keys with shared holds are left out of the linearizability search (its model is a mutex's)", rep.SharedFraction)}
+		return []string{fmt.Sprintf("rw: each acquire shared with probability %.2f, else exclusive; shared holders read (no store write); overlaps count an exclusive holder beside any other, and keys with shared holds are searched by the joint model (holders of both modes, joint_*), not the per-key mutex model", rep.SharedFraction)}
 	case ChaosSemaphore:
-		return []string{fmt.Sprintf("semaphore: every acquire one of %d permits; holders read (no store write); overlaps count a permit granted while all %d were held (permit_excess), and the keys are left out of the linearizability search (its model is a mutex's)", rep.Permits, rep.Permits)}
+		return []string{fmt.Sprintf("semaphore: every acquire one of %d permits; holders read (no store write); overlaps count a permit granted while all %d were held (permit_excess), and the keys are searched by the joint model (permits bounded, joint_*), not the per-key mutex model", rep.Permits, rep.Permits)}
 	case ChaosMulti:
 		return []string{rep.multiNote()}
 	case ChaosElection:
@@ -100,11 +100,11 @@ func (rep *ChaosReport) modeNotes() []string {
 func (rep *ChaosReport) holdsText() string {
 	switch rep.Holds {
 	case ChaosRW:
-		return fmt.Sprintf("rw, %.0f%% shared; %d keys left out of the linearizability search; %d grants with a token not above the other mode's before them",
-			100*rep.SharedFraction, rep.SharedKeys, rep.ModeTokenViolations)
+		return fmt.Sprintf("rw, %.0f%% shared; %d keys with shared holds%s; %d grants with a token not above the other mode's before them",
+			100*rep.SharedFraction, rep.SharedKeys, rep.jointText(), rep.ModeTokenViolations)
 	case ChaosSemaphore:
-		return fmt.Sprintf("semaphore of %d permits; %d permits granted beyond them; %d keys left out of the linearizability search",
-			rep.Permits, rep.PermitExcess, rep.SharedKeys)
+		return fmt.Sprintf("semaphore of %d permits; %d permits granted beyond them; %d keys%s",
+			rep.Permits, rep.PermitExcess, rep.SharedKeys, rep.jointText())
 	case ChaosMulti:
 		return rep.multiText()
 	case ChaosElection:
@@ -114,6 +114,15 @@ func (rep *ChaosReport) holdsText() string {
 				el.Keys, el.ObserversPerKey, el.Terms, el.Resigned, el.Crashed, el.Paused, el.Reports, el.Vacant, el.Watches, el.Rewatches,
 				el.Seen, el.MissedDuringRewatch, el.BeforeSync, el.Unseen, el.OrderViolations, el.PhantomTokens, el.PhantomsExplained, el.PhantomsInFlight)
 		}
+	}
+	return ""
+}
+
+// jointText is the joint search's verdict for a mode whose shared keys it
+// searched ("" when it did not run).
+func (rep *ChaosReport) jointText() string {
+	if j := rep.Joint; j != nil {
+		return fmt.Sprintf(", searched jointly: %s over %d operations in %d groups, %.1fs", j.Result, j.Ops, j.Groups, j.ElapsedS)
 	}
 	return ""
 }

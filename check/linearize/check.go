@@ -81,8 +81,9 @@ type Result struct {
 	Availability []check.KindAvailability
 	// Joint is the joint search's verdict (JointLinearizability: every
 	// key of a connected group at once, an AcquireAll one operation),
-	// run when the history has an operation that spans keys (HasJoint);
-	// nil otherwise.
+	// run when the history has an operation that spans keys (HasJoint),
+	// else over the keys with shared holds, which the per-key mutex
+	// search leaves out (one key a group); nil when there are neither.
 	Joint *JointVerdict
 }
 
@@ -121,8 +122,14 @@ func Check(h check.History, faults []check.Fault, opts check.Options) Result {
 	r.LinearizabilityKeys = LinearizabilityByKey(mutex, opts)
 	r.LinearizabilityResult, r.LinearizabilityUnknownKeys = Verdict(r.LinearizabilityKeys)
 	r.Linearizable = r.LinearizabilityResult == porcupine.Ok
-	if HasJoint(h) {
+	switch {
+	case HasJoint(h):
 		v := JointLinearizability(h, opts)
+		r.Joint = &v
+	case shared > 0:
+		// The keys with shared holds (read locks, semaphores), which the
+		// mutex model cannot judge: the joint model can, one key a group.
+		v := JointLinearizability(check.OnlySharedKeys(h), opts)
 		r.Joint = &v
 	}
 	r.Unavailable = check.TotalGaps(h, opts.Gap)

@@ -255,3 +255,28 @@ func TestCheckRunsJoint(t *testing.T) {
 		t.Errorf("joint %+v without an AcquireAll", r.Joint)
 	}
 }
+
+// TestCheckSearchesSharedKeys: without an AcquireAll, Check still runs the
+// joint search over the keys with shared holds (the per-key mutex search
+// leaves them out), and only over them: an exclusive grant beside a live
+// reader is Illegal there, and the mutex key beside it is not searched
+// again.
+func TestCheckSearchesSharedKeys(t *testing.T) {
+	h := hist(
+		shared(Acq(1, "r", 0, 1, 1, 1000, 900), 0),
+		Acq(2, "r", 2, 3, 2, 1000, 900), // the reader's lease runs to 1000 at least
+		Acq(3, "m", 0, 1, 1, 1000, 900),
+	)
+	r := Check(h, nil, check.Options{})
+	if r.Joint == nil || r.Joint.Result != porcupine.Illegal || r.Joint.Keys != 1 {
+		t.Errorf("joint %+v: want the shared key searched jointly, alone, and found Illegal", r.Joint)
+	}
+	legal := hist(
+		shared(Acq(1, "r", 0, 1, 1, 1000, 900), 0),
+		Rel(1, "r", 2, 3, 1),
+		Acq(2, "r", 4, 5, 2, 1000, 900),
+	)
+	if r := Check(legal, nil, check.Options{}); r.Joint == nil || r.Joint.Result != porcupine.Ok {
+		t.Errorf("joint %+v: want Ok for an exclusive grant after the reader left", r.Joint)
+	}
+}
