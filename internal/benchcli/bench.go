@@ -453,9 +453,26 @@ func historyPath(history, jsonOut, htmlOut string, seed uint64) string {
 
 // reportWriter is what every bench command's result can be written as.
 type reportWriter interface {
+	tableJSONWriter
+	WriteHTML(io.Writer) error
+}
+
+// tableJSONWriter is a report with a table and a JSON form.
+type tableJSONWriter interface {
 	WriteTable(io.Writer) error
 	WriteJSON(io.Writer) error
-	WriteHTML(io.Writer) error
+}
+
+// writeTableJSON writes rep's table to w and its JSON to jsonOut (none
+// when "").
+func writeTableJSON(w io.Writer, rep tableJSONWriter, jsonOut string) error {
+	if err := rep.WriteTable(w); err != nil {
+		return err
+	}
+	if jsonOut == "" {
+		return nil
+	}
+	return report.WriteFile(jsonOut, rep.WriteJSON)
 }
 
 // benchSetup finds the lockgate binary the bench runs as its servers

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lockgate/lockgate/bench/provision"
-	"github.com/lockgate/lockgate/bench/report"
 	"github.com/lockgate/lockgate/bench/soak"
 	"github.com/lockgate/lockgate/internal/cli"
 )
@@ -79,13 +78,8 @@ failed. --json writes every sample, the faults and the verdicts.`,
 			if err != nil {
 				return err
 			}
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+			if err := writeTableJSON(cmd.OutOrStdout(), rep, jsonOut); err != nil {
 				return err
-			}
-			if jsonOut != "" {
-				if err := report.WriteFile(jsonOut, rep.WriteJSON); err != nil {
-					return err
-				}
 			}
 			if failed := rep.Failed(); len(failed) > 0 {
 				return fmt.Errorf("soak: %s", strings.Join(failed, "; "))

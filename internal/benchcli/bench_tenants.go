@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench/report"
 	"github.com/lockgate/lockgate/bench/tenants"
 	"github.com/lockgate/lockgate/internal/cli"
 )
@@ -96,13 +95,8 @@ goal is expected to fail.`,
 			if err != nil {
 				return err
 			}
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+			if err := writeTableJSON(cmd.OutOrStdout(), rep, jsonOut); err != nil {
 				return err
-			}
-			if jsonOut != "" {
-				if err := report.WriteFile(jsonOut, rep.WriteJSON); err != nil {
-					return err
-				}
 			}
 			return nil
 		},

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lockgate/lockgate/bench/report"
 	"github.com/lockgate/lockgate/bench/upgrade"
 	"github.com/lockgate/lockgate/internal/cli"
 	"github.com/lockgate/lockgate/internal/servers"
@@ -87,13 +86,8 @@ rise and fall, or a step did not finish.`,
 			if err != nil {
 				return err
 			}
-			if err := rep.WriteTable(cmd.OutOrStdout()); err != nil {
+			if err := writeTableJSON(cmd.OutOrStdout(), rep, jsonOut); err != nil {
 				return err
-			}
-			if jsonOut != "" {
-				if err := report.WriteFile(jsonOut, rep.WriteJSON); err != nil {
-					return err
-				}
 			}
 			if !rep.Passed() {
 				return fmt.Errorf("upgrade drill failed: %s", strings.Join(rep.Failures, "; "))
