@@ -2,8 +2,8 @@ package linearize
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -141,7 +141,7 @@ func ReadPhantoms(h check.History, maxExamples int) ReadStats {
 		start, end time.Duration
 	}
 	counted := make(map[readID]bool)
-	for _, key := range sortedKeys(phantoms) {
+	for _, key := range slices.Sorted(maps.Keys(phantoms)) {
 		toks := make([]uint64, 0, len(phantoms[key]))
 		for t := range phantoms[key] {
 			toks = append(toks, t)
@@ -195,13 +195,4 @@ func ReadPhantoms(h check.History, maxExamples int) ReadStats {
 		}
 	}
 	return st
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
