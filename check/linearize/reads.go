@@ -1,6 +1,7 @@
 package linearize
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -75,16 +76,27 @@ type ReadStats struct {
 
 // ReadPhantoms judges the reads the linearizability search leaves out:
 // those that showed a token t that no OK acquire of their key was granted.
-// Only an acquire of unknown outcome can have been granted t unseen, so
-// each such token needs an unknown acquire u of the key of its own (an
-// acquire is granted once at most) with
+// Such a grant was made for a request whose answer the client never took:
+// an acquire of unknown outcome; an acquire that gave up (its wait ran out
+// or was cancelled) while its grant was being committed, which the lock
+// contract then releases; or an earlier attempt of an acquire that the
+// client re-sent with the same handle after its connection failed, whose
+// grant expired before the re-sent copy arrived and was granted anew
+// (raftlock's idempotent handles: the acquire returns the later grant,
+// and the earlier one held the key, unseen, until its TTL ran out). So t
+// is explained by any acquire u of the key, whatever its outcome, with
 //
-//   - u.Start before the End of the first read that showed t, and
+//   - u.Start before the End of the first read that showed t,
 //   - no OK acquire of the key granted a token above t and returned
-//     before u.Start (tokens grow with the grants: Tokens' rule).
+//     before u.Start (tokens grow with the grants: Tokens' rule), and
+//   - when u itself was granted, a token above t (its earlier attempt's
+//     grant came before its own);
 //
-// Tokens are matched to unknown acquires by augmenting paths (Kuhn), so a
-// token is unexplained only when no assignment explains it. The reads that
+// and, on a key without shared holds, a read that started after a grant
+// of a token above t returned cannot show t: that grant came after t's,
+// which had ended by then (a mutex has one holder).
+//
+// An acquire may explain several tokens (one per attempt). The reads that
 // showed an unexplained token count in Unexplained, with up to
 // maxExamples (≤ 0: 5) described.
 func ReadPhantoms(h check.History, maxExamples int) ReadStats {
@@ -126,14 +138,14 @@ func ReadPhantoms(h check.History, maxExamples int) ReadStats {
 	if len(phantoms) == 0 {
 		return st
 	}
-	unknown := make(map[string][]check.Op)
+	acquires := make(map[string][]check.Op)
 	grants := make(map[string][]check.Op)
 	for _, o := range h {
-		switch {
-		case o.Kind == check.Acquire && o.Unknown:
-			unknown[o.Key] = append(unknown[o.Key], o)
-		case o.Kind == check.Acquire && o.OK:
-			grants[o.Key] = append(grants[o.Key], o)
+		if o.Kind == check.Acquire {
+			acquires[o.Key] = append(acquires[o.Key], o)
+			if o.OK {
+				grants[o.Key] = append(grants[o.Key], o)
+			}
 		}
 	}
 	type readID struct {
@@ -141,47 +153,37 @@ func ReadPhantoms(h check.History, maxExamples int) ReadStats {
 		start, end time.Duration
 	}
 	counted := make(map[readID]bool)
+	shared := make(map[string]bool)
+	for _, o := range h {
+		if o.Kind == check.Acquire && o.Shared {
+			shared[o.Key] = true
+		}
+	}
 	for _, key := range slices.Sorted(maps.Keys(phantoms)) {
-		toks := make([]uint64, 0, len(phantoms[key]))
-		for t := range phantoms[key] {
-			toks = append(toks, t)
-		}
-		slices.Sort(toks)
-		us, gs := unknown[key], grants[key]
-		// highest[i]: the highest token of the grants returned before
-		// us[i] started.
-		highest := make([]uint64, len(us))
-		for i, u := range us {
+		us, gs := acquires[key], grants[key]
+		slices.SortFunc(gs, func(a, b check.Op) int { return cmp.Compare(a.End, b.End) })
+		// highestBefore is the highest token of the grants that returned
+		// before d.
+		highestBefore := func(d time.Duration) uint64 {
+			var top uint64
 			for _, g := range gs {
-				if g.End < u.Start {
-					highest[i] = max(highest[i], g.Token)
+				if g.End >= d {
+					break
 				}
+				top = max(top, g.Token)
 			}
+			return top
 		}
-		can := func(t uint64, i int) bool {
-			return us[i].Start < phantoms[key][t].first && highest[i] < t
-		}
-		owner := make([]int, len(us)) // us[i] explains toks[owner[i]-1]
-		var augment func(ti int, visited []bool) bool
-		augment = func(ti int, visited []bool) bool {
-			for i := range us {
-				if visited[i] || !can(toks[ti], i) {
+		for _, t := range slices.Sorted(maps.Keys(phantoms[key])) {
+			ph := phantoms[key][t]
+			explained := slices.ContainsFunc(us, func(u check.Op) bool {
+				return u.Start < ph.first && (!u.OK || u.Token > t) && highestBefore(u.Start) < t
+			})
+			for i := range ph.reads {
+				r := &ph.reads[i]
+				if explained && (shared[key] || highestBefore(r.Start) < t) {
 					continue
 				}
-				visited[i] = true
-				if owner[i] == 0 || augment(owner[i]-1, visited) {
-					owner[i] = ti + 1
-					return true
-				}
-			}
-			return false
-		}
-		for ti, t := range toks {
-			if augment(ti, make([]bool, len(us))) {
-				continue
-			}
-			for i := range phantoms[key][t].reads {
-				r := &phantoms[key][t].reads[i]
 				if id := (readID{r.Client, r.Start, r.End}); counted[id] {
 					continue
 				} else {

@@ -106,9 +106,18 @@ func TestReadPhantoms(t *testing.T) {
 			Acq(0, "k", 0, 1, 9, 1000, 900), Rel(0, "k", 2, 3, 9),
 			AcqUnknown(2, "k", 4, 50, 1000), rd(1, "k", 5, 6, 7),
 		), 1, 1},
-		{"one unknown acquire explains one token", H(
+		{"one re-sent acquire explains the grants of its attempts", H(
 			AcqUnknown(2, "k", 0, 50, 1000), rd(1, "k", 5, 6, 7), rd(1, "k", 10, 11, 8),
-		), 2, 1},
+		), 2, 0},
+		{"an earlier attempt of an acquire granted later", H(
+			Acq(0, "k", 0, 10, 9, 1000, 900), rd(1, "k", 2, 3, 7),
+		), 1, 0},
+		{"an earlier attempt cannot carry the token of its own grant's successor", H(
+			Acq(0, "k", 0, 10, 9, 1000, 900), rd(1, "k", 2, 3, 11),
+		), 1, 1},
+		{"a phantom read after a higher token's grant returned", H(
+			Acq(0, "k", 0, 1, 9, 1000, 900), AcqUnknown(2, "k", 0.5, 50, 1000), rd(1, "k", 5, 6, 7),
+		), 1, 1},
 		{"two tokens, two unknown acquires, assigned the one way that works", H(
 			AcqUnknown(2, "k", 0, 50, 1000), AcqUnknown(3, "k", 3, 50, 1000),
 			rd(1, "k", 1, 2, 8), // only the first can explain 8
