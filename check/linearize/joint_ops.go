@@ -65,13 +65,34 @@ func JointOperations(h check.History, slack func(ttl time.Duration) time.Duratio
 	for _, gs := range excl {
 		sort.Slice(gs, func(i, j int) bool { return gs[i].token < gs[j].token })
 	}
-	revealed := map[string]bool{} // a read showed a token no known grant carried
+	// A read that showed a token no known grant carried: the grant of an
+	// acquire of unknown outcome, which the search then keeps to be
+	// revealed, if one of the key had started before the read ended; else
+	// the grant of an attempt whose answer was lost (a re-sent acquire, an
+	// acquire that gave up), which ReadPhantoms judges, and the read is
+	// left out of the search (its holder is no operation of the model).
+	firstUnknown := map[string]time.Duration{}
+	for _, o := range h {
+		if o.Kind == check.Acquire && o.Unknown {
+			if f, ok := firstUnknown[o.Key]; !ok || o.Start < f {
+				firstUnknown[o.Key] = o.Start
+			}
+		}
+	}
+	revealed := map[string]bool{} // a kept read showed a token no known grant carried
+	phantomRead := func(o check.Op) (phantom, kept bool) {
+		for _, t := range o.Holders {
+			if !known[o.Key][t] {
+				f, ok := firstUnknown[o.Key]
+				return true, ok && f < o.End
+			}
+		}
+		return false, true
+	}
 	for _, o := range h {
 		if o.Kind == check.Read && o.OK {
-			for _, t := range o.Holders {
-				if !known[o.Key][t] {
-					revealed[o.Key] = true
-				}
+			if phantom, kept := phantomRead(o); phantom && kept {
+				revealed[o.Key] = true
 			}
 		}
 	}
@@ -160,6 +181,9 @@ func JointOperations(h check.History, slack func(ttl time.Duration) time.Duratio
 			add(in, jointOutput{OK: o.OK && !o.Unknown, Unknown: o.Unknown}, o)
 		case check.Read:
 			if !o.OK || o.Unknown {
+				continue
+			}
+			if _, kept := phantomRead(o); !kept {
 				continue
 			}
 			in := jointInput{Kind: check.Read, Client: o.Client, Keys: []int{idx(o.Key)}, Call: int64(o.Start), Ret: int64(o.End)}
