@@ -3,6 +3,8 @@ package raftlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,4 +85,77 @@ poll:
 	if ok, _ := f.Leader(); ok == old.ID() {
 		t.Errorf("Leader() still names the old leader %s", old.ID())
 	}
+}
+
+// TestRejoinedFollowerNamesLeader: a leader cut off from its peers keeps
+// appending entries nobody commits; when the cut heals, the new leader walks
+// its diverging log back one entry a round trip, and the old leader, now a
+// follower, rejects every append until the logs meet. hashicorp/raft's
+// LastContact counts only accepted appends, but the new leader is alive and
+// talking all along: the follower must name it, not answer "no leader known"
+// for as long as the walk-back lasts.
+func TestRejoinedFollowerNamesLeader(t *testing.T) {
+	c := startCluster(t, 3)
+	old := leader(t, c)
+	fs := followers(c, old)
+	partition(old, fs, true)
+	healed := false
+	defer func() {
+		if !healed {
+			partition(old, fs, false)
+		}
+	}()
+	// Entries only the cut-off leader has: each is appended to its log
+	// and never committed.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	var wg sync.WaitGroup
+	for i := range 3000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			old.AppendData(ctx, fmt.Sprintf("lost/%d", i), []byte("x"))
+		}()
+	}
+	wg.Wait()
+	cancel()
+	// A new leader among the others, with an entry of its own term.
+	nl := waitLeader(t, fs)
+	if err := nl.AppendData(context.Background(), "kept", []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	partition(old, fs, false)
+	healed = true
+	var named, unnamed int
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		switch id, _ := old.Leader(); id {
+		case nl.ID():
+			named++
+		case "":
+			unnamed++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("after the heal the old leader named %s %d times, none %d times", nl.ID(), named, unnamed)
+	// The first append arrives within a heartbeat interval; allow a
+	// second for a loaded machine.
+	if time.Duration(unnamed)*5*time.Millisecond > time.Second {
+		t.Errorf("the rejoined follower named no leader for %v of the 3 s after the heal, although %s led and sent it appends", time.Duration(unnamed)*5*time.Millisecond, nl.ID())
+	}
+}
+
+// waitLeader waits for one of ns to lead and returns it.
+func waitLeader(t *testing.T, ns []*Node) *Node {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range ns {
+			if n.IsLeader() {
+				return n
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no leader among the others within 30 s")
+	return nil
 }

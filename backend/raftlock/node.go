@@ -43,8 +43,11 @@ type Node struct {
 	stores *store.Stores
 	stream *faultStream
 	trans  *raft.NetworkTransport
-	sched  *scheduler
-	batch  *batcher
+	// contact wraps trans for Raft, noting each append's arrival
+	// (contact.go).
+	contact *contactTransport
+	sched   *scheduler
+	batch   *batcher
 	// watches are this node's open watches, fed from its state machine.
 	watches *watchHub
 	// members sends this node's membership RPCs (its join, forwarded
@@ -220,8 +223,9 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raftlock: reading existing state: %w", err)
 	}
+	n.contact = newContactTransport(n.trans, n.shutdown)
 	if n.raft, err = raft.NewRaft(rc, restoreCounter{FSM: n.fsm, n: &n.restores,
-		took: func(d time.Duration) { n.restoreNanos.Store(int64(d)) }, persisted: func(d time.Duration) { n.snapshotNanos.Store(int64(d)) }}, logs, n.stores.Stable, snaps, n.trans); err != nil {
+		took: func(d time.Duration) { n.restoreNanos.Store(int64(d)) }, persisted: func(d time.Duration) { n.snapshotNanos.Store(int64(d)) }}, logs, n.stores.Stable, snaps, n.contact); err != nil {
 		return fmt.Errorf("raftlock: starting raft: %w", err)
 	}
 	if n.cfg.Bootstrap && !has {
@@ -336,14 +340,21 @@ func (n *Node) Leader() (id, apiAddr string) {
 }
 
 // heardFrom reports whether the leader hint lid is fresh: this node itself,
-// or a leader whose last contact (raft.LastContact: its latest
-// AppendEntries or snapshot) is within leaderContactBound.
+// or a leader whose last append, heartbeat or snapshot arrived within
+// leaderContactBound, accepted or not (contactTransport: while a new
+// leader walks back a follower's diverging log, the follower rejects its
+// appends for seconds, and raft.LastContact, which only accepted ones
+// move, stands still although the leader is alive and talking).
 func (n *Node) heardFrom(lid string) bool {
 	if lid == n.cfg.ID {
 		return true
 	}
+	bound := n.leaderContactBound()
+	if n.contact != nil && n.contact.heardWithin(lid, bound) {
+		return true
+	}
 	last := n.raft.LastContact()
-	return !last.IsZero() && time.Since(last) <= n.leaderContactBound()
+	return !last.IsZero() && time.Since(last) <= bound
 }
 
 // leaderContactBound is how long a follower may go without hearing from
