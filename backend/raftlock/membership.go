@@ -402,7 +402,7 @@ func (n *Node) addVoter(ctx context.Context, a JoinArgs) error {
 			a.ServerID, reads, g.Format, reads)
 	}
 	if err := n.await(n.raft.AddVoter(raft.ServerID(a.ServerID), raft.ServerAddress(a.ServerAddr), 0, n.timeout(ctx)), 0); err != nil {
-		return n.raftErr(err)
+		return n.writeErr(err)
 	}
 	n.log.Info("server joined", "id", a.ServerID, "raft_addr", a.ServerAddr, "api_addr", a.APIAddr)
 	return n.setMember(ctx, a.ServerID, a.APIAddr)
@@ -415,7 +415,7 @@ func (n *Node) setMember(ctx context.Context, id, apiAddr string) error {
 
 func (n *Node) removeServer(ctx context.Context, id string) error {
 	if err := n.await(n.raft.RemoveServer(raft.ServerID(id), 0, n.timeout(ctx)), 0); err != nil {
-		return n.raftErr(err)
+		return n.writeErr(err)
 	}
 	n.log.Info("server removed", "id", id)
 	if id == n.cfg.ID {

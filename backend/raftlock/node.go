@@ -455,42 +455,20 @@ const logCacheEntries = 64
 // pipelineOff is NetworkTransportConfig.MaxRPCsInFlight without pipelining.
 const pipelineOff = 1
 
-// errAwaitTimeout is await's error when a future is not answered in time.
-var errAwaitTimeout = errors.New("raft did not answer in time")
-
-// await waits for a raft future, but not past this node's shutdown and, if
-// timeout > 0, not longer than timeout. hashicorp/raft answers a future
-// that was queued when its run loop stops never (hashicorp/raft#498, made
-// likelier by BatchApplyCh's buffered queue): waiting on Error() alone
-// hung a leader's takeover, and with it Shutdown, for good. The goroutine
-// left behind by such a future is the price of not hanging.
-func (n *Node) await(f raft.Future, timeout time.Duration) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-n.shutdown:
-		return raft.ErrRaftShutdown
-	case <-expired:
-		return errAwaitTimeout
-	}
-}
-
 // apply stamps entry with the leader's clock, commits it, and returns the
 // state machine's results. timeout bounds the wait to enqueue it.
 func (n *Node) apply(entry fsm.Entry, timeout time.Duration) (*fsm.ApplyResult, error) {
+	select {
+	case <-n.shutdown:
+		// Not handed to raft: nothing was done.
+		return nil, fmt.Errorf("raftlock: node %s shut down: %w", n.cfg.ID, lock.ErrClosed)
+	default:
+	}
 	entry.Now = n.cfg.Clock.Now()
 	start := time.Now()
 	f := n.raft.Apply(fsm.Encode(entry), timeout)
 	if err := n.await(f, 0); err != nil {
-		return nil, n.raftErr(err)
+		return nil, n.writeErr(err)
 	}
 	n.metrics.commit.Observe(time.Since(start).Seconds())
 	n.metrics.countEntry(entry.Ops)
@@ -519,30 +497,6 @@ func (n *Node) timeout(ctx context.Context) time.Duration {
 		t = max(time.Until(d), time.Millisecond)
 	}
 	return t
-}
-
-// raftErr maps hashicorp/raft's errors onto the lock contract's.
-//
-// ErrLeadershipLost is not "not leader": the entry was appended and may
-// still commit under the next leader (whose first entry commits every
-// entry of earlier terms that a quorum holds), so the outcome is unknown:
-// ErrUnavailable, whose caller must assume the operation may have taken
-// effect. Answered as not_leader, a release that did commit would be
-// re-sent, answered not_held and reported as having changed nothing.
-func (n *Node) raftErr(err error) error {
-	switch {
-	case errors.Is(err, raft.ErrLeadershipLost):
-		return fmt.Errorf("raftlock: %v (the entry may still commit under the next leader): %w", err, lock.ErrUnavailable)
-	case errors.Is(err, raft.ErrNotLeader),
-		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrAbortedByRestore):
-		var nl *lock.NotLeaderError
-		errors.As(n.notLeader(), &nl)
-		return fmt.Errorf("raftlock: %v: %w", err, nl)
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return fmt.Errorf("raftlock: %v: %w", err, lock.ErrClosed)
-	default:
-		return fmt.Errorf("raftlock: %v: %w", err, lock.ErrUnavailable)
-	}
 }
 
 // verifyLeader makes a read linearizable: this node has taken over (all
