@@ -16,8 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -287,5 +290,60 @@ func series(samples []Sample, node, metric string) []Point {
 		}
 		return 0
 	})
+	return pts
+}
+
+// ClusterNode names the cluster's total in the verdicts.
+const ClusterNode = "all"
+
+// clusterSeries is the sum of a metric over the nodes, one point per round
+// of samples in which every node was read. A restart of any node starts a
+// new lifetime of the total (its PID is the round's tuple of PIDs, numbered
+// in order of appearance), so that FitGrowth settles and centres it as it
+// does a node's.
+func clusterSeries(samples []Sample, nodes []string, every float64, metric string) []Point {
+	if every <= 0 {
+		every = 1
+	}
+	type round struct {
+		t    float64
+		sum  float64
+		pids map[string]int
+	}
+	rounds := map[int64]*round{}
+	for _, smp := range samples {
+		v, ok := smp.Values[metric]
+		if !ok {
+			continue
+		}
+		k := int64(math.Round(smp.T / every))
+		rd := rounds[k]
+		if rd == nil {
+			rd = &round{t: smp.T, pids: map[string]int{}}
+			rounds[k] = rd
+		}
+		rd.t = min(rd.t, smp.T)
+		rd.sum += v
+		rd.pids[smp.Node] = smp.PID
+	}
+	keys := slices.Sorted(maps.Keys(rounds))
+	lives := map[string]int{}
+	var pts []Point
+	for _, k := range keys {
+		rd := rounds[k]
+		if len(rd.pids) != len(nodes) {
+			continue
+		}
+		var tuple strings.Builder
+		for _, n := range nodes {
+			fmt.Fprintf(&tuple, "%d,", rd.pids[n])
+		}
+		life, ok := lives[tuple.String()]
+		if !ok {
+			life = len(lives) + 1
+			lives[tuple.String()] = life
+		}
+		pts = append(pts, Point{T: rd.t, V: rd.sum, PID: life})
+	}
 	return pts
 }
