@@ -1,6 +1,7 @@
 package raftlock
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,13 @@ type contactTransport struct {
 	rpcs chan raft.RPC
 	done <-chan struct{}
 	last atomic.Pointer[contact]
+	// hb guards the heartbeat fast path against the node's shutdown:
+	// hashicorp/raft runs a heartbeat on the transport's own goroutine,
+	// past its shutdown check, and a heartbeat of a newer term writes the
+	// stable store; closing waits for those in flight and refuses later
+	// ones, so that the stores are never closed under one.
+	hb     sync.RWMutex
+	closed bool
 }
 
 // contact is one append's arrival: when, and the leader's server id.
@@ -64,9 +72,24 @@ func (ct *contactTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 		return
 	}
 	ct.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		ct.hb.RLock()
+		defer ct.hb.RUnlock()
+		if ct.closed {
+			rpc.Respond(nil, raft.ErrRaftShutdown)
+			return
+		}
 		ct.note(rpc)
 		cb(rpc)
 	})
+}
+
+// closeHeartbeats waits for the heartbeats being handled and refuses the
+// ones that come after: the node calls it after raft has shut down and
+// before it closes its stores.
+func (ct *contactTransport) closeHeartbeats() {
+	ct.hb.Lock()
+	ct.closed = true
+	ct.hb.Unlock()
 }
 
 func (ct *contactTransport) note(rpc raft.RPC) {

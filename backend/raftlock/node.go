@@ -127,6 +127,12 @@ func New(cfg Config) (*Node, error) {
 	n.fsm.SetObserver(n.sched.observe)
 	n.session = n.NewSession()
 	if err := n.start(); err != nil {
+		// raft may be running already (a step after NewRaft failed): it
+		// stops before its stores close.
+		close(n.shutdown)
+		if n.raft != nil {
+			n.raft.Shutdown().Error()
+		}
 		n.closeResources()
 		return nil, err
 	}
@@ -429,6 +435,9 @@ func (n *Node) transferLeadership() {
 }
 
 func (n *Node) closeResources() {
+	if n.contact != nil {
+		n.contact.closeHeartbeats()
+	}
 	if n.trans != nil {
 		n.trans.Close()
 	} else if n.stream != nil {

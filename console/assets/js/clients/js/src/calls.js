@@ -96,7 +96,9 @@ export class Calls {
      * failure. Dropped connections, not_leader redirects, closed gateways and
      * unavailable answers are retried (redirects at once, the rest with
      * backoff) until signal aborts; then it throws the signal's reason, after
-     * cancelling a waiting acquire on the gateway.
+     * cancelling a waiting acquire on the gateway. MaxStrikes unavailable
+     * answers, or not_leader answers naming no leader, in a row move the
+     * connection to another endpoint.
      */
     async do(k, signal) {
         let hops = 0;
@@ -165,6 +167,13 @@ export class Calls {
                         else {
                             hops = 0; // a waiting acquire keeps looking, after a pause
                         }
+                    }
+                    else {
+                        // This node knows no leader: an election, or a leader cut off
+                        // from its quorum that stepped down, which may last. Nothing
+                        // was done (k.prior stays); like unavailable, a few in a row
+                        // move the client to another endpoint.
+                        conn.strike();
                     }
                     await sleep(backoffMs(++retry, BackoffBaseMs, k.maxBackoffMs ?? BackoffMaxMs), signal);
                     continue;

@@ -12,7 +12,7 @@ import { decodeReply, encodeRequest } from "./wire.js";
  */
 export const PingIntervalMs = 5_000;
 export const IdleTimeoutMs = 15_000;
-/** MaxStrikes: consecutive unavailable answers before the client tries another gateway. */
+/** MaxStrikes: consecutive unavailable answers, or not_leader answers naming no leader, before the client tries another gateway. */
 export const MaxStrikes = 3;
 /** Pending collects the replies to one request id. next() yields them in order; null once the connection ended. */
 export class Pending {
@@ -187,10 +187,10 @@ export class Conn {
         }
         this.close(cause);
     }
-    /** strike counts an unavailable answer; after MaxStrikes in a row another gateway is tried. */
+    /** strike counts an unavailable answer or a not_leader naming no leader; after MaxStrikes in a row another gateway is tried. */
     strike() {
         if (++this.#strikes >= MaxStrikes)
-            this.closeFor("", true, new Error("gateway keeps answering unavailable"));
+            this.closeFor("", true, new Error("gateway keeps answering unavailable or not_leader without a leader"));
     }
     good() {
         this.#strikes = 0;

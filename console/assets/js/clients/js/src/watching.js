@@ -92,6 +92,8 @@ export async function watchKey(c, key, opts) {
                             conn.closeFor(addr, false, new Error("not_leader"));
                             continue;
                         }
+                        if (!addr)
+                            conn.strike(); // no leader known here: as for unavailable, a few in a row move on
                         break;
                     }
                     case "closed":
