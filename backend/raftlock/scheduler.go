@@ -66,6 +66,34 @@ type scheduler struct {
 	// tell are the holders to mark wanted once mu is released (marking
 	// runs the lease's callbacks, which must not run under mu).
 	tell []*lock.Lease
+	// resent are the grants a re-sent acquire handed to its caller (the
+	// reply to its first copy was lost): the first copy's waiter, should
+	// its caller give up after all, must not release what the re-sent
+	// copy's caller now holds (abandonedGrantLocked).
+	resent map[grantID]bool
+}
+
+// grantID names one grant: its key and token.
+type grantID struct {
+	key   string
+	token uint64
+}
+
+// maxResent bounds resent: a re-sent acquire is a lost reply's retry,
+// rare; past the bound the record starts again (the only cost: a first
+// copy abandoned later than that many re-sends releases its grant).
+const maxResent = 1 << 14
+
+// abandonedGrantLocked reports whether a grant of a waiter whose caller
+// gave up may be released: not when a re-sent copy of the same request
+// handed it out.
+func (s *scheduler) abandonedGrantLocked(key string, token uint64) bool {
+	id := grantID{key, token}
+	if s.resent[id] {
+		delete(s.resent, id)
+		return false
+	}
+	return true
 }
 
 // keyQueue is one key's waiters, oldest first. Those whose grant is being
@@ -196,6 +224,7 @@ func (s *scheduler) stepDown() {
 	}
 	s.expiry = nil
 	s.expiringSessions = false
+	s.resent = nil
 	var stranded []*waiter
 	seen := map[*waiter]bool{}
 	for _, q := range s.queues {

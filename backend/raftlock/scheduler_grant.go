@@ -268,7 +268,9 @@ func (s *scheduler) settleLocked(p pending, sent time.Time, res *fsm.ApplyResult
 		if w.gone {
 			s.removeLocked(w)
 			for _, g := range gs {
-				s.releaseLocked(g.Key, g.Handle, uint64(g.Token), nil)
+				if s.abandonedGrantLocked(g.Key, uint64(g.Token)) {
+					s.releaseLocked(g.Key, g.Handle, uint64(g.Token), nil)
+				}
 			}
 			return
 		}

@@ -249,6 +249,10 @@ func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time,
 	case res.Results[0].Status == fsm.StatusOK && w.gone:
 		s.releaseLocked(w.key, w.handle, token, nil)
 	case res.Results[0].Status == fsm.StatusOK:
+		if s.resent == nil || len(s.resent) >= maxResent {
+			s.resent = make(map[grantID]bool)
+		}
+		s.resent[grantID{w.key, token}] = true
 		w.res <- result{grants: []*kit.Grant{grantOf(w, w.key, token, sent)}}
 	case !w.gone:
 		w.resend = false
@@ -273,7 +277,9 @@ func (s *scheduler) abandon(w *waiter) {
 	case r := <-w.res:
 		if s.ready {
 			for _, g := range r.grants {
-				s.releaseLocked(g.Key, g.Handle, uint64(g.Token), nil)
+				if s.abandonedGrantLocked(g.Key, uint64(g.Token)) {
+					s.releaseLocked(g.Key, g.Handle, uint64(g.Token), nil)
+				}
 			}
 		}
 		return
