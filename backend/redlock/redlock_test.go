@@ -139,6 +139,9 @@ func TestNodeReset(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The acquire returns once a majority said yes; its requests to
+		// the slower nodes may still be landing (a loaded machine).
+		awaitHolders(t, rs, "reset-one", 5)
 		rs[0].Kill()
 		rs[0].Restart()
 		if n := holders(t, rs, "reset-one"); n != 4 {
