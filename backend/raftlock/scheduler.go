@@ -144,6 +144,18 @@ func (s *scheduler) isReady() bool {
 	return s.ready
 }
 
+// readyEpoch is isReady with the leadership epoch it holds in: two calls
+// that return the same epoch saw one unbroken term of leading.
+func (s *scheduler) readyEpoch() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch, s.ready
+}
+
+// testHookInspectRead, when set by a test, runs in Inspect between the
+// read of the lock table and the confirmation of leadership.
+var testHookInspectRead func()
+
 // becomeLeader takes over after an election (graceful recovery):
 // apply everything earlier leaders committed, extend every lease by its full
 // TTL on this leader's clock, record this node's API address, and rebuild

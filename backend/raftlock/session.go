@@ -354,11 +354,28 @@ func (s *Session) Inspect(ctx context.Context, key string) (*lock.LockInfo, erro
 	if err := kit.ValidateKey(key); err != nil {
 		return nil, err
 	}
-	if err := s.n.verifyLeader(); err != nil {
-		return nil, err
+	// The table and the clock are read as one view before leadership is
+	// confirmed: the confirmation shows this node still led, in the same
+	// term, after that instant, so the view is the lock table at an
+	// instant within the call. Judged the other way round, a leader
+	// stopped between the two (a paused process, a long GC) would read
+	// its table of then by a clock of after its successor took over and
+	// extended every live lease: it would show a held key free.
+	epoch, ok := s.n.sched.readyEpoch()
+	if !ok {
+		return nil, s.n.notLeader()
 	}
 	now := s.n.cfg.Clock.Now()
 	all, _ := s.n.fsm.Holders(key)
+	if testHookInspectRead != nil {
+		testHookInspectRead()
+	}
+	if err := s.n.verifyLeader(); err != nil {
+		return nil, err
+	}
+	if e, ok := s.n.sched.readyEpoch(); !ok || e != epoch {
+		return nil, s.n.notLeader()
+	}
 	var live []fsm.Lock
 	for _, l := range all {
 		if l.Expires > now {
