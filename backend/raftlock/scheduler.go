@@ -66,11 +66,13 @@ type scheduler struct {
 	// tell are the holders to mark wanted once mu is released (marking
 	// runs the lease's callbacks, which must not run under mu).
 	tell []*lock.Lease
-	// resent are the grants a re-sent acquire handed to its caller (the
-	// reply to its first copy was lost): the first copy's waiter, should
-	// its caller give up after all, must not release what the re-sent
-	// copy's caller now holds (abandonedGrantLocked).
-	resent map[grantID]bool
+	// fates records, for the grants two copies of one acquire (the same
+	// handle: a reply lost, the request re-sent) could both decide, which
+	// decided first: the re-sent copy handing it to its caller, or the
+	// first copy, whose caller gave up, releasing it. The other copy
+	// then yields (abandonedGrantLocked, resendLocked): a grant is never
+	// handed to one copy's caller and released for the other's.
+	fates map[grantID]grantFate
 }
 
 // grantID names one grant: its key and token.
@@ -79,21 +81,39 @@ type grantID struct {
 	token uint64
 }
 
-// maxResent bounds resent: a re-sent acquire is a lost reply's retry,
-// rare; past the bound the record starts again (the only cost: a first
-// copy abandoned later than that many re-sends releases its grant).
-const maxResent = 1 << 14
+// grantFate is which copy of an acquire decided a grant's fate.
+type grantFate uint8
+
+const (
+	fateResent  grantFate = iota + 1 // handed to a re-sent copy's caller: kept
+	fateDropped                      // released for a copy whose caller gave up
+)
+
+// maxFates bounds fates: re-sent and abandoned acquires are a lost
+// reply's retry and a caller's timeout, rare; past the bound the record
+// starts again (the only cost: a decision older than that many others is
+// forgotten, when its other copy has long had its answer).
+const maxFates = 1 << 14
+
+// decideLocked records fate for the grant (key, token) unless the other
+// copy decided first; it reports whether fate holds.
+func (s *scheduler) decideLocked(key string, token uint64, fate grantFate) bool {
+	id := grantID{key, token}
+	if f, ok := s.fates[id]; ok {
+		return f == fate
+	}
+	if s.fates == nil || len(s.fates) >= maxFates {
+		s.fates = make(map[grantID]grantFate)
+	}
+	s.fates[id] = fate
+	return true
+}
 
 // abandonedGrantLocked reports whether a grant of a waiter whose caller
 // gave up may be released: not when a re-sent copy of the same request
-// handed it out.
+// is handing it out, or has.
 func (s *scheduler) abandonedGrantLocked(key string, token uint64) bool {
-	id := grantID{key, token}
-	if s.resent[id] {
-		delete(s.resent, id)
-		return false
-	}
-	return true
+	return s.decideLocked(key, token, fateDropped)
 }
 
 // keyQueue is one key's waiters, oldest first. Those whose grant is being
@@ -236,7 +256,7 @@ func (s *scheduler) stepDown() {
 	}
 	s.expiry = nil
 	s.expiringSessions = false
-	s.resent = nil
+	s.fates = nil
 	var stranded []*waiter
 	seen := map[*waiter]bool{}
 	for _, q := range s.queues {

@@ -26,10 +26,12 @@ func (s *scheduler) enqueue(w *waiter) error {
 	defer s.unlockAndRun(true)
 	now := s.n.cfg.Clock.Now()
 	if w.keys == nil {
-		if l, ok := s.ownLiveLocked(w.key, w.handle, now); ok {
+		if l, ok := s.ownLiveLocked(w.key, w.handle, now); ok && s.decideLocked(w.key, l.Token, fateResent) {
 			s.resendLocked(w, l.Token)
 			return nil
 		}
+		// (A grant that an abandoned copy is releasing is not handed
+		// out: w queues for the key like any acquire.)
 	}
 	keys := w.allKeys()
 	for _, k := range keys {
@@ -239,6 +241,9 @@ func (s *scheduler) resendLocked(w *waiter, token uint64) {
 // settleResend delivers the outcome of w's renewal; it reports whether w
 // must be queued as a new acquire instead.
 func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time, res *fsm.ApplyResult, err error) (requeue bool) {
+	if testHookResendApplied != nil {
+		testHookResendApplied()
+	}
 	s.mu.Lock()
 	defer s.unlockAndRun(false)
 	switch {
@@ -249,10 +254,6 @@ func (s *scheduler) settleResend(w *waiter, epoch, token uint64, sent time.Time,
 	case res.Results[0].Status == fsm.StatusOK && w.gone:
 		s.releaseLocked(w.key, w.handle, token, nil)
 	case res.Results[0].Status == fsm.StatusOK:
-		if s.resent == nil || len(s.resent) >= maxResent {
-			s.resent = make(map[grantID]bool)
-		}
-		s.resent[grantID{w.key, token}] = true
 		w.res <- result{grants: []*kit.Grant{grantOf(w, w.key, token, sent)}}
 	case !w.gone:
 		w.resend = false
@@ -265,6 +266,10 @@ func grantOf(w *waiter, key string, token uint64, sent time.Time) *kit.Grant {
 	return &kit.Grant{Key: key, Owner: w.opts.Owner, Token: lock.Token(token), Handle: w.handle,
 		Value: w.opts.Value, TTL: w.opts.TTL, Mode: w.opts.Mode, Permits: w.opts.Permits, Sent: sent, Session: w.opts.Session}
 }
+
+// testHookResendApplied, when set by a test, runs when a re-sent
+// acquire's renewal has committed, before its caller is answered.
+var testHookResendApplied func()
 
 // abandon is called when w's caller gave up. A waiter still queued is
 // removed from every queue; one whose grant is being committed is marked
