@@ -15,7 +15,13 @@
 # and npm (packages nodejs, npm), which build and test clients/js — its npm
 # packages come from clients/js's lockfile through `npm ci`, run by the
 # harness itself — and the Python client's one dependency for
-# /usr/bin/python3 (package python3-websockets). Installs
+# /usr/bin/python3 (package python3-websockets). For the tests of the
+# Prometheus alerting rules under deploy/prometheus it installs promtool
+# (package prometheus; Debian may start the Prometheus server it ships,
+# which no test needs), and for the tests of the systemd unit under
+# deploy/systemd systemd-analyze (package systemd; only the tool is used,
+# no systemd needs to run) and strace (package strace), which records the
+# system calls of a node to check them against the unit's filter. Installs
 # only what is missing; uses sudo when not root. Exits non-zero, naming the
 # package, if something cannot be had.
 set -euo pipefail
@@ -35,9 +41,12 @@ command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 ws_ok() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import websockets' >/dev/null 2>&1; }
 ws_ok || missing+=(python3-websockets)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, firefox-esr, libfaketime, ZooKeeper, node, npm and python3-websockets present"
+  echo "deps: redis-server, etcd, PostgreSQL binaries, chromium, firefox-esr, libfaketime, ZooKeeper, node, npm, python3-websockets, promtool, systemd-analyze and strace present"
   exit 0
 fi
 
@@ -75,4 +84,7 @@ zk_ok || { echo "deps: ZooKeeper still missing (package zookeeper: /usr/share/ja
 command -v node >/dev/null || { echo "deps: node still missing (package nodejs)" >&2; exit 1; }
 command -v npm >/dev/null || { echo "deps: npm still missing (package npm)" >&2; exit 1; }
 ws_ok || { echo "deps: /usr/bin/python3 still cannot import websockets (package python3-websockets)" >&2; exit 1; }
+command -v promtool >/dev/null || { echo "deps: promtool still missing (package prometheus)" >&2; exit 1; }
+command -v systemd-analyze >/dev/null || { echo "deps: systemd-analyze still missing (package systemd)" >&2; exit 1; }
+command -v strace >/dev/null || { echo "deps: strace still missing (package strace)" >&2; exit 1; }
 echo "deps: done"
