@@ -292,7 +292,9 @@ func TestConsoleLive(t *testing.T) {
 		t.Fatal("no leader after the kill")
 	}
 	p.waitFor("the leader shown is the new leader", fmt.Sprintf(`document.querySelector("#leader").textContent.trim() === %s`, js(now.ID)), 20*time.Second)
-	p.waitFor("the figures from the new leader", fmt.Sprintf(`document.querySelector("#metrics-source").textContent.trim() === %s`, js("from node "+now.ID+" (leader)")), 20*time.Second)
+	// (The new leader may be this follower: its label then adds "this node".)
+	p.waitFor("the figures from the new leader", fmt.Sprintf(`(() => { const e = document.querySelector("#metrics-source"); return e.dataset.node === %s && e.textContent.trim().startsWith(%s); })()`,
+		js(now.ID), js("from node "+now.ID+" (leader")), 20*time.Second)
 	p.shot("failover")
 }
 

@@ -227,8 +227,10 @@ func (c *Console) metrics(w http.ResponseWriter, r *http.Request) {
 	id, addr := c.n.Leader()
 	rep.LeaderID = id
 	switch {
-	case id == "" || addr == "":
+	case id == "":
 		rep.ClusterError = "no leader known: the cluster's figures are the leader's"
+	case addr == "":
+		rep.ClusterError = "the leader " + id + "'s API address is not known yet"
 	default:
 		f, err := c.leaderFigures(r, addr)
 		switch {
