@@ -259,6 +259,30 @@ func TestConsoleLive(t *testing.T) {
 	alice.Release(context.Background(), l2)
 	p.shot("live")
 
+	// The sparklines on this follower show the cluster's figures, the
+	// leader's, labelled with it, while a client takes locks in a loop.
+	load := newClient(t, c.APIAddrs, "load", "")
+	lctx, stopLoad := context.WithCancel(context.Background())
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for lctx.Err() == nil {
+			if ll, err := load.Acquire(lctx, key+"-load", lock.AcquireOptions{TTL: 10 * time.Second}); err == nil {
+				load.Release(context.Background(), ll)
+			}
+		}
+	}()
+	p.waitFor("the leader's grants/s and commit latency on the follower's sparklines", fmt.Sprintf(`document.querySelector("#metrics-source").textContent.trim() === %s &&
+		parseFloat(document.querySelector("#spark-grants-value").textContent) > 0 &&
+		parseFloat(document.querySelector("#spark-commit-value").textContent) > 0`, js("from node "+leader.ID+" (leader)")), 20*time.Second)
+	t.Logf("follower %s's sparklines: %s grants, %s commit latency, %s", follower.ID, p.text("#spark-grants-value"), p.text("#spark-commit-value"), p.text("#metrics-source"))
+	if local := p.text("#metrics-local"); !strings.HasPrefix(local, "Local, node "+follower.ID+" (follower)") {
+		t.Errorf("the local figures are labelled %q, want the follower's own", local)
+	}
+	p.shot("figures")
+	stopLoad()
+	<-loaded
+
 	// Killing the leader changes the leader shown.
 	leader.Kill()
 	p.waitFor("a new leader shown", fmt.Sprintf(`(() => { const s = document.querySelector("#leader").textContent.trim(); return s !== %s && /^[0-9]+$/.test(s); })()`, js(leader.ID)), 60*time.Second)
@@ -268,6 +292,9 @@ func TestConsoleLive(t *testing.T) {
 		t.Fatal("no leader after the kill")
 	}
 	p.waitFor("the leader shown is the new leader", fmt.Sprintf(`document.querySelector("#leader").textContent.trim() === %s`, js(now.ID)), 20*time.Second)
+	// (The new leader may be this follower: its label then adds "this node".)
+	p.waitFor("the figures from the new leader", fmt.Sprintf(`(() => { const e = document.querySelector("#metrics-source"); return e.dataset.node === %s && e.textContent.trim().startsWith(%s); })()`,
+		js(now.ID), js("from node "+now.ID+" (leader")), 20*time.Second)
 	p.shot("failover")
 }
 

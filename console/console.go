@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lockgate/lockgate/internal/crossorigin"
 	"github.com/lockgate/lockgate/internal/nodeview"
 	"github.com/lockgate/lockgate/internal/wire"
@@ -118,6 +120,10 @@ type Options struct {
 	// Restricted, when not nil, says whether a policy restricts keys now
 	// (re-read on every request: a policy reloads on SIGHUP).
 	Restricted func() bool
+	// Metrics, when not nil, are the node's metrics (its /metrics), which
+	// the sparklines' figures are taken from; nil: the node shows none of
+	// its own.
+	Metrics prometheus.Gatherer
 }
 
 // Console serves one node's console.
@@ -130,6 +136,8 @@ type Console struct {
 	static     http.Handler
 	hc         *http.Client
 	mux        *http.ServeMux
+	gatherer   prometheus.Gatherer
+	sampler    sampler
 }
 
 // Mount serves the console of n on mux (the node's API address): the
@@ -152,7 +160,7 @@ func New(n Node, opts Options) *Console {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	c := &Console{n: n, readable: opts.Readable, keyAdmin: opts.KeyAdmin, restricted: opts.Restricted, log: opts.Logger.With("component", "console"),
+	c := &Console{n: n, readable: opts.Readable, keyAdmin: opts.KeyAdmin, restricted: opts.Restricted, gatherer: opts.Metrics, log: opts.Logger.With("component", "console"),
 		static: http.StripPrefix(PathUI, http.FileServerFS(sub)),
 		hc:     &http.Client{Transport: n.APITransport(), Timeout: FanOutTimeout}}
 	m := http.NewServeMux()
@@ -165,6 +173,8 @@ func New(n Node, opts Options) *Console {
 	m.HandleFunc("GET "+PathData+"locks", c.locks)
 	m.HandleFunc("GET "+PathData+"lock", c.lock)
 	m.HandleFunc("POST "+PathData+"force-release", c.forceRelease)
+	m.HandleFunc("GET "+pathMetrics, c.metrics)
+	m.HandleFunc("GET "+pathNodeMetrics, c.nodeMetrics)
 	m.HandleFunc("GET "+PathRelay, c.relay)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, wire.CodeNotFound, "no such console endpoint: "+r.Method+" "+r.URL.Path+" (see docs/console.md)")

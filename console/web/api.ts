@@ -95,6 +95,27 @@ export interface ForceReleased {
   released: number;
 }
 
+/** One node's figures (GET /v1/console/metrics; null: no value). */
+export interface Figures {
+  node: string;
+  state: string;
+  grantsPerSec: number | null;
+  waiters: number | null;
+  commitMs: number | null;
+  gatewayGrantsPerSec: number | null;
+  gatewayWaiters: number | null;
+  windowMs: number;
+}
+
+/** The sparklines' figures: the leader's (`cluster`, null with `clusterError`) and the answering node's own (`local`). */
+export interface MetricsView {
+  node: string;
+  leaderId: string;
+  cluster: Figures | null;
+  clusterError?: string;
+  local: Figures;
+}
+
 export class Api {
   #token: string | undefined;
   /** Called once per 401 answer, before the request's promise rejects. */
@@ -183,8 +204,8 @@ export class Api {
     return this.request("POST", "/v1/console/force-release", { json: { key } }) as Promise<ForceReleased>;
   }
 
-  metrics(): Promise<string> {
-    return this.request("GET", "/metrics", { text: true }) as Promise<string>;
+  metrics(): Promise<MetricsView> {
+    return this.request("GET", "/v1/console/metrics") as Promise<MetricsView>;
   }
 }
 

@@ -63,6 +63,7 @@ func Serve(s *raftlock.Server, opts gateway.Options) *gateway.Gateway {
 	console.Mount(s.Mux, s.Node, console.Options{Logger: opts.Logger,
 		Readable:   g.Readable,
 		KeyAdmin:   func(identity, key string) bool { return g.Policy().Allowed(identity, gateway.PermAdmin, key) },
-		Restricted: func() bool { return g.Policy().HasRules() }})
+		Restricted: func() bool { return g.Policy().HasRules() },
+		Metrics:    g.Registry()})
 	return g
 }

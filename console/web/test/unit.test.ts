@@ -1,5 +1,5 @@
 /**
- * Unit tests of the console's pure modules (metrics parsing and rates,
+ * Unit tests of the console's pure modules (the sparklines' figures,
  * text formatting, sparkline paths). Run from the repository root:
  *
  *   make console   # installs clients/js's TypeScript if needed
@@ -9,81 +9,36 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { meanLatencyMs, parseMetrics, pointBetween, rate, Series, snapshotOf, sumOf } from "../metrics.js";
+import type { Figures, MetricsView } from "../api.js";
+import { localText, pointOf, Series, sourceText } from "../metrics.js";
 import { durationText, modeText, numberText, ttlText } from "../format.js";
 import { sparkPath } from "../sparkline.js";
 
-const scrape = (grants: number, ops: number, waiters: number, sum: number, count: number) => `# HELP lockgate_raftlock_ops_total Operations this node committed as leader, by op.
-# TYPE lockgate_raftlock_ops_total counter
-lockgate_raftlock_ops_total{node="n1",op="acquire"} ${ops}
-lockgate_raftlock_ops_total{node="n1",op="renew"} 123456
-lockgate_raftlock_ops_total{node="n2",op="acquire"} 0
-# TYPE lockgate_grants_total counter
-lockgate_grants_total ${grants}
-lockgate_raftlock_waiters{node="n1"} ${waiters}
-lockgate_waiters 999
-lockgate_raft_commit_seconds_bucket{node="n1",le="0.0001"} 0
-lockgate_raft_commit_seconds_bucket{node="n1",le="+Inf"} ${count}
-lockgate_raft_commit_seconds_sum{node="n1"} ${sum}
-lockgate_raft_commit_seconds_count{node="n1"} ${count}
-`;
-
-test("parseMetrics reads names, labels and values; skips comments and junk", () => {
-  const s = parseMetrics(`# comment
-a 1
-b{x="1",y="two words"} 2.5
-c{q="with \\"quote\\" and \\\\ and \\n",} 3e2 1700000000000
-d{le="+Inf"} +Inf
-e NaN
-
-not a sample
-{x="1"} 4
-f{x="unterminated} 5
-g -0.5
-`);
-  assert.deepEqual(s.map((x) => x.name), ["a", "b", "c", "d", "e", "g"]);
-  assert.deepEqual(s[1]!.labels, { x: "1", y: "two words" });
-  assert.equal(s[1]!.value, 2.5);
-  assert.deepEqual(s[2]!.labels, { q: 'with "quote" and \\ and \n' });
-  assert.equal(s[2]!.value, 300);
-  assert.equal(s[3]!.value, Infinity);
-  assert.ok(Number.isNaN(s[4]!.value));
-  assert.equal(s[5]!.value, -0.5);
+const figures = (node: string, state: string, grants: number | null, waiters: number | null, commit: number | null): Figures => ({
+  node,
+  state,
+  grantsPerSec: grants,
+  waiters,
+  commitMs: commit,
+  gatewayGrantsPerSec: 0,
+  gatewayWaiters: 0,
+  windowMs: 1000,
 });
 
-test("sumOf adds the matching series", () => {
-  const s = parseMetrics(scrape(10, 7, 3, 1, 2));
-  assert.equal(sumOf(s, "lockgate_raftlock_ops_total", { op: "acquire" }), 7);
-  assert.equal(sumOf(s, "lockgate_raftlock_ops_total"), 123463);
-  assert.equal(sumOf(s, "missing"), undefined);
+test("the points are the leader's figures, labelled with its node", () => {
+  const leader = figures("2", "leader", 120.5, 3, 1.25);
+  const v: MetricsView = { node: "1", leaderId: "2", cluster: leader, local: figures("1", "follower", null, 0, null) };
+  assert.deepEqual(pointOf(v), { grantsPerSec: 120.5, waiters: 3, commitMs: 1.25 });
+  assert.deepEqual(sourceText(v), { text: "from node 2 (leader)", ok: true });
+  assert.deepEqual(sourceText({ ...v, node: "2" }), { text: "from node 2 (leader, this node)", ok: true });
+  assert.equal(localText(v.local), "Local, node 1 (follower): 0 grants/s through its gateway, 0 waiting there");
 });
 
-test("snapshots: grants are ops{op=acquire} + grants_total; raftlock waiters before the gateway's", () => {
-  const a = snapshotOf(parseMetrics(scrape(10, 7, 3, 0.5, 100)), 1000);
-  assert.equal(a.grants, 17);
-  assert.equal(a.waiters, 3);
-  assert.equal(a.commitSum, 0.5);
-  assert.equal(a.commitCount, 100);
-  const b = snapshotOf(parseMetrics(scrape(30, 27, 4, 0.9, 300)), 3000);
-  const p = pointBetween(a, b);
-  assert.equal(p.grantsPerSec, 20); // 40 more in 2 s
-  assert.equal(p.waiters, 4);
-  assert.ok(Math.abs(p.commitMs! - 2) < 1e-9); // 0.4 s over 200 commits
-  // The first scrape has no rate yet.
-  assert.deepEqual(pointBetween(undefined, a), { grantsPerSec: null, waiters: 3, commitMs: null });
-  // Without lockgate_raftlock_waiters, lockgate_waiters.
-  assert.equal(snapshotOf(parseMetrics("lockgate_waiters 5\n"), 0).waiters, 5);
-  assert.equal(snapshotOf(parseMetrics("lockgate_waiters 5\n"), 0).grants, undefined);
-});
-
-test("rates: reset, missing, no time", () => {
-  assert.equal(rate(10, 5, 1), null);
-  assert.equal(rate(undefined, 5, 1), null);
-  assert.equal(rate(1, 5, 0), null);
-  assert.equal(rate(1, 5, 2), 2);
-  assert.equal(meanLatencyMs(1, 10, 1, 10), null); // nothing committed
-  assert.equal(meanLatencyMs(1, 10, 0.5, 5), null); // restarted
-  assert.equal(meanLatencyMs(0, 0, 0.01, 2), 5);
+test("no leader: no values, and the reason instead of zeros", () => {
+  const v: MetricsView = { node: "1", leaderId: "", cluster: null, clusterError: "no leader known", local: figures("1", "candidate", 0, 0, null) };
+  assert.deepEqual(pointOf(v), { grantsPerSec: null, waiters: null, commitMs: null });
+  assert.deepEqual(sourceText(v), { text: "No figures: no leader known", ok: false });
+  assert.equal(sourceText({ ...v, clusterError: undefined }).ok, false);
 });
 
 test("Series keeps the last points", () => {

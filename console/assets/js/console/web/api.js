@@ -109,7 +109,7 @@ export class Api {
         return this.request("POST", "/v1/console/force-release", { json: { key } });
     }
     metrics() {
-        return this.request("GET", "/metrics", { text: true });
+        return this.request("GET", "/v1/console/metrics");
     }
 }
 function pathOnly(path) {

@@ -1,15 +1,14 @@
 /**
  * lockgate's web console (the contract is docs/console.md): the
- * cluster, the lock table, a live event stream, sparklines of the node's
- * own metrics and, for an admin, force-release. Plain DOM, no framework;
+ * cluster, the lock table, a live event stream, sparklines of the
+ * cluster's figures (the leader's) and, for an admin, force-release. Plain DOM, no framework;
  * served from the binary at /ui/. The bearer token lives in `api` (memory
  * only); a 401 anywhere forgets it and shows the login form.
  */
 import { Client } from "../../clients/js/src/index.js";
 import { Api, ApiError } from "./api.js";
-import { clockText, durationText, modeText, numberText, ttlText } from "./format.js";
-import { Series, parseMetrics, pointBetween, snapshotOf } from "./metrics.js";
-import { renderSparkline } from "./sparkline.js";
+import { clockText, durationText, modeText, ttlText } from "./format.js";
+import { clearFigures, showFigures, showNoFigures } from "./sparks.js";
 const PageSize = 50;
 const MaxEvents = 500;
 const PollMs = 1_000;
@@ -19,7 +18,6 @@ const EventRefreshGapMs = 250; // an event refreshes the lock table at most 4 ti
 /** The lock table refreshes at most every ScanPaceFactor times the node's last scan time (docs/console.md). */
 const ScanPaceFactor = 20;
 const MaxQueryBytes = 256;
-const SparkPoints = 60;
 // ---------------------------------------------------------------- helpers
 function $(sel) {
     const e = document.querySelector(sel);
@@ -294,10 +292,7 @@ function endSession() {
     pausedDropped = 0;
     renderPause();
     $("#watch-state").textContent = "";
-    prevSnap = undefined;
-    for (const s of Object.values(sparks))
-        s.series.clear();
-    renderSparks();
+    clearFigures();
 }
 // ---------------------------------------------------------------- cluster
 let prevLeader;
@@ -869,45 +864,22 @@ function onWatchEvent(ev) {
         detailLoop?.kick();
 }
 // ---------------------------------------------------------------- sparklines
-let prevSnap;
-const sparks = {
-    grants: { series: new Series(SparkPoints), svg: "#spark-grants", value: "#spark-grants-value", unit: "/s" },
-    waiters: { series: new Series(SparkPoints), svg: "#spark-waiters", value: "#spark-waiters-value", unit: "" },
-    commit: { series: new Series(SparkPoints), svg: "#spark-commit", value: "#spark-commit-value", unit: "ms" },
-};
 async function refreshMetrics(gen) {
-    let text;
+    let v;
     try {
-        text = await api.metrics();
+        v = await api.metrics();
     }
     catch (e) {
         if (gen !== session)
             return;
         setProblem("metrics", e);
-        for (const s of Object.values(sparks))
-            s.series.push(null);
-        renderSparks();
+        showNoFigures("the node did not answer");
         return;
     }
     if (gen !== session)
         return;
     setProblem("metrics");
-    const snap = snapshotOf(parseMetrics(text), performance.now());
-    const p = pointBetween(prevSnap, snap);
-    if (prevSnap) {
-        sparks.grants.series.push(p.grantsPerSec);
-        sparks.commit.series.push(p.commitMs);
-    }
-    sparks.waiters.series.push(p.waiters);
-    prevSnap = snap;
-    renderSparks();
-}
-function renderSparks() {
-    for (const s of Object.values(sparks)) {
-        renderSparkline($(s.svg), s.series.points, SparkPoints);
-        const v = s.series.last;
-        $(s.value).textContent = numberText(v, s.unit);
-    }
+    showFigures(v);
 }
 // ---------------------------------------------------------------- wiring
 function init() {
@@ -934,7 +906,7 @@ function init() {
     });
     $("#pause").addEventListener("click", togglePause);
     window.setInterval(tick, TickMs);
-    renderSparks();
+    clearFigures();
     void boot();
 }
 init();
