@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,7 @@ const (
 	chartDir = "helm/lockgate"
 	// helmModule is run from the Go module proxy: no helm binary needs to
 	// be installed, and every run uses the same version.
-	helmModule = "helm.sh/helm/v3/cmd/helm@v3.22.0"
+	helmModule = "helm.sh/helm/v3/cmd/helm@" + helmVersion
 	// The release and namespace the tests render: pods are
 	// lg-lockgate-0 … in namespace locks.
 	release   = "lg"
@@ -39,53 +40,67 @@ const (
 	kubeVersion = "1.31.0"
 )
 
+// helmVersion is helmModule's version (a cached binary's build information
+// must name it).
+const helmVersion = "v3.22.0"
+
 var helm struct {
 	once sync.Once
 	path string
 	err  error
-	dir  string
 }
 
-// TestMain removes the helm binary built for the run.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if helm.dir != "" {
-		os.RemoveAll(helm.dir)
-	}
-	os.Exit(code)
-}
-
-// helmBin builds helm once per test run (go install into a temporary
-// GOBIN: the first run downloads its modules, later runs reuse the build
-// cache). Skipped under -short.
+// helmBin returns the helm binary, built once (go install from the module
+// proxy; the first build downloads its modules) and kept as
+// lockgate/helm/v3.22.0/helm under the user's cache directory, beside the
+// binaries internal/servers builds; later runs reuse it after checking its
+// version. Skipped under -short.
 func helmBin(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: the Helm chart is rendered with helm built from the module proxy")
 	}
-	helm.once.Do(func() {
-		helm.dir, helm.err = os.MkdirTemp("", "lockgate-helm-")
-		if helm.err != nil {
-			return
-		}
-		start := time.Now()
-		cmd := exec.Command("go", "install", helmModule)
-		// Outside this module: go install pkg@version ignores go.mod, but
-		// not a GOFLAGS=-mod=… that a caller may have set.
-		cmd.Dir = helm.dir
-		cmd.Env = append(os.Environ(), "GOBIN="+helm.dir, "GOFLAGS=", "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			helm.err = fmt.Errorf("go install %s: %v\n%s", helmModule, err, out)
-			return
-		}
-		helm.path = filepath.Join(helm.dir, "helm")
-		fmt.Fprintf(os.Stderr, "deploy: built %s in %.1fs\n", helmModule, time.Since(start).Seconds())
-	})
+	helm.once.Do(func() { helm.path, helm.err = buildHelm() })
 	if helm.err != nil {
 		t.Fatal(helm.err)
 	}
 	return helm.path
+}
+
+func buildHelm() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "lockgate", "helm", helmVersion)
+	path := filepath.Join(dir, "helm")
+	if bi, err := buildinfo.ReadFile(path); err == nil && bi.Main.Path == "helm.sh/helm/v3" && bi.Main.Version == helmVersion {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Into a directory beside it, then renamed: a concurrent run (another
+	// checkout's tests) sees the old binary or the whole new one.
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	start := time.Now()
+	cmd := exec.Command("go", "install", helmModule)
+	// Outside this module: go install pkg@version ignores go.mod, but not
+	// a GOFLAGS=-mod=… that a caller may have set.
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install %s: %v\n%s", helmModule, err, out)
+	}
+	if err := os.Rename(filepath.Join(tmp, "helm"), path); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "deploy: built %s in %.1fs into %s\n", helmModule, time.Since(start).Seconds(), path)
+	return path, nil
 }
 
 // runHelm runs helm with args and returns its stdout, or an error with its
