@@ -14,9 +14,11 @@ TEST_TIMEOUT ?= 14m
 
 all: build
 
-## deps: install redis-server, etcd-server and PostgreSQL where missing
+## deps: install the servers and tools the tests run where missing
+## (scripts/install-deps.sh), and build helm for the chart's tests
 deps:
 	./scripts/install-deps.sh
+	./scripts/build-helm.sh
 
 ## build: build bin/lockgate and, beside it (where it finds lockgate), bin/lockgate-bench
 build:

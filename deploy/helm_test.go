@@ -40,7 +40,8 @@ const (
 	kubeVersion = "1.31.0"
 )
 
-// helmVersion is helmModule's version (a cached binary's build information
+// helmVersion is helmModule's version (scripts/build-helm.sh, which `make
+// deps` runs, builds the same one; a cached binary's build information
 // must name it).
 const helmVersion = "v3.22.0"
 
