@@ -105,3 +105,24 @@ func TestCheckArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckArgsConfigFile: a --config names a file inside the container
+// or pod, which CheckArgs does not read, even when it exists here with
+// settings of other commands; required flags may come from it.
+func TestCheckArgsConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lockgate.yaml")
+	if err := os.WriteFile(path, []byte("data-dir: /data\nno-such-setting: 1\nbackend: redlock\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--config", path, "node", "--id", "1"},
+		{"node", "--config=" + path, "--id", "1"},
+	} {
+		if err := CheckArgs(args, nil); err != nil {
+			t.Errorf("CheckArgs(%q) = %v", args, err)
+		}
+	}
+	if err := CheckArgs([]string{"--config", path, "node", "--id", "1", "--nodez"}, nil); err == nil || !strings.Contains(err.Error(), "unknown flag: --nodez") {
+		t.Errorf("an unknown flag beside --config: %v", err)
+	}
+}

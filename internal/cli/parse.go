@@ -50,7 +50,16 @@ func CheckArgsOf(root *cobra.Command, args []string, env map[string]string) erro
 		}
 	}
 	// The environment layer only: the config file is not read (it names a
-	// path inside the container). A file set there would be read at start.
+	// path inside the container). A file set there would be read at start,
+	// whether named by LOCKGATE_CONFIG or by --config; its settings may
+	// then fill required flags too.
+	file := false
+	if f := cmd.Flags().Lookup("config"); f != nil && f.Value.String() != "" {
+		file = true
+		if err := f.Value.Set(""); err != nil {
+			return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+		}
+	}
 	lookup := func(name string) (string, bool) {
 		if name == EnvName("config") {
 			return "", false
@@ -61,8 +70,10 @@ func CheckArgsOf(root *cobra.Command, args []string, env map[string]string) erro
 	if _, err := resolveConfig(cmd, nil, lookup, nil, io.Discard); err != nil { // no file read: no fresh tree needed
 		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
 	}
-	if err := cmd.ValidateRequiredFlags(); err != nil {
-		return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	if _, named := env[EnvName("config")]; !file && !named {
+		if err := cmd.ValidateRequiredFlags(); err != nil {
+			return fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+		}
 	}
 	return cmd.ValidateFlagGroups()
 }
