@@ -107,32 +107,39 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 // memberStatus asks the member at apiAddr for its own status, with the
 // caller's credential (a member checks it as this node does).
 func (c *Console) memberStatus(r *http.Request, apiAddr string) (nodeview.Status, error) {
-	var st nodeview.Status
 	if apiAddr == "" {
-		return st, errors.New("no API address known")
+		return nodeview.Status{}, errors.New("no API address known")
 	}
+	return askMember[nodeview.Status](c, r, apiAddr, nodeview.PathStatus, 64<<10)
+}
+
+// askMember GETs path from the member at apiAddr with the caller's
+// credential, within FanOutTimeout, and decodes at most limit bytes of its
+// JSON answer.
+func askMember[T any](c *Console, r *http.Request, apiAddr, path string, limit int64) (T, error) {
+	var v T
 	ctx, cancel := context.WithTimeout(r.Context(), FanOutTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+nodeview.PathStatus, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+path, nil)
 	if err != nil {
-		return st, err
+		return v, err
 	}
 	if a := r.Header.Get("Authorization"); a != "" {
 		req.Header.Set("Authorization", a)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return st, err
+		return v, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		return st, fmt.Errorf("%s answered %s", apiAddr, resp.Status)
+		return v, fmt.Errorf("%s answered %s", apiAddr, resp.Status)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&st); err != nil {
-		return st, fmt.Errorf("%s: %w", apiAddr, err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(&v); err != nil {
+		return v, fmt.Errorf("%s: %w", apiAddr, err)
 	}
-	return st, nil
+	return v, nil
 }
 
 // holderJSON and lockJSON are the JSON of a node's nodeview.Holder and

@@ -1,11 +1,8 @@
 package console
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -246,30 +243,11 @@ func (c *Console) metrics(w http.ResponseWriter, r *http.Request) {
 }
 
 // leaderFigures asks the leader at apiAddr for its own figures, with the
-// caller's credential (the leader checks it as this node does), as
-// memberStatus asks for a member's status.
+// caller's credential (the leader checks it as this node does).
 func (c *Console) leaderFigures(r *http.Request, apiAddr string) (nodeFigures, error) {
-	var f nodeFigures
-	ctx, cancel := context.WithTimeout(r.Context(), FanOutTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.n.APIScheme()+"://"+apiAddr+pathNodeMetrics, nil)
+	f, err := askMember[nodeFigures](c, r, apiAddr, pathNodeMetrics, 16<<10)
 	if err != nil {
 		return f, err
-	}
-	if a := r.Header.Get("Authorization"); a != "" {
-		req.Header.Set("Authorization", a)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return f, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		return f, fmt.Errorf("%s answered %s", apiAddr, resp.Status)
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<10)).Decode(&f); err != nil {
-		return f, fmt.Errorf("%s: %w", apiAddr, err)
 	}
 	if f.Node == "" {
 		return f, errors.New(apiAddr + " named no node")
