@@ -16,23 +16,7 @@ import (
 // campaign under lossy links saw the lease vanish 30 ms after its grant,
 // and its holder's release answered not_held).
 func TestAbandonedCopyKeepsResentGrant(t *testing.T) {
-	c := startCluster(t, 1)
-	n := leader(t, c)
-	first, again := copiesOfOneAcquire(t)
-	if err := n.sched.enqueue(first); err != nil {
-		t.Fatal(err)
-	}
-	// The first copy's grant commits; nobody reads it (the reply is lost).
-	awaitAnswer(t, first, "the first copy was not granted within 10 s", false)
-	if err := n.sched.enqueue(again); err != nil {
-		t.Fatal(err)
-	}
-	r := awaitAnswer(t, again, "the re-sent copy was not answered within 10 s", true)
-	if r.err != nil || len(r.grants) != 1 {
-		t.Fatalf("re-sent copy: %+v", r)
-	}
-	n.sched.abandon(first)
-	stillHeld(t, n, uint64(r.grants[0].Token))
+	resendAndAbandon(t, nil, func(n *Node, first *waiter) { n.sched.abandon(first) })
 }
 
 // TestAbandonDuringResend: the first copy's caller gives up while the
@@ -42,26 +26,13 @@ func TestAbandonedCopyKeepsResentGrant(t *testing.T) {
 // hand-out lost this race: a 10-minute fault campaign under lossy links
 // saw a grant answered and its key free 3 ms later.)
 func TestAbandonDuringResend(t *testing.T) {
-	c := startCluster(t, 1)
-	n := leader(t, c)
-	first, again := copiesOfOneAcquire(t)
-	if err := n.sched.enqueue(first); err != nil {
-		t.Fatal(err)
-	}
-	awaitAnswer(t, first, "the first copy was not granted within 10 s", false)
-	testHookResendApplied = func() {
-		testHookResendApplied = nil
-		n.sched.abandon(first)
-	}
-	defer func() { testHookResendApplied = nil }()
-	if err := n.sched.enqueue(again); err != nil {
-		t.Fatal(err)
-	}
-	r := awaitAnswer(t, again, "the re-sent copy was not answered within 10 s", true)
-	if r.err != nil || len(r.grants) != 1 {
-		t.Fatalf("re-sent copy: %+v", r)
-	}
-	stillHeld(t, n, uint64(r.grants[0].Token))
+	resendAndAbandon(t, func(n *Node, first *waiter) {
+		testHookResendApplied = func() {
+			testHookResendApplied = nil
+			n.sched.abandon(first)
+		}
+		t.Cleanup(func() { testHookResendApplied = nil })
+	}, nil)
 }
 
 // TestResendAfterAbandon: the first copy's caller gave up and its grant's
@@ -69,6 +40,14 @@ func TestAbandonDuringResend(t *testing.T) {
 // not handed that grant (the release would take it from under it): it
 // waits like any acquire, and whatever it is granted is held.
 func TestResendAfterAbandon(t *testing.T) {
+	resendAndAbandon(t, func(n *Node, first *waiter) { n.sched.abandon(first) }, nil)
+}
+
+// resendAndAbandon runs two copies of one acquire on a one-node cluster:
+// the first is granted and its answer left unread (lost with its
+// connection), before runs, the second is sent and answered, after runs;
+// whatever the second copy was answered must then be held.
+func resendAndAbandon(t *testing.T, before, after func(n *Node, first *waiter)) {
 	c := startCluster(t, 1)
 	n := leader(t, c)
 	first, again := copiesOfOneAcquire(t)
@@ -76,13 +55,18 @@ func TestResendAfterAbandon(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitAnswer(t, first, "the first copy was not granted within 10 s", false)
-	n.sched.abandon(first)
+	if before != nil {
+		before(n, first)
+	}
 	if err := n.sched.enqueue(again); err != nil {
 		t.Fatal(err)
 	}
 	r := awaitAnswer(t, again, "the re-sent copy was not answered within 10 s", true)
 	if r.err != nil || len(r.grants) != 1 {
 		t.Fatalf("re-sent copy: %+v", r)
+	}
+	if after != nil {
+		after(n, first)
 	}
 	stillHeld(t, n, uint64(r.grants[0].Token))
 }
