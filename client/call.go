@@ -76,6 +76,9 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		k.sends++
 		k.last = now
 		k.req.ID = id
+		if wc.traceparent {
+			k.req.Traceparent = c.traceparent(ctx)
+		}
 		if k.onSend != nil {
 			k.onSend(now)
 		}
