@@ -1,0 +1,58 @@
+package latency
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestCompareTrace: a traced run is set beside the untraced run of the
+// same workload (its ratios are tracing's cost), and never beside a peer.
+func TestCompareTrace(t *testing.T) {
+	off := &Run{Backend: "raft", Variant: "cluster", Via: "direct", Cache: CacheOff, Workload: Parallel, OpsPerSec: 1000}
+	off.LatencyUS.P50 = 100
+	on := &Run{Backend: "raft", Variant: TraceVariant, Via: "direct", Cache: CacheOff, Workload: Parallel, OpsPerSec: 960}
+	on.LatencyUS.P50 = 104
+	peer := &Run{Backend: "etcd-mutex", PeerOf: "etcd", Via: "direct", Cache: CacheOff, Workload: Parallel, OpsPerSec: 500}
+	peer.LatencyUS.P50 = 200
+	rep := &Report{Runs: []*Run{off, on, peer}}
+	rep.compare()
+	rep.compareTrace()
+	var traced int
+	for _, c := range rep.Comparisons {
+		if c.Ours == "raft:traced" {
+			traced++
+			if c.Peer != "raft:cluster" || c.OpsRatio != 0.96 || c.P50Ratio != 1.04 {
+				t.Errorf("traced comparison %+v, want raft:traced over raft:cluster, ops 0.96, p50 1.04", c)
+			}
+		}
+	}
+	if traced != 1 || len(rep.Comparisons) != 2 {
+		t.Errorf("comparisons %+v: want one raft over etcd-mutex and one traced over untraced", rep.Comparisons)
+	}
+}
+
+// TestTraceSinkAndContext: the sink answers an export 200 and counts it;
+// a traced context carries a sampled remote parent.
+func TestTraceSinkAndContext(t *testing.T) {
+	s, err := StartTraceSink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resp, err := http.Post(s.URL+"/v1/traces", "application/x-protobuf", strings.NewReader("abc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || s.Requests.Load() != 1 || s.Bytes.Load() != 3 {
+		t.Errorf("sink: %d, %d requests, %d bytes", resp.StatusCode, s.Requests.Load(), s.Bytes.Load())
+	}
+	sc := trace.SpanContextFromContext(tracedCtx(context.Background()))
+	if !sc.IsValid() || !sc.IsSampled() || !sc.IsRemote() {
+		t.Errorf("traced context %+v: want a valid, sampled, remote parent", sc)
+	}
+}
