@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -32,7 +33,7 @@ type tracingFlags struct {
 }
 
 func (f *tracingFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.endpoint, "otlp-endpoint", "", "export OpenTelemetry traces of lock requests to this OTLP/HTTP collector, a URL (http://127.0.0.1:4318) or host:port (HTTPS); default OTEL_EXPORTER_OTLP_ENDPOINT, else off")
+	cmd.Flags().StringVar(&f.endpoint, "otlp-endpoint", "", "export OpenTelemetry traces of lock requests to this OTLP/HTTP collector: its base URL (http://127.0.0.1:4318; /v1/traces is added when no path is given) or host:port (HTTPS); default OTEL_EXPORTER_OTLP_ENDPOINT, else off")
 	cmd.Flags().BoolVar(&f.keyNames, "otlp-key-names", false, "put key names in the trace spans (default: only the first 8 bytes of each key's SHA-256, in hex)")
 }
 
@@ -46,6 +47,13 @@ func (f *tracingFlags) start(ctx context.Context) (stop func(), err error) {
 	var opts []otlptracehttp.Option
 	switch {
 	case strings.Contains(endpoint, "://"):
+		// A collector's base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is: the
+		// traces path goes after it (the SDK's WithEndpointURL would post
+		// to the URL as it is, "/" for none).
+		if u, err := url.Parse(endpoint); err == nil && (u.Path == "" || u.Path == "/") {
+			u.Path = "/v1/traces"
+			endpoint = u.String()
+		}
 		opts = append(opts, otlptracehttp.WithEndpointURL(endpoint))
 	case endpoint != "":
 		opts = append(opts, otlptracehttp.WithEndpoint(endpoint))
