@@ -11,12 +11,15 @@ import (
 // writes it, or "" when ctx carries no span (the common case, one context
 // lookup).
 func (c *Client) traceparent(ctx context.Context) string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
 		return ""
 	}
 	p := c.opts.Propagator
 	if p == nil {
-		p = propagation.TraceContext{}
+		// W3C Trace Context's traceparent, version 00, written here
+		// rather than through propagation.TraceContext and a map.
+		return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + (sc.TraceFlags() & trace.FlagsSampled).String()
 	}
 	carrier := propagation.MapCarrier{}
 	p.Inject(ctx, carrier)

@@ -114,10 +114,11 @@ func noteOutcome(span trace.Span, lease *lock.Lease, err error) {
 		span.SetStatus(codes.Error, code)
 		return
 	}
-	span.SetAttributes(AttrResult.String("ok"))
 	if lease != nil {
-		span.SetAttributes(AttrFencingToken.Int64(int64(lease.Token)))
+		span.SetAttributes(AttrResult.String("ok"), AttrFencingToken.Int64(int64(lease.Token)))
+		return
 	}
+	span.SetAttributes(AttrResult.String("ok"))
 }
 
 // restSpan begins the span of a REST request to /locks/{key} when tracing

@@ -266,17 +266,9 @@ func (s *Session) Release(ctx context.Context, lease *lock.Lease) error {
 		sc.mu.Unlock()
 		return s.n.notLeader()
 	}
-	span := recording(ctx)
-	var start time.Time
-	if span != nil {
-		start = time.Now()
-	}
 	sc.releaseLocked(lease.Key, lease.Handle, uint64(lease.Token), done)
 	sc.unlockAndRun(true) // commits the release on this goroutine
 	a, err := awaitApplied(ctx, done)
-	if span != nil {
-		traceCommit(ctx, span, start, errors.Join(err, a.err))
-	}
 	if err != nil {
 		return fmt.Errorf("raftlock: release %q: outcome unknown: %w", lease.Key, err)
 	}

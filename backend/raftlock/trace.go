@@ -1,20 +1,23 @@
 package raftlock
 
 // Tracing (OpenTelemetry): when the caller's context carries a recording
-// span (the gateway's span of the request), an acquire adds two children
-// to it, so that waiting and committing can be told apart:
+// span (the gateway's span of the request), an acquire adds children to
+// it, so that waiting and committing can be told apart:
 //
-//   - "raftlock wait": from the moment the waiter was queued to the moment
-//     its grant was proposed to Raft: time spent behind other holders or
-//     waiters (near zero for a free key);
+//   - "raftlock wait", only when the acquire queued behind another holder
+//     or waiter: from the moment it was queued to the moment its grant was
+//     proposed to Raft;
 //   - "raftlock commit": from that proposal to the grant's delivery: the
 //     Raft round trip (append, replicate to a majority, apply).
 //
 // They are recorded after the fact with the scheduler's timestamps
 // (waiter.since, the grant's Sent), so the scheduler pays nothing for them;
 // with no recording span in the context an acquire pays one context lookup.
-// A release records its commit the same way. Nothing here touches the log
-// or the state machine.
+// An acquire of a free key has no wait span (its wait is the gap between
+// its parent's start and the commit's), and a release none of its own (its
+// gateway span is its commit and a hop): each span costs the leader
+// several microseconds when traced, so only those that say something are
+// made. Nothing here touches the log or the state machine.
 
 import (
 	"context"
@@ -30,11 +33,8 @@ import (
 // TracerName is the instrumentation scope of raftlock's spans.
 const TracerName = "github.com/lockgate/lockgate/backend/raftlock"
 
-// Span attribute keys of raftlock's spans.
-const (
-	attrQueued       = attribute.Key("lockgate.queued")
-	attrFencingToken = attribute.Key("lockgate.fencing_token")
-)
+// attrFencingToken is the commit span's attribute: the grant's token.
+const attrFencingToken = attribute.Key("lockgate.fencing_token")
 
 // Span names, for tests and dashboards.
 const (
@@ -55,9 +55,11 @@ func recording(ctx context.Context) trace.Span {
 func traceAcquire(ctx context.Context, parent trace.Span, w *waiter, grants []*kit.Grant, err error) {
 	t := parent.TracerProvider().Tracer(TracerName)
 	now := time.Now()
-	queued := attrQueued.Bool(w.queued)
 	if err != nil || len(grants) == 0 {
-		_, span := t.Start(ctx, SpanWait, trace.WithTimestamp(w.since), trace.WithAttributes(queued))
+		if !w.queued {
+			return // refused at once: the parent's error says it all
+		}
+		_, span := t.Start(ctx, SpanWait, trace.WithTimestamp(w.since))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, "not granted")
@@ -69,20 +71,11 @@ func traceAcquire(ctx context.Context, parent trace.Span, w *waiter, grants []*k
 	if sent.Before(w.since) { // a re-sent acquire's grant was proposed before this copy queued
 		sent = w.since
 	}
-	_, wait := t.Start(ctx, SpanWait, trace.WithTimestamp(w.since), trace.WithAttributes(queued))
-	wait.End(trace.WithTimestamp(sent))
+	if w.queued {
+		_, wait := t.Start(ctx, SpanWait, trace.WithTimestamp(w.since))
+		wait.End(trace.WithTimestamp(sent))
+	}
 	_, commit := t.Start(ctx, SpanCommit, trace.WithTimestamp(sent),
 		trace.WithAttributes(attrFencingToken.Int64(int64(grants[0].Token))))
 	commit.End(trace.WithTimestamp(now))
-}
-
-// traceCommit records a commit that ran from start to now under parent
-// (a release's).
-func traceCommit(ctx context.Context, parent trace.Span, start time.Time, err error) {
-	_, span := parent.TracerProvider().Tracer(TracerName).Start(ctx, SpanCommit, trace.WithTimestamp(start))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "release failed")
-	}
-	span.End()
 }
