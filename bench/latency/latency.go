@@ -102,6 +102,10 @@ type LatencyConfig struct {
 	// sampled traceparent, which nodes that export traces record. The
 	// caller starts the nodes with --otlp-endpoint (TraceSink).
 	Trace bool
+	// TraceFraction, between 0 and 1 exclusive, makes only that fraction
+	// of the traced variant's requests carry the sampled traceparent (a
+	// deployment sampling that fraction); otherwise every one does.
+	TraceFraction float64
 }
 
 func (c *LatencyConfig) fill() error {
@@ -311,7 +315,7 @@ func RunLatency(ctx context.Context, s *provision.Servers, cfg LatencyConfig) (*
 				mine = append(mine, t)
 				if cfg.traces(b) {
 					fmt.Fprintf(cfg.Progress, "connecting %d clients to %s via %s, cache %s, traced\n", cfg.Clients, b, via, cache)
-					conn, err := s.ConnectWith(ctx, b, via, cfg.Clients, provision.ConnectOptions{Cache: cache == CacheOn})
+					conn, err := s.ConnectWith(ctx, b, via, cfg.Clients, provision.ConnectOptions{Cache: cache == CacheOn, Propagator: cfg.tracePropagator()})
 					if err != nil {
 						return nil, err
 					}

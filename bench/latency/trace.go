@@ -11,10 +11,12 @@ package latency
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgate/lockgate/bench/provision"
@@ -35,6 +37,33 @@ var tracedParent = trace.NewSpanContext(trace.SpanContextConfig{
 	TraceFlags: trace.FlagsSampled,
 	Remote:     true,
 })
+
+// fractionPropagator writes the W3C traceparent of a request's context
+// into a fraction of requests, nothing into the others: the traced
+// variant's clients with --trace-fraction below 1, a deployment that
+// samples that fraction of its callers' traces.
+type fractionPropagator struct{ fraction float64 }
+
+func (p fractionPropagator) Inject(ctx context.Context, c propagation.TextMapCarrier) {
+	if rand.Float64() < p.fraction {
+		propagation.TraceContext{}.Inject(ctx, c)
+	}
+}
+
+func (fractionPropagator) Extract(ctx context.Context, _ propagation.TextMapCarrier) context.Context {
+	return ctx
+}
+
+func (fractionPropagator) Fields() []string { return propagation.TraceContext{}.Fields() }
+
+// tracePropagator is the traced variant's propagator: nil (the SDK's,
+// every request) for a fraction of 1 or more.
+func (cfg *LatencyConfig) tracePropagator() propagation.TextMapPropagator {
+	if cfg.TraceFraction <= 0 || cfg.TraceFraction >= 1 {
+		return nil
+	}
+	return fractionPropagator{cfg.TraceFraction}
+}
 
 // tracedCtx is ctx under the sampled remote parent: the SDK sends its
 // traceparent with every request made under it.

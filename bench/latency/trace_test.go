@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -54,5 +55,30 @@ func TestTraceSinkAndContext(t *testing.T) {
 	sc := trace.SpanContextFromContext(tracedCtx(context.Background()))
 	if !sc.IsValid() || !sc.IsSampled() || !sc.IsRemote() {
 		t.Errorf("traced context %+v: want a valid, sampled, remote parent", sc)
+	}
+}
+
+// TestTraceFraction: with --trace-fraction f the traced clients write the
+// sampled traceparent into about f of their requests and nothing into the
+// others; a fraction of 1 leaves the SDK's own (every request).
+func TestTraceFraction(t *testing.T) {
+	if p := (&LatencyConfig{TraceFraction: 1}).tracePropagator(); p != nil {
+		t.Errorf("fraction 1: propagator %v, want the SDK's", p)
+	}
+	p := (&LatencyConfig{TraceFraction: 0.25}).tracePropagator()
+	ctx := tracedCtx(context.Background())
+	n := 0
+	for range 4000 {
+		c := propagation.MapCarrier{}
+		p.Inject(ctx, c)
+		if v := c.Get("traceparent"); v != "" {
+			n++
+			if !strings.HasSuffix(v, "-01") {
+				t.Fatalf("traceparent %q is not sampled", v)
+			}
+		}
+	}
+	if n < 800 || n > 1200 {
+		t.Errorf("%d of 4000 requests traced at fraction 0.25", n)
 	}
 }

@@ -280,6 +280,7 @@ and exits 1 when one got worse by more than --compare-margin.`,
 	f.StringVar(&htmlOut, "html", "", "write a self-contained HTML report to this file")
 	f.StringVar(&serverLog, "server-log", "", "write the servers' output to this file (default: discard)")
 	f.BoolVar(&cfg.Trace, "trace", false, "also measure raft with every request traced (variant raft:traced, beside raft:cluster in the same rounds): the nodes export OpenTelemetry traces to a local OTLP sink that discards them")
+	f.Float64Var(&cfg.TraceFraction, "trace-fraction", 1, "with --trace: the fraction of raft:traced's requests that carry a sampled trace context (a deployment sampling that fraction); the others go untraced")
 	return cmd
 }
 
