@@ -76,6 +76,10 @@ func (c *Client) do(parent, ctx context.Context, k *call) (*reply, error) {
 		k.sends++
 		k.last = now
 		k.req.ID = id
+		k.req.Traceparent = "" // a re-send may go to a gateway that does not read it
+		if wc.traceparent {
+			k.req.Traceparent = c.traceparent(ctx)
+		}
 		if k.onSend != nil {
 			k.onSend(now)
 		}

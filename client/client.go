@@ -110,6 +110,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/lockgate/lockgate/lock"
 )
 
@@ -199,12 +201,11 @@ type Options struct {
 	// every connection (the gateway's --auth-tokens-file). A gateway that
 	// refuses it makes calls fail with an error matching ErrUnauthorized.
 	Token string
+	// Propagator writes a call's trace context into its request
+	// (traceparent, docs/protocol.md). Nil: W3C Trace Context; pass
+	// otel.GetTextMapPropagator() for the application's own.
+	Propagator propagation.TextMapPropagator
 }
-
-// ErrUnauthorized is matched (errors.Is) by the error of a call that could
-// not connect because the gateway refused the client's bearer token (or
-// its absence) with 401.
-var ErrUnauthorized = errors.New("lockgate client: the gateway refused the bearer token (HTTP 401): missing or wrong")
 
 func (o *Options) fill() {
 	if o.ClientID == "" {

@@ -51,6 +51,9 @@ type wsConn struct {
 	wanted bool
 	// features: what the gateway's backend offers (wire.FeaturesHeader).
 	features lock.Features
+	// traceparent: the gateway reads a request's trace context
+	// (wire.FeatureTraceparent); an older one would refuse the field.
+	traceparent bool
 
 	wmu     sync.Mutex
 	writeBy time.Time // the write deadline, under wmu
@@ -345,7 +348,9 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 		ws, resp, err := d.DialContext(dctx, u, h)
 		cancel()
 		if err == nil {
-			return newConn(c, ws, addr, hasFeature(resp, wire.FeatureWanted), featuresOf(resp)), nil
+			wc := newConn(c, ws, addr, hasFeature(resp, wire.FeatureWanted), featuresOf(resp))
+			wc.traceparent = hasFeature(resp, wire.FeatureTraceparent)
+			return wc, nil
 		}
 		next := ""
 		if resp != nil {
@@ -365,6 +370,11 @@ func (c *Client) dial(ctx context.Context, addr string) (*wsConn, error) {
 		addr = next
 	}
 }
+
+// ErrUnauthorized is matched (errors.Is) by the error of a call that could
+// not connect because the gateway refused the client's bearer token (or
+// its absence) with 401.
+var ErrUnauthorized = errors.New("lockgate client: the gateway refused the bearer token (HTTP 401): missing or wrong")
 
 // hasFeature reports whether the upgrade's response lists feature in
 // wire.FeaturesHeader.

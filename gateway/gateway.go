@@ -14,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockgate/lockgate/internal/audit"
 	"github.com/lockgate/lockgate/internal/wire"
@@ -114,6 +115,14 @@ type Options struct {
 	// when the connection came to a loopback address; otherwise they are
 	// refused with 403 (docs/security.md).
 	AllowedOrigins []string
+	// TracerProvider, when not nil, traces every acquire and release
+	// (trace.go): a span per request, a child of the caller's W3C trace
+	// context when it sends one. Nil: no tracing, at the cost of a nil
+	// check per request.
+	TracerProvider trace.TracerProvider
+	// TraceKeyNames puts key names in the spans (lockgate.key); by
+	// default they carry only a hash of the key (lockgate.key_hash).
+	TraceKeyNames bool
 }
 
 func (o *Options) fill() {
@@ -152,6 +161,7 @@ func (o *Options) fill() {
 type Gateway struct {
 	l       lock.Locker
 	opts    Options
+	tracer  *tracer // nil: tracing is off
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
@@ -203,6 +213,7 @@ func New(l lock.Locker, opts Options) *Gateway {
 	g.wanted = lock.SignalsWanted(l)
 	g.backend = fmt.Sprintf("the gateway's backend (%T)", l)
 	g.upgrader = g.newUpgrader()
+	g.tracer = newTracer(opts)
 	g.mux.HandleFunc("/v1/ws", g.serveWS)
 	g.mux.HandleFunc("/locks/{key}", g.serveLock)
 	g.mux.HandleFunc("/locks", g.restAcquireAll)

@@ -53,6 +53,7 @@ func featureNames(wanted bool, f lock.Features) string {
 		names = append(names, wire.FeatureWanted)
 	}
 	names = append(names, f.Names()...)
+	names = append(names, wire.FeatureTraceparent)
 	return strings.Join(names, ",")
 }
 

@@ -51,7 +51,8 @@ func (h *hidden) TryAcquire(ctx context.Context, key string, opts lock.AcquireOp
 }
 
 // TestFeaturesAnnounced: the upgrade's Lockgate-Features lists wanted and
-// the backend's features; REST answers carry the same list; a backend
+// the backend's features, then traceparent (every gateway reads a
+// request's trace context); REST answers carry the same list; a backend
 // with fewer features announces fewer.
 func TestFeaturesAnnounced(t *testing.T) {
 	for _, tc := range []struct {
@@ -59,9 +60,9 @@ func TestFeaturesAnnounced(t *testing.T) {
 		l    lock.Locker
 		want string
 	}{
-		{"all", locktest.NewMemStore().NewLocker(), "wanted,shared,semaphore,multikey,watch,lockdelay"},
-		{"shared-watch", locktest.NewMemStoreWithFeatures(lock.FeatureShared | lock.FeatureWatch).NewLocker(), "wanted,shared,watch"},
-		{"hidden", &hidden{Locker: locktest.NewMemStore().NewLocker()}, ""},
+		{"all", locktest.NewMemStore().NewLocker(), "wanted,shared,semaphore,multikey,watch,lockdelay,traceparent"},
+		{"shared-watch", locktest.NewMemStoreWithFeatures(lock.FeatureShared | lock.FeatureWatch).NewLocker(), "wanted,shared,watch,traceparent"},
+		{"hidden", &hidden{Locker: locktest.NewMemStore().NewLocker()}, "traceparent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, srv := startOver(t, tc.l, Options{})

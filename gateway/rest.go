@@ -78,10 +78,14 @@ func (g *Gateway) serveLock(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	switch r.Method {
 	case http.MethodPost:
+		w, r, done := g.restSpan(w, r, "acquire", key)
+		defer done()
 		g.restAcquire(w, r, key)
 	case http.MethodPut:
 		g.restRenew(w, r, key)
 	case http.MethodDelete:
+		w, r, done := g.restSpan(w, r, "release", key)
+		defer done()
 		g.restRelease(w, r, key)
 	case http.MethodGet, http.MethodHead:
 		g.restInspect(w, r, key)
@@ -236,6 +240,7 @@ func (g *Gateway) answerGrant(w http.ResponseWriter, r *http.Request, start time
 	}
 	g.metrics.acquire.WithLabelValues("rest").Observe(time.Since(start).Seconds())
 	g.metrics.grants.Inc()
+	noteREST(r, lease, nil)
 	writeJSON(w, http.StatusOK, grantOf(lease))
 }
 
@@ -431,6 +436,7 @@ func (g *Gateway) clientOf(r *http.Request) string {
 // leader becomes a 307 redirect to the same path on the leader.
 func (g *Gateway) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
 	g.metrics.errors.WithLabelValues(e.Code).Inc()
+	noteRESTCode(r, e.Code)
 	status := e.status
 	if e.Code == wire.CodeNotLeader && e.Leader != nil && e.Leader.Addr != "" {
 		scheme := "http://"

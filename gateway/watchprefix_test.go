@@ -56,7 +56,7 @@ func TestWatchPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	if f := resp.Header.Get(wire.FeaturesHeader); !strings.HasSuffix(f, ",watchprefix") {
+	if f := resp.Header.Get(wire.FeaturesHeader); !strings.Contains(f+",", ",watchprefix,") {
 		t.Errorf("%s = %q, want watchprefix announced", wire.FeaturesHeader, f)
 	}
 	c := &wsClient{t: t, ws: ws}

@@ -31,19 +31,26 @@ func (c *conn) acquire(req wire.Request) {
 		return
 	}
 	try := req.CommandType == wire.CmdTryAcquire
-	acquire := c.g.tl.Acquire
+	acquire, op := c.g.tl.Acquire, "acquire"
 	if try {
-		acquire = c.g.tl.TryAcquire
+		acquire, op = c.g.tl.TryAcquire, "tryAcquire"
+	}
+	var recv time.Time
+	if c.g.tracer != nil {
+		recv = time.Now()
 	}
 	c.launch(req, 1, try, func(ctx context.Context, outcome func(error) error) {
 		start := time.Now()
+		ctx, span := c.wsSpan(ctx, recv, op, req)
 		opts := opts
 		var lease *lock.Lease
 		err := c.g.sessionAcquire(ctx, req.SessionID, req.Key, &opts)
 		if err == nil {
 			lease, err = acquire(ctx, req.Key, opts)
 		}
-		c.granted(req, start, lease, outcome(err))
+		err = outcome(err)
+		c.granted(req, start, lease, err)
+		endSpan(span, lease, err) // after the grant (or error) was sent
 	})
 }
 

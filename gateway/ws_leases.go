@@ -52,6 +52,10 @@ func (c *conn) release(req wire.Request) {
 			return
 		}
 	}
+	var recv time.Time
+	if c.g.tracer != nil {
+		recv = time.Now()
+	}
 	if !c.takeSlot() {
 		return
 	}
@@ -59,6 +63,7 @@ func (c *conn) release(req wire.Request) {
 		defer c.giveSlot()
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		defer cancel()
+		ctx, span := c.wsSpan(ctx, recv, "release", req)
 		err := c.g.tl.Release(ctx, lease)
 		c.forget(req.LockToken)
 		switch {
@@ -67,6 +72,7 @@ func (c *conn) release(req wire.Request) {
 		case req.Ack:
 			c.send(wire.Reply{ID: req.ID, Type: wire.TypeReleased, Success: true, Key: req.Key})
 		}
+		endSpan(span, nil, err)
 	})
 }
 

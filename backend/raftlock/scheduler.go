@@ -138,6 +138,7 @@ type waiter struct {
 	resend   bool        // re-sent acquire of its live grant: answered outside the queue
 	inflight bool        // its granting entry is being committed
 	since    time.Time   // when it was queued (the console shows how long it waits)
+	queued   bool        // it found the key held or waited for: it queued behind another (traces say so)
 }
 
 // allKeys returns the keys w waits for.

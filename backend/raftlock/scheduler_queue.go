@@ -48,6 +48,7 @@ func (s *scheduler) enqueue(w *waiter) error {
 			return s.heldErr(k, st.oldest)
 		}
 		if !w.try && (v != grantable || (q != nil && waiting(q) > 0)) {
+			w.queued = true
 			s.wantedLocked(k)
 		}
 	}

@@ -189,6 +189,9 @@ func (s *Session) wait(ctx context.Context, w *waiter) ([]*lock.Lease, error) {
 	}
 	select {
 	case r := <-w.res:
+		if span := recording(ctx); span != nil {
+			traceAcquire(ctx, span, w, r.grants, r.err)
+		}
 		if r.err != nil {
 			return nil, r.err
 		}

@@ -76,6 +76,8 @@ type latencyTarget struct {
 	runs  map[string]*Run
 	// sampler reads the resources of the measured rounds; nil: none.
 	sampler *sampler
+	// traced: its requests carry a sampled trace context (trace.go).
+	traced bool
 }
 
 // measure runs workload w on t for d, recording into r when not nil, and
@@ -90,6 +92,9 @@ func (t *latencyTarget) measure(ctx context.Context, w string, cfg LatencyConfig
 	var mark *usageMark
 	if r != nil && t.sampler != nil {
 		mark = t.sampler.begin(t.conn.Backend)
+	}
+	if t.traced {
+		ctx = tracedCtx(ctx)
 	}
 	rr, err := runWorkload(ctx, t.conn, w, cfg, d, r)
 	if err != nil {

@@ -34,7 +34,7 @@ type Comparison struct {
 func (rep *Report) compare() {
 	rep.Comparisons = nil
 	for _, ours := range rep.Runs {
-		if ours.PeerOf != "" {
+		if ours.PeerOf != "" || ours.Variant == TraceVariant { // traced runs: compareTrace
 			continue
 		}
 		name := provision.InfoOf(ours.Backend).Name

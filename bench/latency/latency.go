@@ -98,6 +98,14 @@ type LatencyConfig struct {
 	FloorDir string
 	// Progress receives a progress line per step; nil discards them.
 	Progress io.Writer
+	// Trace adds raft's traced variant (trace.go): its requests carry a
+	// sampled traceparent, which nodes that export traces record. The
+	// caller starts the nodes with --otlp-endpoint (TraceSink).
+	Trace bool
+	// TraceFraction, between 0 and 1 exclusive, makes only that fraction
+	// of the traced variant's requests carry the sampled traceparent (a
+	// deployment sampling that fraction); otherwise every one does.
+	TraceFraction float64
 }
 
 func (c *LatencyConfig) fill() error {
@@ -305,11 +313,24 @@ func RunLatency(ctx context.Context, s *provision.Servers, cfg LatencyConfig) (*
 				t := &latencyTarget{conn: conn, cache: cache, runs: map[string]*Run{}, sampler: &sampler{s: s}}
 				targets = append(targets, t)
 				mine = append(mine, t)
+				if cfg.traces(b) {
+					fmt.Fprintf(cfg.Progress, "connecting %d clients to %s via %s, cache %s, traced\n", cfg.Clients, b, via, cache)
+					conn, err := s.ConnectWith(ctx, b, via, cfg.Clients, provision.ConnectOptions{Cache: cache == CacheOn, Propagator: cfg.tracePropagator()})
+					if err != nil {
+						return nil, err
+					}
+					t := &latencyTarget{conn: conn, cache: cache, runs: map[string]*Run{}, sampler: &sampler{s: s}, traced: true}
+					targets = append(targets, t)
+					mine = append(mine, t)
+				}
 			}
 			// Each workload's cache settings side by side.
 			for _, w := range cfg.Workloads {
 				for _, t := range mine {
 					t.runs[w] = newRun(b, via, t.cache, w, cfg.Clients)
+					if t.traced {
+						t.runs[w].Variant = TraceVariant
+					}
 					t.runs[w].Shape = cfg.Modes.shape(w)
 					rep.Runs = append(rep.Runs, t.runs[w])
 				}
@@ -372,6 +393,7 @@ func RunLatency(ctx context.Context, s *provision.Servers, cfg LatencyConfig) (*
 		r.Signal = rep.Floor.signalFloor(r)
 	}
 	rep.compare()
+	rep.compareTrace()
 	rep.compareCache()
 	rep.compareModes()
 	return rep, nil

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/lockgate/lockgate/client"
 	"github.com/lockgate/lockgate/gateway"
 	"github.com/lockgate/lockgate/internal/backends"
@@ -116,6 +118,10 @@ type ConnectOptions struct {
 	// (client.Options.CacheLeases). Only the gateway path has SDK
 	// clients to cache: with via direct it is an error.
 	Cache bool
+	// Propagator, for raft (whose clients are SDK clients on either
+	// path), writes each request's trace context
+	// (client.Options.Propagator); nil: the SDK's default.
+	Propagator propagation.TextMapPropagator
 }
 
 // Connect returns n clients of backend over via. Each client is a Locker
@@ -134,7 +140,7 @@ func (s *Servers) ConnectWith(ctx context.Context, backend, via string, n int, o
 	}
 	c := &Conn{Backend: backend, Via: via, Cache: o.Cache}
 	c.newClient = func() (lock.Locker, error) { return s.Direct(ctx, backend) }
-	sdk := client.Options{CacheLeases: o.Cache}
+	sdk := client.Options{CacheLeases: o.Cache, Propagator: o.Propagator}
 	switch {
 	case via == Gateway && KindOf(backend) != backends.KindRaft:
 		addr, closeGW, err := s.serveGateway(ctx, backend)
@@ -143,9 +149,10 @@ func (s *Servers) ConnectWith(ctx context.Context, backend, via string, n int, o
 		}
 		c.closers = append(c.closers, closeGW)
 		c.newClient = func() (lock.Locker, error) { return client.New([]string{addr}, sdk) }
-	case o.Cache:
+	case o.Cache || o.Propagator != nil && KindOf(backend) == backends.KindRaft:
 		// raftlock's nodes serve the gateway protocol: its direct Locker
-		// is the SDK over them (internal/backends), here with the cache.
+		// is the SDK over them (internal/backends), here with the cache
+		// or the propagator.
 		c.newClient = func() (lock.Locker, error) { return client.New(s.Spec.Raft, sdk) }
 	}
 	if err := c.open(n); err != nil {

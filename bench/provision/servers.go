@@ -136,6 +136,9 @@ type ProvisionOptions struct {
 	// between each other, with their fault-injection endpoint on), and
 	// PostgreSQL under a FakeClock. Spec then holds the proxies' addresses.
 	Faults bool
+	// RaftArgs are extra `lockgate node` arguments for every provisioned
+	// raftlock node (e.g. --otlp-endpoint for a traced run).
+	RaftArgs []string
 }
 
 // Servers are the running servers of a set of backends. The provisioned
@@ -227,6 +230,9 @@ func Provision(ctx context.Context, names []string, opts ProvisionOptions) (*Ser
 			}
 			start(func() error {
 				ro := servers.RaftlockOptions{Log: logger}
+				if len(opts.RaftArgs) > 0 {
+					ro.Args = func(i int, nodes []*servers.RaftNode) []string { return opts.RaftArgs }
+				}
 				if opts.Faults {
 					ro.Args = s.raftFaultArgs
 					if CanMountTmpfs() == nil {

@@ -225,7 +225,15 @@ and exits 1 when one got worse by more than --compare-margin.`,
 			errw := cmd.ErrOrStderr()
 			fmt.Fprintf(errw, "starting servers for %s\n", strings.Join(backends, ", "))
 			t0 := time.Now()
-			s, err := provision.Provision(ctx, backends, provision.ProvisionOptions{Existing: spec, Lockgate: self, Log: logw})
+			popts := provision.ProvisionOptions{Existing: spec, Lockgate: self, Log: logw}
+			if cfg.Trace {
+				sink, err := startTraceSink(errw, &popts)
+				if err != nil {
+					return err
+				}
+				defer sink()
+			}
+			s, err := provision.Provision(ctx, backends, popts)
 			if err != nil {
 				return err
 			}
@@ -271,7 +279,28 @@ and exits 1 when one got worse by more than --compare-margin.`,
 	f.StringVar(&jsonOut, "json", "", "write the report as JSON to this file")
 	f.StringVar(&htmlOut, "html", "", "write a self-contained HTML report to this file")
 	f.StringVar(&serverLog, "server-log", "", "write the servers' output to this file (default: discard)")
+	f.BoolVar(&cfg.Trace, "trace", false, "also measure raft with every request traced (variant raft:traced, beside raft:cluster in the same rounds): the nodes export OpenTelemetry traces to a local OTLP sink that discards them")
+	f.Float64Var(&cfg.TraceFraction, "trace-fraction", 1, "with --trace: the fraction of raft:traced's requests that carry a sampled trace context (a deployment sampling that fraction); the others go untraced")
 	return cmd
+}
+
+// startTraceSink readies a traced latency run: a local OTLP sink, the
+// nodes' --otlp-endpoint naming it, and the sampler that records only
+// requests whose caller's span is sampled (the traced variant's). The
+// returned stop reports what the sink received and closes it.
+func startTraceSink(errw io.Writer, popts *provision.ProvisionOptions) (stop func(), err error) {
+	sink, err := latency.StartTraceSink()
+	if err != nil {
+		return nil, err
+	}
+	// The nodes inherit the bench's environment.
+	os.Setenv("OTEL_TRACES_SAMPLER", latency.TraceSampler)
+	popts.RaftArgs = []string{"--otlp-endpoint", sink.URL}
+	fmt.Fprintf(errw, "traces: the raft nodes export to %s (sampler %s)\n", sink.URL, latency.TraceSampler)
+	return func() {
+		fmt.Fprintf(errw, "traces: the sink received %d exports, %d bytes\n", sink.Requests.Load(), sink.Bytes.Load())
+		sink.Close()
+	}, nil
 }
 
 func newBenchChaosCmd() *cobra.Command {

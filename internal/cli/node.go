@@ -93,6 +93,11 @@ loopback API without client tokens. See docs/security.md.`,
 				return err
 			}
 			defer stopProf()
+			stopTraces, err := sec.tracing.start(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer stopTraces()
 			nodeTLS, err := sec.nodeTLS()
 			if err != nil {
 				return err
@@ -187,6 +192,7 @@ loopback API without client tokens. See docs/security.md.`,
 	sec.register(cmd, true)
 	registerNetFlags(cmd)
 	prof.register(cmd)
+	sec.tracing.register(cmd)
 	cmd.MarkFlagRequired("id")
 	return cmd
 }

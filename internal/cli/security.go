@@ -28,6 +28,7 @@ type securityFlags struct {
 	allowedOrigins  []string
 	node            bool
 	tenancy         tenancyFlags
+	tracing         tracingFlags // OpenTelemetry traces (otel.go): node and serve register them
 }
 
 func (f *securityFlags) register(cmd *cobra.Command, node bool) {
@@ -52,7 +53,7 @@ func (f *securityFlags) gatewayOptions(ctx context.Context, toks *gateway.Tokens
 	if err != nil {
 		return gateway.Options{}, err
 	}
-	return gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins, Policy: policy, Audit: f.tenancy.log}, nil
+	return f.tracing.apply(gateway.Options{Logger: slog.Default(), Tokens: toks, AllowedOrigins: f.allowedOrigins, Policy: policy, Audit: f.tenancy.log}), nil
 }
 
 // check validates the combination of flags before anything starts.

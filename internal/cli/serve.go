@@ -71,6 +71,11 @@ a CA made in memory at start. See docs/security.md.`,
 				return err
 			}
 			defer stopProf()
+			stopTraces, err := sec.tracing.start(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer stopTraces()
 			if _, err := sec.tenancy.openAudit("serve"); err != nil {
 				return err
 			}
@@ -149,7 +154,7 @@ a CA made in memory at start. See docs/security.md.`,
 			}
 			if internal == nil {
 				for _, s := range c.Servers {
-					defer raftgw.Serve(s, gateway.Options{Logger: slog.Default()}).Close()
+					defer raftgw.Serve(s, sec.tracing.apply(gateway.Options{Logger: slog.Default()})).Close()
 					fmt.Fprintf(cmd.OutOrStdout(), "web console of embedded node %s: http://%s/ui/\n", s.ID(), s.APIAddr())
 				}
 			} else {
@@ -168,6 +173,7 @@ a CA made in memory at start. See docs/security.md.`,
 	sec.register(cmd, false)
 	registerNetFlags(cmd)
 	prof.register(cmd)
+	sec.tracing.register(cmd)
 	return cmd
 }
 

@@ -63,6 +63,7 @@ func (r *Request) AppendJSON(b []byte) []byte {
 	if r.Prefix {
 		b = append(b, `,"prefix":true`...)
 	}
+	b = appendStringField(b, `,"traceparent":`, r.Traceparent)
 	return append(b, '}')
 }
 

@@ -172,6 +172,9 @@ func fastRequest(data []byte, r *Request) bool {
 		case "prefix":
 			r.Prefix, ok = s.bool()
 			return 17, ok
+		case "traceparent":
+			r.Traceparent, ok = s.text()
+			return 18, ok
 		}
 		return 0, false
 	})

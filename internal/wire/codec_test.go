@@ -32,6 +32,8 @@ var requestSeeds = []string{
 	`{"id":"15","commandType":9,"key":"k"}`, `{"id":"16","commandType":10,"target":"15"}`,
 	`{"id":"17","commandType":9,"key":"","prefix":true}`, `{"id":"18","commandType":9,"key":"a/","prefix":false}`,
 	`{"prefix":"true"}`, `{"prefix":null}`, `{"prefix":1}`, `{"prefix":true,"prefix":false}`, `{"Prefix":true}`,
+	`{"id":"19","commandType":1,"key":"k","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`,
+	`{"traceparent":""}`, `{"traceparent":null}`, `{"traceparent":1}`, `{"traceparent":"a","traceparent":"b"}`, `{"TraceParent":"x"}`,
 }
 
 var replySeeds = []string{
@@ -99,7 +101,7 @@ func FuzzAppendJSON(f *testing.F) {
 		reqs := []Request{
 			{ID: id, CommandType: cmd, Key: key, ClientID: client, TTL: ttl, Value: &value, LockToken: handle,
 				FencingToken: &FencingToken{Key: key, Value: token}, Ack: ack, ReleaseOnDisconnect: rod, Target: target},
-			{ID: id, CommandType: cmd, Key: key, TTL: ttl, LockToken: handle, Prefix: rod},
+			{ID: id, CommandType: cmd, Key: key, TTL: ttl, LockToken: handle, Prefix: rod, Traceparent: target},
 		}
 		for _, r := range reqs {
 			want, _ := json.Marshal(&r)
@@ -140,6 +142,7 @@ func TestFastPathTaken(t *testing.T) {
 		{ID: "1z", CommandType: CmdAcquire, Key: "orders/42", ClientID: "sdk-0123456789ab", TTL: 30000, LockToken: "0123456789abcdef0123456789abcdef", Value: &v},
 		{ID: "2", CommandType: CmdRelease, Key: "orders/42", LockToken: "0123456789abcdef0123456789abcdef", FencingToken: &FencingToken{Key: "orders/42", Value: 123}, Ack: true},
 		{ID: "w", CommandType: CmdWatch, Prefix: true}, // the console's watch of every key
+		{ID: "3", CommandType: CmdAcquire, Key: "k", Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	} {
 		var got Request
 		if !fastRequest(r.AppendJSON(nil), &got) || !reflect.DeepEqual(got, r) {
@@ -279,5 +282,34 @@ func TestCheckFieldsEmbedded(t *testing.T) {
 		case want != "" && (!errors.As(err, &uf) || uf.Name != want):
 			t.Errorf("CheckFields(%s) = %v; want unknown field %q", data, err, want)
 		}
+	}
+}
+
+// TestTraceparentOptional: the trace context field is optional both ways.
+// A frame without it (what older clients send) decodes exactly as before,
+// strict or not, to a request with no trace context; one with it decodes
+// to the same request plus the field; and a request without it encodes
+// byte for byte as before.
+func TestTraceparentOptional(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	old := `{"id":"1","commandType":1,"key":"k","clientId":"c","ttl":1000,"lockToken":"ab","waitMs":50}`
+	want := Request{ID: "1", CommandType: CmdAcquire, Key: "k", ClientID: "c", TTL: 1000, LockToken: "ab", WaitMS: 50}
+	for _, decode := range []func([]byte, *Request) error{DecodeRequest, DecodeRequestStrict} {
+		var got Request
+		if err := decode([]byte(old), &got); err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("old-format frame: %+v, %v; want %+v", got, err, want)
+		}
+		var with Request
+		traced := old[:len(old)-1] + `,"traceparent":"` + tp + `"}`
+		if err := decode([]byte(traced), &with); err != nil || with.Traceparent != tp {
+			t.Fatalf("frame with traceparent: %+v, %v", with, err)
+		}
+		with.Traceparent = ""
+		if !reflect.DeepEqual(with, want) {
+			t.Fatalf("traceparent changed other fields: %+v", with)
+		}
+	}
+	if got := string(want.AppendJSON(nil)); got != old {
+		t.Fatalf("a request without trace context encodes as %s, want %s", got, old)
 	}
 }

@@ -90,6 +90,10 @@ const (
 const (
 	FeaturesHeader = "Lockgate-Features"
 	FeatureWanted  = "wanted"
+	// FeatureTraceparent: the gateway reads a request's traceparent. A
+	// client sends the field only to a gateway that announces it: an
+	// older one refuses fields it does not know.
+	FeatureTraceparent = "traceparent"
 )
 
 // MaxIDLen bounds a request id.
@@ -179,6 +183,12 @@ type Request struct {
 	// every key) instead of key alone: no holder events first, and each
 	// event carries its own key (feature "watchprefix").
 	Prefix bool `json:"prefix,omitempty"`
+	// Traceparent, optional on any command, is the caller's trace context
+	// in the W3C Trace Context "traceparent" form
+	// (00-<trace id>-<span id>-<flags>): the server's spans of the request
+	// join that trace. A gateway that reads it says so with
+	// FeatureTraceparent; a malformed value is ignored, never refused.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Reply is one server message: a reply to a request (same id) or a push.
