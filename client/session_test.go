@@ -77,7 +77,7 @@ func acquireN(t *testing.T, c *client.Client, prefix string, n int) []*lock.Leas
 func TestSessionRenewsAllLeases(t *testing.T) {
 	rc := startRaft(t)
 	leader := raftLeader(t, rc)
-	c := newClient(t, []string{leader.APIAddr()}, client.Options{SessionTTL: 900 * time.Millisecond})
+	c := newClient(t, []string{leader.APIAddr()}, client.Options{SessionTTL: 3 * time.Second})
 	if lock.FeaturesOf(c)&lock.FeatureSessions == 0 {
 		t.Fatal("the client does not report sessions over raftlock")
 	}
@@ -92,8 +92,8 @@ func TestSessionRenewsAllLeases(t *testing.T) {
 		if l.Session() != s {
 			t.Fatalf("lease %d is in another session", i)
 		}
-		if l.TTL() != 900*time.Millisecond {
-			t.Fatalf("lease %d has TTL %v, want the session's 900ms", i, l.TTL())
+		if l.TTL() != 3*time.Second {
+			t.Fatalf("lease %d has TTL %v, want the session's 3s", i, l.TTL())
 		}
 		first[i] = l.Deadline()
 	}
