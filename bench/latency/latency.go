@@ -92,6 +92,13 @@ type LatencyConfig struct {
 	Rate float64
 	// TTL of the leases taken; long enough that none expires in a cycle.
 	TTL time.Duration
+	// MinOps, when positive, keeps a round of the closed-loop workloads
+	// going past its share of Duration until that many operations have
+	// completed, for at most MinOpsWait more: a smoke run's rounds are
+	// short enough that on a loaded machine a slow target could complete
+	// none. Throughput is over the round's actual length either way.
+	MinOps     int64
+	MinOpsWait time.Duration
 	// FloorDir is where the physical floor's sync is measured; empty: the
 	// directory that holds the provisioned raftlock nodes' data
 	// directories (Servers.FloorDir).

@@ -41,6 +41,10 @@ func TestLatencySmoke(t *testing.T) {
 		// cycle done at all when the machine stalled a commit for that
 		// long (seen at about four times CI's load: raft parallel, 0 ops).
 		Duration: time.Second,
+		// A round goes on past its length until it has an operation (at
+		// most 20 s more): on a loaded machine a slow target could
+		// complete none in it.
+		MinOps: 1, MinOpsWait: 20 * time.Second,
 		Rounds:   2,
 		Warmup:   100 * time.Millisecond,
 		Progress: benchtest.Writer(t),
@@ -228,8 +232,12 @@ func cacheSmoke(t *testing.T, ctx context.Context, s *provision.Servers) {
 		Caches:    Caches,
 		Clients:   4,
 		Duration:  500 * time.Millisecond,
-		Rounds:    1,
-		Progress:  benchtest.Writer(t),
+		// A round goes on past its length until it has an operation (at
+		// most 20 s more): on a loaded machine a slow target could
+		// complete none in it.
+		MinOps: 1, MinOpsWait: 20 * time.Second,
+		Rounds:   1,
+		Progress: benchtest.Writer(t),
 	})
 	if err != nil {
 		t.Fatal(err)

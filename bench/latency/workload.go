@@ -22,6 +22,10 @@ type recorder struct {
 	hist  *hdrhistogram.Histogram
 	ops   atomic.Int64
 	kinds map[string]int64
+	// reached, once endRound sets it past the round's length, is closed
+	// when ops reaches want.
+	want    int64
+	reached chan struct{}
 }
 
 func (rc *recorder) latency(d time.Duration) {
@@ -57,9 +61,10 @@ func runWorkload(ctx context.Context, conn *provision.Conn, w string, cfg Latenc
 	prefix := fmt.Sprintf("bench/%s/%d/%d", w, time.Now().UnixNano(), runSeq.Add(1))
 	opts := lock.AcquireOptions{TTL: cfg.TTL}
 
-	runCtx, cancel := context.WithTimeout(ctx, d)
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
+	go endRound(runCtx, cancel, d, cfg.MinOps, cfg.MinOpsWait, rc)
 	// lastRelease is when the last holder of the contended key began its
 	// release, in ns since start (handoff).
 	var lastRelease atomic.Int64
@@ -131,7 +136,7 @@ func runWorkload(ctx context.Context, conn *provision.Conn, w string, cfg Latenc
 				if w == Handoff {
 					if rel := lastRelease.Load(); rel >= 0 && int64(acqStart) < rel {
 						rc.latency(granted - time.Duration(rel))
-						rc.ops.Add(1)
+						rc.count()
 					}
 				}
 				if w == Handoff {
@@ -148,7 +153,7 @@ func runWorkload(ctx context.Context, conn *provision.Conn, w string, cfg Latenc
 				}
 				if w != Handoff {
 					rc.latency(time.Since(opStart))
-					rc.ops.Add(1)
+					rc.count()
 				}
 			}
 		}()
@@ -159,6 +164,50 @@ func runWorkload(ctx context.Context, conn *provision.Conn, w string, cfg Latenc
 		return roundResult{}, err
 	}
 	return rc.finish(elapsed, r), nil
+}
+
+// endRound ends a round (cancel) once d has passed and rc has counted at
+// least minOps operations, or once d+wait has passed; it returns when ctx
+// ends otherwise.
+func endRound(ctx context.Context, cancel context.CancelFunc, d time.Duration, minOps int64, wait time.Duration, rc *recorder) {
+	defer cancel()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		return
+	}
+	if minOps <= 0 || rc.ops.Load() >= minOps {
+		return
+	}
+	// Past d, the round ends at the operation that makes minOps, which
+	// rc.counted signals, or at the wait's end.
+	rc.mu.Lock()
+	rc.want, rc.reached = minOps, make(chan struct{})
+	reached := rc.reached
+	if rc.ops.Load() >= minOps {
+		close(reached)
+		rc.reached = nil
+	}
+	rc.mu.Unlock()
+	timer.Reset(wait)
+	select {
+	case <-reached:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+}
+
+// count records one completed operation.
+func (rc *recorder) count() {
+	n := rc.ops.Add(1)
+	rc.mu.Lock()
+	if rc.reached != nil && n >= rc.want {
+		close(rc.reached)
+		rc.reached = nil
+	}
+	rc.mu.Unlock()
 }
 
 // finish is the round rc recorded over elapsed; when r is not nil, its
